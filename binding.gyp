@@ -1,0 +1,29 @@
+{
+  "targets": [
+    {
+      "target_name": "proctree",
+      "sources": [
+        "native/binding.cc",
+        "native/call.cc",
+        "native/cgroup.cc",
+        "native/clone_trampoline.cc",
+        "native/pidfd.cc",
+        "native/procfs.cc",
+        "native/reactor.cc",
+        "native/registry.cc",
+        "native/spawn.cc",
+        "native/stdio.cc"
+      ],
+      "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
+      "defines": ["NAPI_VERSION=8", "NAPI_DISABLE_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
+      "cflags!": ["-fno-exceptions"],
+      "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
+      "cflags_cc": ["-std=c++17", "-fno-exceptions", "-fvisibility=hidden", "-fstack-protector-strong", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
+      "cflags": ["-fvisibility=hidden", "-fstack-protector-strong"],
+      "conditions": [
+        ["OS!='linux'", { "sources": [] }],
+        ["'<!(echo $PROCTREE_WERROR)'=='1'", { "cflags_cc": ["-Werror"] }]
+      ]
+    }
+  ]
+}

@@ -1,0 +1,25 @@
+// Addressing processes by pidfd: a signal through a pidfd whose process is
+// gone fails with ESRCH instead of reaching whoever got the number next.
+#pragma once
+
+#include <sys/types.h>
+
+#include "fd.h"
+#include "sys_error.h"
+
+namespace proctree {
+
+Fd pidfd_open(pid_t pid);
+// 0 on success, else errno (ESRCH: the process is gone).
+int pidfd_signal(int pidfd, int sig);
+
+struct ExitStatus {
+  bool done = false;  // false: still running
+  int code = -1;      // exit code, or -1 when killed by a signal
+  int signal = 0;     // terminating signal, 0 if it exited
+};
+
+// waitid(P_PIDFD, WEXITED | WNOHANG): reaps our own child and nothing else.
+SysError pidfd_reap(int pidfd, ExitStatus* out);
+
+}  // namespace proctree

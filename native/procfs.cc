@@ -1,0 +1,73 @@
+#include "procfs.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "fd.h"
+
+namespace proctree {
+namespace {
+
+ssize_t read_proc_file(pid_t pid, const char* name, char* buf, size_t size) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/%s", static_cast<int>(pid), name);
+  Fd fd(open(path, O_RDONLY | O_CLOEXEC));
+  if (!fd) return -1;
+  size_t total = 0;
+  while (total < size) {
+    ssize_t n = read(fd.get(), buf + total, size - total);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (n == 0) break;
+    total += static_cast<size_t>(n);
+  }
+  return static_cast<ssize_t>(total);
+}
+
+}  // namespace
+
+bool read_process_stat(pid_t pid, ProcessInfo* out) {
+  char buf[1024];
+  ssize_t n = read_proc_file(pid, "stat", buf, sizeof buf - 1);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  // "pid (comm) state ppid pgrp session ...": comm may hold spaces and
+  // parentheses, so it ends at the last ')'.
+  char* open_paren = strchr(buf, '(');
+  char* close_paren = strrchr(buf, ')');
+  if (!open_paren || !close_paren || close_paren < open_paren) return false;
+  out->pid = pid;
+  out->comm.assign(open_paren + 1, static_cast<size_t>(close_paren - open_paren - 1));
+  char state = '?';
+  int ppid = 0, pgid = 0, sid = 0;
+  if (sscanf(close_paren + 1, " %c %d %d %d", &state, &ppid, &pgid, &sid) != 4) return false;
+  out->state = state;
+  out->ppid = ppid;
+  out->pgid = pgid;
+  out->sid = sid;
+  return true;
+}
+
+bool read_process_info(pid_t pid, ProcessInfo* out) {
+  if (!read_process_stat(pid, out)) return false;
+  char buf[4096];
+  ssize_t n = read_proc_file(pid, "cmdline", buf, sizeof buf);
+  out->cmdline.clear();
+  if (n > 0) {
+    size_t len = static_cast<size_t>(n);
+    while (len > 0 && buf[len - 1] == '\0') --len;
+    for (size_t i = 0; i < len; ++i) {
+      if (buf[i] == '\0') buf[i] = ' ';
+    }
+    out->cmdline.assign(buf, len);
+  }
+  return true;
+}
+
+}  // namespace proctree

@@ -1,0 +1,25 @@
+// What /proc says about one process: the identity fields a CleanupReport and
+// a 'leftover' event name (pid, ppid, pgid, sid, comm, cmdline).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+namespace proctree {
+
+struct ProcessInfo {
+  pid_t pid = 0;
+  pid_t ppid = 0;
+  pid_t pgid = 0;
+  pid_t sid = 0;
+  char state = '?';
+  std::string comm;
+  std::string cmdline;  // arguments joined by spaces; empty for kernel threads and zombies
+};
+
+// false when the process is gone.
+bool read_process_stat(pid_t pid, ProcessInfo* out);
+bool read_process_info(pid_t pid, ProcessInfo* out);
+
+}  // namespace proctree

@@ -1,0 +1,210 @@
+#include "registry.h"
+
+#include <atomic>
+#include <vector>
+
+namespace proctree {
+namespace {
+
+// Call ids are unique in the process, so several environments (workers) can
+// share a subtree name without their leaves colliding.
+std::atomic<uint64_t> g_next_call_id{1};
+
+}  // namespace
+
+Registry::Registry(uv_loop_t* loop, EventSink* sink) : loop_(loop), sink_(sink), reactor_(loop, this) {}
+
+Registry::~Registry() {
+  for (auto& kv : calls_) delete kv.second;
+}
+
+SysError Registry::location(CgroupLocation* out) {
+  if (!located_) {
+    location_error_ = locate_cgroup2(&location_);
+    located_ = true;
+  }
+  if (location_error_) return location_error_;
+  *out = location_;
+  return SysError::none();
+}
+
+SysError Registry::ensure_open() {
+  if (opened_) return open_error_;
+  opened_ = true;
+  open_error_ = reactor_.open();
+  if (open_error_) return open_error_;
+  flush_timer_ = new uv_timer_t;
+  uv_timer_init(loop_, flush_timer_);
+  flush_timer_->data = this;
+  uv_unref(reinterpret_cast<uv_handle_t*>(flush_timer_));
+  return SysError::none();
+}
+
+SysError Registry::spawn(const std::string& group, SpawnRequest req, SpawnedCall* out) {
+  if (closing_) return SysError::of(ECANCELED, "spawn");
+  if (SysError e = ensure_open()) return e;
+  CgroupLocation loc;
+  if (SysError e = location(&loc)) return e;
+
+  auto g = groups_.find(group);
+  if (g == groups_.end()) {
+    CgroupDir dir;
+    // The delegation rule: only ever below the harness's own cgroup.
+    if (SysError e = CgroupDir::create(loc.own_path + "/" + group, true, &dir)) return e;
+    g = groups_.emplace(group, std::move(dir)).first;
+  }
+
+  uint64_t id = g_next_call_id.fetch_add(1);
+  std::string leaf = "c" + std::to_string(id);
+  CgroupDir cg;
+  if (SysError e = CgroupDir::create(g->second.path() + "/" + leaf, false, &cg)) return e;
+  if (!clone3_available()) {
+    if (SysError e = cg.open_procs_for_write()) {
+      cg.remove();
+      return e;
+    }
+  }
+  req.cgroup_dir = cg.dir_fd();
+  req.cgroup_procs = cg.procs_fd();
+
+  SpawnResult proc;
+  if (SysError e = spawn_process(req, stack_, &proc)) {
+    cg.remove();
+    return e;
+  }
+  std::string rel = (loc.own == "/" ? "" : loc.own) + "/" + group + "/" + leaf;
+  out->id = id;
+  out->pid = proc.pid;
+  out->cgroup = cg.path();
+  out->method = proc.method;
+  Call* call = new Call(this, id, std::move(cg), rel, std::move(proc));
+  calls_[id] = call;
+  if (SysError e = call->start()) {
+    call->kill_now();
+    call->finish_sync();
+    calls_.erase(id);
+    call->dispose();
+    return e;
+  }
+  reactor_.set_ref(true);
+  return SysError::none();
+}
+
+Call* Registry::find(uint64_t id) {
+  auto it = calls_.find(id);
+  return it == calls_.end() ? nullptr : it->second;
+}
+
+void Registry::post(CallEvent event) {
+  pending_.push_back(std::move(event));
+  // Events caused by a JavaScript call (terminate, kill) are delivered on a
+  // later turn of the loop, never from inside that call.
+  if (!flushing_ && flush_timer_ && !closing_) {
+    uv_timer_start(flush_timer_, on_flush_timer, 0, 0);
+    uv_ref(reinterpret_cast<uv_handle_t*>(flush_timer_));
+  }
+}
+
+void Registry::wake() { flush(); }
+
+void Registry::on_flush_timer(uv_timer_t* t) {
+  uv_unref(reinterpret_cast<uv_handle_t*>(t));
+  static_cast<Registry*>(t->data)->flush();
+}
+
+void Registry::flush() {
+  if (flushing_) return;
+  flushing_ = true;
+  // A listener may call back into us (terminate from an 'exit' handler):
+  // what it posts is appended and delivered by this same loop, in order.
+  while (!pending_.empty()) {
+    CallEvent ev = std::move(pending_.front());
+    pending_.pop_front();
+    if (!closing_) sink_->deliver(ev);
+  }
+  flushing_ = false;
+  reap_finished();
+}
+
+void Registry::reap_finished() {
+  std::vector<uint64_t> done;
+  for (auto& kv : calls_) {
+    if (kv.second->finished()) done.push_back(kv.first);
+  }
+  for (uint64_t id : done) {
+    Call* c = calls_[id];
+    calls_.erase(id);
+    c->dispose();
+  }
+  if (calls_.empty()) reactor_.set_ref(false);
+}
+
+void Registry::on_process_exit(uint64_t call_id) {
+  if (Call* c = find(call_id)) c->handle_process_exit();
+}
+
+void Registry::on_cgroup_events(uint64_t call_id) {
+  if (Call* c = find(call_id)) c->handle_cgroup_events();
+}
+
+void Registry::shutdown_sync(int wait_ms) {
+  for (auto& kv : calls_) kv.second->kill_now();
+  uint64_t deadline = uv_hrtime() + static_cast<uint64_t>(wait_ms) * 1000000ULL;
+  for (;;) {
+    bool any = false;
+    for (auto& kv : calls_) {
+      if (!kv.second->finished() && kv.second->populated_now()) any = true;
+    }
+    uint64_t now = uv_hrtime();
+    if (!any || now >= deadline) break;
+    if (opened_ && !open_error_) {
+      reactor_.wait_cgroup_change(static_cast<int>((deadline - now) / 1000000ULL) + 1);
+    } else {
+      break;
+    }
+  }
+  for (auto& kv : calls_) kv.second->finish_sync();
+  for (auto& kv : groups_) kv.second.remove();
+  groups_.clear();
+  pending_.clear();
+}
+
+void Registry::close_handles(void (*done)(void*), void* arg) {
+  closing_ = true;
+  closed_cb_ = done;
+  closed_arg_ = arg;
+  // One count for this function itself, released at its end, so that
+  // handles closing synchronously cannot finish the count early.
+  handles_open_ = 1;
+  std::vector<Call*> calls;
+  for (auto& kv : calls_) calls.push_back(kv.second);
+  calls_.clear();
+  for (Call* c : calls) {
+    ++handles_open_;
+    c->dispose();
+  }
+  ++handles_open_;
+  reactor_.close([](void* self) { static_cast<Registry*>(self)->handle_closed(); }, this);
+  if (flush_timer_) {
+    ++handles_open_;
+    uv_timer_stop(flush_timer_);
+    uv_close(reinterpret_cast<uv_handle_t*>(flush_timer_), [](uv_handle_t* h) {
+      Registry* self = static_cast<Registry*>(h->data);
+      delete reinterpret_cast<uv_timer_t*>(h);
+      self->handle_closed();
+    });
+    flush_timer_ = nullptr;
+  }
+  handle_closed();
+}
+
+void Registry::on_call_disposed() {
+  if (closing_) handle_closed();
+}
+
+void Registry::handle_closed() {
+  if (--handles_open_ > 0) return;
+  if (closed_cb_) closed_cb_(closed_arg_);
+}
+
+}  // namespace proctree

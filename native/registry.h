@@ -1,0 +1,97 @@
+// Every live call of one Node environment (the main thread or a worker): the
+// cgroup subtrees they live in, the reactor that watches them, and the queue
+// of events waiting to be delivered to JavaScript, in order.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "call.h"
+#include "cgroup.h"
+#include "reactor.h"
+#include "spawn.h"
+
+namespace proctree {
+
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void deliver(const CallEvent& event) = 0;
+};
+
+struct SpawnedCall {
+  uint64_t id = 0;
+  pid_t pid = -1;
+  std::string cgroup;
+  CloneMethod method = CloneMethod::kClone3;
+};
+
+class Registry : public CallHost, public ReactorClient {
+ public:
+  Registry(uv_loop_t* loop, EventSink* sink);
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+  ~Registry() override;
+
+  // Where call cgroups go; fails when there is no writable cgroup2.
+  SysError location(CgroupLocation* out);
+
+  // group: the subtree directory name below the harness's cgroup
+  // ("proctree-<pid>"), created on first use.
+  SysError spawn(const std::string& group, SpawnRequest req, SpawnedCall* out);
+
+  Call* find(uint64_t id);
+  size_t live() const { return calls_.size(); }
+
+  // Environment teardown or process exit: cgroup.kill every call, wait a
+  // bounded time for the trees to empty, remove every directory we made.
+  void shutdown_sync(int wait_ms);
+  // Closes libuv handles; done() runs when all have closed.
+  void close_handles(void (*done)(void*), void* arg);
+
+  // CallHost
+  uv_loop_t* loop() override { return loop_; }
+  Reactor& reactor() override { return reactor_; }
+  void post(CallEvent event) override;
+  void wake() override;
+
+  // ReactorClient
+  void on_process_exit(uint64_t call_id) override;
+  void on_cgroup_events(uint64_t call_id) override;
+  void on_batch_done() override { wake(); }
+  void on_call_disposed() override;
+
+ private:
+  SysError ensure_open();
+  void flush();
+  void reap_finished();
+  static void on_flush_timer(uv_timer_t* t);
+  void handle_closed();
+
+  uv_loop_t* loop_;
+  EventSink* sink_;
+  Reactor reactor_;
+  bool opened_ = false;
+  bool closing_ = false;
+  SysError open_error_;
+  CgroupLocation location_;
+  SysError location_error_;
+  bool located_ = false;
+  ChildStack stack_;
+  std::map<std::string, CgroupDir> groups_;
+  std::unordered_map<uint64_t, Call*> calls_;
+  std::deque<CallEvent> pending_;
+  bool flushing_ = false;
+  uv_timer_t* flush_timer_ = nullptr;
+  int handles_open_ = 0;
+  void (*closed_cb_)(void*) = nullptr;
+  void* closed_arg_ = nullptr;
+};
+
+}  // namespace proctree
