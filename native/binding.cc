@@ -272,13 +272,14 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     return registry_->find(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()));
   }
 
-  // terminate(id, graceMs, signal, reason) -> whether the call was still live
+  // terminate(id, graceMs, signal, reason) -> whether a cleanup event will come
   Napi::Value Terminate(const Napi::CallbackInfo& info) {
     Call* c = CallArg(info);
     if (!c || info.Length() < 4) return Napi::Boolean::New(info.Env(), false);
-    c->terminate(info[1].As<Napi::Number>().Int32Value(), info[2].As<Napi::Number>().Int32Value(),
-                 info[3].As<Napi::String>().Utf8Value());
-    return Napi::Boolean::New(info.Env(), true);
+    bool reporting = c->terminate(info[1].As<Napi::Number>().Int32Value(),
+                                  info[2].As<Napi::Number>().Int32Value(),
+                                  info[3].As<Napi::String>().Utf8Value());
+    return Napi::Boolean::New(info.Env(), reporting);
   }
 
   // kill(id, signal) -> how many processes got it

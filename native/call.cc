@@ -102,8 +102,8 @@ void Call::handle_cgroup_events() {
   maybe_finish();
 }
 
-void Call::terminate(int grace_ms, int sig, const std::string& reason) {
-  if (ladder_started_ || finished_) return;
+bool Call::terminate(int grace_ms, int sig, const std::string& reason) {
+  if (ladder_started_ || finished_) return ladder_started_;
   ladder_started_ = true;
   ladder_start_ns_ = now_ns();
   report_ = CleanupReport{};
@@ -114,19 +114,19 @@ void Call::terminate(int grace_ms, int sig, const std::string& reason) {
   if (!populated_) {
     ladder_done();
     maybe_finish();
-    return;
+    return true;
   }
   if (grace_ms_ == 0) {
     start_kill();
     maybe_finish();
-    return;
+    return true;
   }
   // Freeze first: a member that forks while we read cgroup.procs would be
   // missed, and a frozen member cannot fork or exit under us.
   if (cgroup_.write_file("cgroup.freeze", "1")) {
     signal_members_and_thaw();
     maybe_finish();
-    return;
+    return true;
   }
   phase_ = Phase::kFreezing;
   refresh_events();
@@ -137,6 +137,7 @@ void Call::terminate(int grace_ms, int sig, const std::string& reason) {
     start_timer(std::min(grace_ms_, kMaxFreezeWaitMs));
   }
   maybe_finish();
+  return true;
 }
 
 bool Call::signal_member(pid_t pid, int sig, bool count_escape) {

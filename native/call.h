@@ -68,8 +68,10 @@ class Call {
   void handle_cgroup_events();
 
   // The ladder: freeze, signal every member once by pidfd, thaw, wait grace
-  // for populated 0, cgroup.kill, wait, rmdir. Idempotent.
-  void terminate(int grace_ms, int sig, const std::string& reason);
+  // for populated 0, cgroup.kill, wait, rmdir. Idempotent. Returns whether a
+  // cleanup event has been or will be posted (false: the tree was already
+  // gone before any ladder ran).
+  bool terminate(int grace_ms, int sig, const std::string& reason);
   // One signal to every member now, no escalation. Returns how many got it.
   int signal_all(int sig);
   std::vector<pid_t> members() const;

@@ -1,0 +1,15 @@
+export { spawn, run } from './run';
+export { ToolCall, type ToolCallEvents } from './toolcall';
+export { capabilities, type Capabilities } from './capabilities';
+export { LeftoversError, ConfinementUnavailableError, type SpawnError } from './errors';
+export type {
+  CleanupReason,
+  CleanupReport,
+  Confinement,
+  ProcessInfo,
+  RunOptions,
+  RunResult,
+  SpawnOptions,
+  StdioKind,
+  StdioOption,
+} from './types';

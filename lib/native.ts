@@ -1,0 +1,86 @@
+// The one file that loads the addon, and the exact shape of what it exports.
+import path from 'node:path';
+
+export type NativeStdio = 'pipe' | 'ignore' | 'inherit' | number;
+
+export interface NativeSpawnSpec {
+  group: string;
+  candidates: string[];
+  argv: string[];
+  env: string[];
+  cwd?: string;
+  stdio: [NativeStdio, NativeStdio, NativeStdio];
+  uid?: number;
+  gid?: number;
+}
+
+export interface NativeErrorShape extends Error {
+  code: string;
+  errno: number;
+  syscall: string;
+  path?: string;
+}
+
+export interface NativeSpawned {
+  id: number;
+  pid: number;
+  cgroup: string;
+  method: 'clone3' | 'clone' | 'clone+pidfd_open';
+  stdio: [number, number, number];
+}
+
+export interface NativeProcessInfo {
+  pid: number;
+  ppid: number;
+  pgid: number;
+  sid: number;
+  comm: string;
+  cmdline: string;
+}
+
+export interface NativeReport {
+  reason: string;
+  signaled: number;
+  killed: number;
+  escaped: number;
+  froze: boolean;
+  leftovers: NativeProcessInfo[];
+  durationMs: number;
+}
+
+export const enum NativeEventKind {
+  Exit = 0,
+  Cleanup = 1,
+  Empty = 2,
+  Error = 3,
+}
+
+export type NativeEventCallback = (
+  kind: NativeEventKind,
+  a?: number | null | NativeReport | NativeErrorShape,
+  b?: number,
+) => void;
+
+export interface NativeLocation {
+  mount: string;
+  own: string;
+  ownPath: string;
+}
+
+export interface NativeBinding {
+  location(): NativeLocation;
+  spawn(spec: NativeSpawnSpec, onEvent: NativeEventCallback): NativeSpawned | { error: NativeErrorShape };
+  terminate(id: number, graceMs: number, signal: number, reason: string): boolean;
+  kill(id: number, signal: number): number;
+  members(id: number): number[];
+  processInfo(pids: readonly number[]): NativeProcessInfo[];
+  shutdown(waitMs: number): void;
+  cloneMethod(): 'clone3' | 'clone';
+}
+
+// node-gyp-build looks in build/Release first, then prebuilds/<platform>-<arch>.
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const load = require('node-gyp-build') as (dir: string) => NativeBinding;
+
+export const packageRoot = path.resolve(__dirname, '..', '..');
+export const native: NativeBinding = load(packageRoot);

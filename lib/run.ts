@@ -1,0 +1,31 @@
+import { resolveRun, resolveSpawn } from './options';
+import { ToolCall } from './toolcall';
+import type { RunOptions, RunResult, SpawnOptions } from './types';
+
+/**
+ * Starts `file` in its own cgroup and returns its ToolCall. Invalid options
+ * throw synchronously; a command that cannot start emits 'error'.
+ */
+export function spawn(file: string, args?: readonly string[], options?: SpawnOptions): ToolCall;
+export function spawn(file: string, options?: SpawnOptions): ToolCall;
+export function spawn(file: string, args?: readonly string[] | SpawnOptions, options?: SpawnOptions): ToolCall {
+  return new ToolCall(resolveSpawn(file, args, options));
+}
+
+/**
+ * Runs `file` to the end of its whole tree and resolves with the result for
+ * any exit status; rejects only when the options are invalid or it could not
+ * start. Without `input`, stdin is closed.
+ */
+export function run(file: string, args?: readonly string[], options?: RunOptions & { encoding?: BufferEncoding }): Promise<RunResult<string>>;
+export function run(file: string, args: readonly string[], options: RunOptions & { encoding: 'buffer' }): Promise<RunResult<Buffer>>;
+export function run(file: string, args?: readonly string[], options?: RunOptions): Promise<RunResult<string | Buffer>> {
+  try {
+    const call = new ToolCall(resolveSpawn(file, args, options), resolveRun(options));
+    // 'error' for a failed start is delivered as the rejection below.
+    call.on('error', () => {});
+    return call.done;
+  } catch (err) {
+    return Promise.reject(err);
+  }
+}

@@ -1,0 +1,101 @@
+// The public types: read these as the documentation of the API.
+
+/** How a call is confined. `cgroup` is the only tier that is escape-proof here. */
+export type Confinement = 'cgroup';
+
+/** What a call's stdio stream is connected to. */
+export type StdioKind = 'pipe' | 'ignore' | 'inherit';
+export type StdioOption = StdioKind | number;
+
+export interface SpawnOptions {
+  /** Working directory of the command. Default: the harness's. */
+  cwd?: string | URL;
+  /** Environment of the command. Default: `process.env`. Keys and values must not hold NUL bytes. */
+  env?: Readonly<Record<string, string | undefined>>;
+  /** argv[0] as the command sees it. Default: `file`. */
+  argv0?: string;
+  /** Run through a shell: `true` for `/bin/sh`, or a shell's path. Default: false, no shell. */
+  shell?: boolean | string;
+  /** One kind for all three streams, or one each for stdin, stdout, stderr. Default: `'pipe'`. */
+  stdio?: StdioKind | readonly [StdioOption, StdioOption, StdioOption];
+  /** Stop the whole tree after this many ms (the ladder, reason `'timeout'`). 0 = never. Default: 0. */
+  timeout?: number;
+  /** ms from the graceful signal to SIGKILL. Default: 2000. */
+  grace?: number;
+  /** The graceful signal of the ladder. Default: `'SIGTERM'`. */
+  killSignal?: NodeJS.Signals | number;
+  /** Aborting it stops the whole tree (reason `'abort'`). */
+  signal?: AbortSignal;
+  /**
+   * When the main process exits and descendants remain: `'kill'` runs the
+   * ladder on them (reason `'leftovers'`); `'wait'` keeps the call open until
+   * the tree empties by itself. Default: `'kill'`.
+   */
+  leftovers?: 'kill' | 'wait';
+  /** `'auto'` = the strongest available; `'cgroup'` = fail clearly if it is not. Default: `'auto'`. */
+  confinement?: 'auto' | Confinement;
+  /** Run the command as this user id (needs privilege). */
+  uid?: number;
+  /** Run the command as this group id (needs privilege); supplementary groups are dropped. */
+  gid?: number;
+}
+
+export interface RunOptions extends SpawnOptions {
+  /** Written to stdin, which is then closed. */
+  input?: string | Uint8Array;
+  /** Decode stdout/stderr as text (default `'utf8'`), or `'buffer'` for Buffers. */
+  encoding?: BufferEncoding | 'buffer';
+  /** Bytes kept per stream; past it the first `maxBuffer` bytes are kept and the flag set. Default: 64 MiB. */
+  maxBuffer?: number;
+}
+
+/** One process, as /proc described it. */
+export interface ProcessInfo {
+  pid: number;
+  ppid: number;
+  pgid: number;
+  sid: number;
+  comm: string;
+  cmdline: string;
+}
+
+export type CleanupReason = 'timeout' | 'abort' | 'terminate' | 'leftovers' | 'shutdown';
+
+/** What stopping a tree took, as the kernel saw it. */
+export interface CleanupReport {
+  reason: CleanupReason;
+  confinement: Confinement;
+  /** Processes that got the graceful signal, each exactly once. */
+  signaled: number;
+  /** Processes still alive when `grace` ran out, killed with SIGKILL. */
+  killed: number;
+  /** Processes that had left the main process's group or session: what killpg would have missed. */
+  escaped: number;
+  /** Alive after the whole ladder. Non-empty is a failure, also emitted as `'error'`. */
+  leftovers: ProcessInfo[];
+  /** How emptiness was proved. */
+  verified: 'cgroup.events';
+  durationMs: number;
+}
+
+export interface RunResult<T extends string | Buffer = string> {
+  /** Exit code of the main process, or null when a signal ended it. */
+  exitCode: number | null;
+  /** Signal that ended the main process, or null. */
+  signal: NodeJS.Signals | null;
+  stdout: T;
+  stderr: T;
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+  /** The call was stopped because `timeout` ran out. */
+  timedOut: boolean;
+  /** The call was stopped because `signal` was aborted. */
+  aborted: boolean;
+  /** From spawn to the tree being empty and stdio drained. */
+  durationMs: number;
+  /** The ladder's report when one ran (timeout, abort, terminate, leftovers), else null. */
+  cleanup: CleanupReport | null;
+  pid: number;
+  cgroup: string;
+  confinement: Confinement;
+}
