@@ -1,0 +1,120 @@
+// Shared by the tests: unique tokens to find a test's processes in /proc, and
+// checks that read the kernel's view (cgroup files, /proc), never our bookkeeping.
+import { spawn as cpSpawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+
+/** A unique sleep duration such as `300.4812937`: it shows in /proc/<pid>/cmdline. */
+export function token(seconds = 300): string {
+  return `${seconds}.${randomBytes(4).readUInt32BE(0)}`;
+}
+
+/**
+ * Live (non-zombie) processes whose cmdline contains `needle`, by a /proc
+ * scan; with `comm`, only those running that program (not yet-to-exec parents).
+ */
+export function liveWith(needle: string, comm?: string): number[] {
+  const found: number[] = [];
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const cmdline = fs.readFileSync(`/proc/${entry}/cmdline`, 'utf8').replace(/\0/g, ' ');
+      if (!cmdline.includes(needle)) continue;
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      if (state !== 'Z' && (comm === undefined || name === comm)) found.push(Number(entry));
+    } catch {
+      // gone while we looked
+    }
+  }
+  return found.filter((pid) => pid !== process.pid);
+}
+
+/** Waits until the /proc scan for `needle` finds at least `count` processes. */
+export async function waitForLive(needle: string, count: number, comm?: string, timeoutMs = 5000): Promise<number[]> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const pids = liveWith(needle, comm);
+    if (pids.length >= count || Date.now() > deadline) return pids;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+export function cgroupExists(path: string | null): boolean {
+  return path !== null && fs.existsSync(path);
+}
+
+/** cgroup.procs of a cgroup and every cgroup below it. */
+export function cgroupMembers(path: string): number[] {
+  const out: number[] = [];
+  const walk = (dir: string): void => {
+    try {
+      out.push(
+        ...fs
+          .readFileSync(`${dir}/cgroup.procs`, 'utf8')
+          .split('\n')
+          .filter(Boolean)
+          .map(Number),
+      );
+      for (const e of fs.readdirSync(dir, { withFileTypes: true })) if (e.isDirectory()) walk(`${dir}/${e.name}`);
+    } catch {
+      // removed while we looked
+    }
+  };
+  walk(path);
+  return out;
+}
+
+/** After a failed test: kill whatever is still in the call's cgroup and remove it. */
+export function killCgroup(path: string | null): void {
+  if (!path || !fs.existsSync(path)) return;
+  try {
+    fs.writeFileSync(`${path}/cgroup.kill`, '1');
+  } catch {
+    // already gone
+  }
+  const deadline = Date.now() + 2000;
+  while (Date.now() < deadline) {
+    try {
+      if (fs.readFileSync(`${path}/cgroup.events`, 'utf8').includes('populated 0')) break;
+    } catch {
+      return;
+    }
+  }
+  try {
+    fs.rmdirSync(path);
+  } catch {
+    // the library removes it itself
+  }
+}
+
+/**
+ * A process that the test starts outside every call: no ladder may touch it.
+ * Stopped by the test itself through its ChildProcess.
+ */
+export function startCanary(): { child: ChildProcess; needle: string } {
+  const needle = token(600);
+  const child = cpSpawn('sleep', [needle], { stdio: 'ignore' });
+  return { child, needle };
+}
+
+export function openFdCount(): number {
+  return fs.readdirSync('/proc/self/fd').length;
+}
+
+/** Our own children that are zombies: each would be a reaping bug. */
+export function zombieChildren(): number[] {
+  const out: number[] = [];
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (fields[0] === 'Z' && Number(fields[1]) === process.pid) out.push(Number(entry));
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}

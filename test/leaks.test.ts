@@ -1,0 +1,54 @@
+// Hundreds of calls leave nothing: no zombie, no descriptor, no cgroup, and
+// Node's own child_process keeps working beside us (we never reap what is not ours).
+import { spawn as cpSpawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+
+import { describe, expect, it } from 'vitest';
+
+import { run, spawn } from '../dist/cjs/index.js';
+import { openFdCount, zombieChildren } from './helpers';
+
+describe('resources', () => {
+  it('500 calls leave no zombie, fd or cgroup', async () => {
+    const first = await run('true');
+    const subtree = path.dirname(first.cgroup);
+    const fdsBefore = openFdCount();
+    for (let batch = 0; batch < 50; batch++) {
+      await Promise.all(
+        Array.from({ length: 10 }, (_, i) =>
+          i % 3 === 0
+            ? run('sh', ['-c', 'setsid sleep 5 & echo x'], { grace: 100 })
+            : i % 3 === 1
+              ? run('proctree-no-such-command-xyz').catch(() => null)
+              : run('true'),
+        ),
+      );
+    }
+    // Let socket handles finish closing.
+    await new Promise((r) => setTimeout(r, 100));
+    expect(zombieChildren()).toEqual([]);
+    expect(openFdCount()).toBeLessThanOrEqual(fdsBefore);
+    const leaves = fs.readdirSync(subtree, { withFileTypes: true }).filter((e) => e.isDirectory());
+    expect(leaves).toEqual([]);
+  });
+
+  it("does not steal the exits of Node's own child_process children", async () => {
+    const codes = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => {
+        if (i % 2 === 0) return run('sh', ['-c', `exit ${i}`]).then((r) => r.exitCode);
+        return new Promise<number | null>((resolve) => {
+          cpSpawn('sh', ['-c', `exit ${i}`]).on('exit', (code) => resolve(code));
+        });
+      }),
+    );
+    expect(codes).toEqual(Array.from({ length: 20 }, (_, i) => i));
+  });
+
+  it('the main process is reaped as soon as it exits, even while its tree lives on', async () => {
+    const call = spawn('bash', ['-c', 'setsid sleep 0.5 & exit 0'], { stdio: 'ignore', leftovers: 'wait' });
+    await new Promise((r) => call.on('exit', r));
+    expect(zombieChildren()).toEqual([]);
+    await call.done;
+  });
+});

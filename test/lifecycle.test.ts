@@ -1,0 +1,202 @@
+// A call's life as a harness sees it: events in order, leftovers, output that
+// is never lost, exit codes and signals, timeouts and aborts.
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+
+import { afterAll, describe, expect, it } from 'vitest';
+
+import { run, spawn, type ToolCall } from '../dist/cjs/index.js';
+import { cgroupExists, killCgroup, liveWith, token, waitForLive } from './helpers';
+
+const calls: ToolCall[] = [];
+function track(call: ToolCall): ToolCall {
+  calls.push(call);
+  return call;
+}
+afterAll(() => {
+  for (const c of calls) killCgroup(c.cgroup);
+});
+
+function recordEvents(call: ToolCall): string[] {
+  const seen: string[] = [];
+  for (const name of ['spawn', 'exit', 'leftover', 'cleanup', 'empty', 'close'] as const) {
+    call.on(name, () => seen.push(name));
+  }
+  call.on('error', (err) => seen.push(`error:${(err as Error & { code?: string }).code}`));
+  return seen;
+}
+
+describe('events and results', () => {
+  it('emits spawn, exit, empty, close in order for a plain command', async () => {
+    const call = track(spawn('sh', ['-c', 'echo hello; exit 7']));
+    const seen = recordEvents(call);
+    const result = await call.done;
+    expect(seen).toEqual(['spawn', 'exit', 'empty', 'close']);
+    expect(result.exitCode).toBe(7);
+    expect(result.signal).toBeNull();
+    expect(result.stdout).toBe('hello\n');
+    expect(result.cleanup).toBeNull();
+    expect(call.exitCode).toBe(7);
+    expect(cgroupExists(call.cgroup)).toBe(false);
+  });
+
+  it('reports the signal that ended the main process', async () => {
+    const r = await run('sh', ['-c', 'kill -USR1 $$']);
+    expect(r.exitCode).toBeNull();
+    expect(r.signal).toBe('SIGUSR1');
+  });
+
+  it('main exits leaving a daemon: leftover names it, then it is killed', async () => {
+    const t = token();
+    const call = track(spawn('bash', ['-c', `setsid sleep ${t} & disown; exit 0`], { stdio: 'ignore', grace: 500 }));
+    const seen = recordEvents(call);
+    const leftovers = new Promise<{ comm: string; cmdline: string; sid: number; pid: number }[]>((resolve) =>
+      call.once('leftover', resolve),
+    );
+    const result = await call.done;
+    const named = await leftovers;
+    expect(seen).toEqual(['spawn', 'exit', 'leftover', 'cleanup', 'empty', 'close']);
+    expect(named.some((p) => p.cmdline.includes(t))).toBe(true);
+    expect(result.exitCode).toBe(0);
+    expect(result.cleanup?.reason).toBe('leftovers');
+    expect(result.cleanup?.signaled).toBeGreaterThanOrEqual(1);
+    expect(liveWith(t)).toEqual([]);
+  });
+
+  it("leftovers: 'wait' keeps the call open until the tree empties by itself", async () => {
+    const call = track(spawn('bash', ['-c', 'setsid sleep 0.4 & exit 0'], { stdio: 'ignore', leftovers: 'wait' }));
+    let exitedAt = 0;
+    call.on('exit', () => {
+      exitedAt = performance.now();
+    });
+    const result = await call.done;
+    expect(performance.now() - exitedAt).toBeGreaterThanOrEqual(300);
+    expect(result.cleanup).toBeNull();
+    expect(cgroupExists(call.cgroup)).toBe(false);
+  });
+
+  it('a daemon holding stdout does not hang run(), and its output is complete', async () => {
+    const t = token();
+    const script = `echo start; setsid bash -c 'echo daemon-line; exec sleep ${t}' & sleep 0.2; echo end; exit 0`;
+    const result = await run('bash', ['-c', script], { grace: 500 });
+    expect(result.stdout).toBe('start\ndaemon-line\nend\n');
+    expect(result.cleanup?.reason).toBe('leftovers');
+    expect(liveWith(t)).toEqual([]);
+  });
+
+  it('all bytes written before the kill are delivered', async () => {
+    // 4 MiB from an escaped writer, then it waits to be killed.
+    const script = `setsid bash -c 'head -c 4194304 /dev/zero; exec sleep 300' & wait`;
+    const call = track(spawn('bash', ['-c', script]));
+    let got = 0;
+    call.stdout?.on('data', (c: Buffer) => {
+      got += c.length;
+      if (got === 4194304) void call.terminate({ grace: 200 });
+    });
+    await new Promise((r) => call.on('close', r));
+    expect(got).toBe(4194304);
+  });
+
+  it('timeout stops the whole tree and says so', async () => {
+    const t = token();
+    const result = await run('bash', ['-c', `setsid sleep ${t} & sleep ${t}`], { timeout: 200, grace: 200 });
+    expect(result.timedOut).toBe(true);
+    expect(result.cleanup?.reason).toBe('timeout');
+    expect(result.cleanup?.escaped).toBe(1);
+    expect(result.signal).toBe('SIGTERM');
+    expect(liveWith(t)).toEqual([]);
+  });
+
+  it('an AbortSignal stops the whole tree', async () => {
+    const t = token();
+    const ac = new AbortController();
+    setTimeout(() => ac.abort(), 100);
+    const result = await run('bash', ['-c', `setsid sleep ${t} & sleep ${t}`], { signal: ac.signal });
+    expect(result.aborted).toBe(true);
+    expect(result.cleanup?.reason).toBe('abort');
+    expect(liveWith(t)).toEqual([]);
+  });
+
+  it('an already aborted signal stops the call right away', async () => {
+    const result = await run('sleep', ['30'], { signal: AbortSignal.abort() });
+    expect(result.aborted).toBe(true);
+    expect(result.signal).toBe('SIGTERM');
+  });
+
+  it('terminate() is idempotent and reports once', async () => {
+    const t = token();
+    const call = track(spawn('sleep', [t], { stdio: 'ignore' }));
+    await waitForLive(t, 1);
+    const [a, b] = await Promise.all([call.terminate(), call.terminate()]);
+    expect(a).toBe(b);
+    expect(await call.terminate()).toBe(a);
+    expect(a.signaled).toBe(1);
+  });
+
+  it('terminate() after the tree is gone resolves with nothing to do', async () => {
+    const call = track(spawn('true', [], { stdio: 'ignore' }));
+    await call.done;
+    const report = await call.terminate();
+    expect(report.signaled).toBe(0);
+    expect(report.leftovers).toEqual([]);
+  });
+
+  it('kill() delivers one signal to every process of the tree, escapees too', async () => {
+    const t = token();
+    const call = track(spawn('bash', ['-c', `setsid sleep ${t} & sleep ${t} & wait`], { stdio: 'ignore' }));
+    await waitForLive(t, 2, 'sleep');
+    expect(call.members().length).toBe(3);
+    expect(call.kill('SIGKILL')).toBe(true);
+    expect(call.killed).toBe(true);
+    await call.done;
+    expect(liveWith(t)).toEqual([]);
+    expect(call.kill()).toBe(false);
+  });
+
+  it('writes input to stdin and closes it', async () => {
+    const r = await run('cat', [], { input: 'from stdin' });
+    expect(r.stdout).toBe('from stdin');
+  });
+
+  it('closes stdin when there is no input, so readers do not hang', async () => {
+    const r = await run('cat');
+    expect(r.exitCode).toBe(0);
+  });
+
+  it('keeps the first maxBuffer bytes and flags the rest', async () => {
+    const r = await run('sh', ['-c', 'head -c 100000 /dev/zero | tr "\\0" a'], { maxBuffer: 1000 });
+    expect(r.stdout).toHaveLength(1000);
+    expect(r.stdoutTruncated).toBe(true);
+    expect(r.exitCode).toBe(0);
+  });
+
+  it('returns Buffers with encoding: buffer', async () => {
+    const r = await run('printf', ['\\x00\\x01'], { encoding: 'buffer' });
+    expect(Buffer.isBuffer(r.stdout)).toBe(true);
+    expect([...r.stdout]).toEqual([0, 1]);
+  });
+
+  it('passes env, cwd, argv0 and shell', async () => {
+    const r = await run('sh', ['-c', 'echo "$FOO $(pwd) $0"'], { env: { FOO: 'bar', PATH: process.env.PATH }, cwd: '/tmp', argv0: 'myname' });
+    expect(r.stdout).toBe('bar /tmp myname\n');
+    const s = await run('echo $((1+2))', [], { shell: true });
+    expect(s.stdout).toBe('3\n');
+  });
+
+  it('stdio inherit and ignore leave no streams', async () => {
+    const call = track(spawn('true', [], { stdio: ['ignore', 'ignore', 'inherit'] }));
+    expect(call.stdin).toBeNull();
+    expect(call.stdout).toBeNull();
+    expect(call.stderr).toBeNull();
+    await call.done;
+  });
+
+  it('works from ESM and CommonJS alike (a real node process for each)', async () => {
+    const esm = pathToFileURL(path.resolve(__dirname, '../dist/esm/index.mjs')).href;
+    const r = await run(process.execPath, ['--input-type=module', '-e', `import { run } from '${esm}'; process.stdout.write((await run('echo', ['esm'])).stdout)`]);
+    expect(r.stdout).toBe('esm\n');
+    const cjs = path.resolve(__dirname, '../dist/cjs/index.js');
+    const c = await run(process.execPath, ['-e', `require(${JSON.stringify(cjs)}).run('echo', ['cjs']).then(r => process.stdout.write(r.stdout))`]);
+    expect(c.stdout).toBe('cjs\n');
+  });
+});
