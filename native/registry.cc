@@ -57,7 +57,10 @@ SysError Registry::spawn(const std::string& group, SpawnRequest req, SpawnedCall
   uint64_t id = g_next_call_id.fetch_add(1);
   std::string leaf = "c" + std::to_string(id);
   CgroupDir cg;
-  if (SysError e = CgroupDir::create(g->second.path() + "/" + leaf, false, &cg)) return e;
+  if (SysError e = CgroupDir::create(g->second.path() + "/" + leaf, false, &cg)) {
+    groups_.erase(g);
+    return e;
+  }
   if (!clone3_available()) {
     if (SysError e = cg.open_procs_for_write()) {
       cg.remove();
@@ -136,7 +139,13 @@ void Registry::reap_finished() {
     calls_.erase(id);
     c->dispose();
   }
-  if (calls_.empty()) reactor_.set_ref(false);
+  if (calls_.empty()) {
+    reactor_.set_ref(false);
+    // Remove every directory we made as soon as it is empty: a harness that
+    // dies later without running any hook then leaves nothing in the tree.
+    for (auto& kv : groups_) kv.second.remove();
+    groups_.clear();
+  }
 }
 
 void Registry::on_process_exit(uint64_t call_id) {
