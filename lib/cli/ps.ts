@@ -1,0 +1,249 @@
+// `proctree ps`: the live calls of every proctree harness on this host, read
+// from the kernel (the cgroup v2 tree and /proc), never from a harness's own
+// bookkeeping — so it also shows the calls of a harness that is hung or gone.
+import fs from 'node:fs';
+import path from 'node:path';
+
+import { parseFlags } from './args';
+
+export const psHelp = `Usage: proctree ps [--json]
+
+Lists the live calls that proctree harnesses on this host created: every
+cgroup proctree-<pid>[-<name>]/c<N> that still has processes.
+
+Columns:
+  CALL      the call's cgroup, relative to the cgroup2 mount
+  HARNESS   pid of the harness that created it ('!' after it: that harness is gone)
+  PID       the call's main process; '-' when it exited and only its
+            descendants are left (COMMAND then shows the oldest of them)
+  MEMBERS   live processes in the call's cgroup, nested cgroups included
+  AGE       since the call's cgroup was created
+  COMMAND   the command line of the main process
+
+Options:
+  --json       one JSON array of the calls
+  -h, --help   show this help
+`;
+
+export interface CallEntry {
+  /** The call's cgroup relative to the cgroup2 mount, e.g. `proctree-4242/c3`. */
+  call: string;
+  /** Absolute path of the call's cgroup. */
+  cgroup: string;
+  harnessPid: number;
+  harnessAlive: boolean;
+  /** Main process of the call, or null when it exited and descendants remain. */
+  pid: number | null;
+  members: number;
+  ageMs: number;
+  /** cmdline of the main process (or of the oldest member when it exited). */
+  command: string;
+}
+
+const GROUP = /^proctree-(\d+)(?:-.+)?$/;
+const LEAF = /^c(\d+)$/;
+// Bounds the walk: a cgroup tree deeper than this is not one a host makes.
+const MAX_DEPTH = 64;
+
+/** Unescapes the octal escapes (`\040`) of /proc/self/mountinfo fields. */
+function unescapeMount(field: string): string {
+  return field.replace(/\\([0-7]{3})/g, (_, oct: string) => String.fromCharCode(parseInt(oct, 8)));
+}
+
+/**
+ * The cgroup2 mount points from /proc/self/mountinfo, one per hierarchy (a
+ * bind-mounted copy is skipped): `/sys/fs/cgroup` on a unified host,
+ * `/sys/fs/cgroup/unified` on a hybrid one, anywhere in a container.
+ */
+export function cgroup2Mounts(mountinfo = fs.readFileSync('/proc/self/mountinfo', 'utf8')): string[] {
+  const byDevice = new Map<string, { root: string; mount: string }>();
+  for (const line of mountinfo.split('\n')) {
+    const sep = line.indexOf(' - ');
+    if (sep < 0) continue;
+    const fields = line.slice(0, sep).split(' ');
+    const fstype = line.slice(sep + 3).split(' ')[0];
+    if (fstype !== 'cgroup2' || fields.length < 5) continue;
+    const device = fields[2];
+    const root = unescapeMount(fields[3]);
+    const mount = unescapeMount(fields[4]);
+    // Prefer the mount that shows the most of the hierarchy.
+    const seen = byDevice.get(device);
+    if (!seen || root.length < seen.root.length) byDevice.set(device, { root, mount });
+  }
+  return [...byDevice.values()].map((m) => m.mount);
+}
+
+function readProcs(dir: string): number[] {
+  try {
+    return fs
+      .readFileSync(path.join(dir, 'cgroup.procs'), 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map(Number);
+  } catch {
+    return [];
+  }
+}
+
+function subdirs(dir: string): string[] {
+  try {
+    return fs
+      .readdirSync(dir, { withFileTypes: true })
+      .filter((e) => e.isDirectory())
+      .map((e) => e.name);
+  } catch {
+    return [];
+  }
+}
+
+/** Every pid in a cgroup and the cgroups below it (a command may nest its own). */
+function membersOf(dir: string, depth = 0): number[] {
+  const out = readProcs(dir);
+  if (depth < MAX_DEPTH) for (const d of subdirs(dir)) out.push(...membersOf(path.join(dir, d), depth + 1));
+  return out;
+}
+
+interface Stat {
+  ppid: number;
+  starttime: number;
+}
+
+function procStat(pid: number): Stat | null {
+  try {
+    const s = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // After "(comm)": state ppid pgrp session … starttime is field 22 overall.
+    const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
+    return { ppid: Number(f[1]), starttime: Number(f[19]) };
+  } catch {
+    return null;
+  }
+}
+
+function cmdline(pid: number): string {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0+$/, '').replace(/\0/g, ' ');
+  } catch {
+    return '';
+  }
+}
+
+/**
+ * The main process: the member whose parent is the harness, because the
+ * harness created it straight into the cgroup and everything else in there
+ * descends from it (a daemon that escaped is reparented away from the
+ * harness). When no member has that parent — the main process exited, or the
+ * harness is in another pid namespace — the oldest member by start time is
+ * shown instead, with pid null.
+ */
+export function mainOf(members: readonly number[], harnessPid: number): { pid: number | null; commandPid: number | null } {
+  let oldest: { pid: number; starttime: number } | null = null;
+  for (const pid of members) {
+    const st = procStat(pid);
+    if (!st) continue;
+    if (st.ppid === harnessPid) return { pid, commandPid: pid };
+    if (!oldest || st.starttime < oldest.starttime) oldest = { pid, starttime: st.starttime };
+  }
+  return { pid: null, commandPid: oldest?.pid ?? null };
+}
+
+function callEntry(mount: string, leaf: string, harnessPid: number, now: number): CallEntry | null {
+  const members = membersOf(leaf);
+  if (members.length === 0) return null;
+  let ageMs = 0;
+  try {
+    // A cgroup directory's ctime is when it was made; it is made at spawn.
+    ageMs = Math.max(0, now - fs.statSync(leaf).ctimeMs);
+  } catch {
+    return null;
+  }
+  const main = mainOf(members, harnessPid);
+  return {
+    call: path.relative(mount, leaf),
+    cgroup: leaf,
+    harnessPid,
+    harnessAlive: fs.existsSync(`/proc/${harnessPid}`),
+    pid: main.pid,
+    members: members.length,
+    ageMs: Math.round(ageMs),
+    command: main.commandPid === null ? '' : cmdline(main.commandPid),
+  };
+}
+
+/** Walks every cgroup2 hierarchy for proctree-<pid>[-<name>]/c<N> with live members. */
+export function liveCalls(mounts = cgroup2Mounts()): CallEntry[] {
+  const out: CallEntry[] = [];
+  const now = Date.now();
+  const walk = (mount: string, dir: string, depth: number): void => {
+    if (depth > MAX_DEPTH) return;
+    for (const name of subdirs(dir)) {
+      const full = path.join(dir, name);
+      const group = GROUP.exec(name);
+      if (group) {
+        const harnessPid = Number(group[1]);
+        for (const leaf of subdirs(full)) {
+          if (!LEAF.test(leaf)) continue;
+          const entry = callEntry(mount, path.join(full, leaf), harnessPid, now);
+          if (entry) out.push(entry);
+          // A harness run as a call keeps its own group inside that call's leaf.
+          walk(mount, path.join(full, leaf), depth + 2);
+        }
+        continue;
+      }
+      walk(mount, full, depth + 1);
+    }
+  };
+  for (const m of mounts) walk(m, m, 0);
+  // By harness, then in the order the calls were made (c2 before c10).
+  const key = (c: CallEntry): [string, number] => {
+    const m = /^(.*)\/c(\d+)$/.exec(c.call);
+    return m ? [m[1], Number(m[2])] : [c.call, 0];
+  };
+  return out.sort((a, b) => {
+    const [ga, na] = key(a);
+    const [gb, nb] = key(b);
+    return a.harnessPid - b.harnessPid || (ga < gb ? -1 : ga > gb ? 1 : na - nb);
+  });
+}
+
+export function formatAge(ms: number): string {
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h${String(Math.floor(s / 60) % 60).padStart(2, '0')}m`;
+  return `${Math.floor(s / 86400)}d${String(Math.floor(s / 3600) % 24).padStart(2, '0')}h`;
+}
+
+export function renderPs(calls: readonly CallEntry[]): string {
+  const header = ['CALL', 'HARNESS', 'PID', 'MEMBERS', 'AGE', 'COMMAND'];
+  const table = calls.map((c) => [
+    c.call,
+    `${c.harnessPid}${c.harnessAlive ? '' : '!'}`,
+    c.pid === null ? '-' : String(c.pid),
+    String(c.members),
+    formatAge(c.ageMs),
+    c.command,
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...table.map((r) => r[i].length)));
+  const line = (r: string[]): string =>
+    r
+      .map((cell, i) => (i === r.length - 1 ? cell : cell.padEnd(widths[i])))
+      .join('  ')
+      .trimEnd();
+  return `${[header, ...table].map(line).join('\n')}\n`;
+}
+
+export async function psCommand(argv: string[]): Promise<number> {
+  const { flags } = parseFlags(argv, { json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } });
+  if (flags.help) {
+    process.stdout.write(psHelp);
+    return 0;
+  }
+  const mounts = cgroup2Mounts();
+  if (mounts.length === 0) {
+    process.stderr.write('proctree: no cgroup2 hierarchy is mounted here (see `proctree doctor`)\n');
+    return 1;
+  }
+  const calls = liveCalls(mounts);
+  process.stdout.write(flags.json ? `${JSON.stringify(calls)}\n` : renderPs(calls));
+  return 0;
+}

@@ -1,0 +1,156 @@
+// `proctree run`: timeout(1) for a whole process tree. Everything here is the
+// public API (spawn, terminate, done); this file only maps flags and statuses.
+import { constants as osConstants } from 'node:os';
+
+import { spawn } from '../run';
+import type { ToolCall } from '../toolcall';
+import type { CleanupReport, RunResult, SpawnOptions } from '../types';
+import { EXIT_USAGE, flagString, parseDuration, parseFlags, splitCommand, UsageError } from './args';
+
+export const runHelp = `Usage: proctree run [options] [--] COMMAND [ARG...]
+
+Runs COMMAND in its own cgroup and, when it ends, times out or this command
+is interrupted, stops everything it started (double-forked daemons, nohup'd
+children, processes that ignore SIGTERM) and proves the tree is empty.
+
+Options:
+  --timeout DURATION    stop the whole tree after DURATION (0 = never; default 0)
+  --grace DURATION      from the graceful signal to SIGKILL (default 2s)
+  --signal SIG          the graceful signal (default SIGTERM)
+  --confinement TIER    auto | cgroup | pidns | subreaper | pgroup (default auto;
+                        the library rejects the tiers this host or version lacks)
+  --leftovers MODE      when COMMAND exits with descendants alive: kill (default)
+                        runs the ladder on them; wait keeps going until they end
+  --report              print the cleanup report to stderr on one line
+  --json                print the whole result as JSON on stdout instead of
+                        passing COMMAND's output through
+  -h, --help            show this help
+
+DURATION is 500ms, 30s, 5m, 1h or a number of milliseconds.
+
+Exit status: COMMAND's own; 128+N when signal N ended it; 124 on --timeout;
+125 when proctree itself failed (processes survived the ladder); 126 when
+COMMAND cannot be executed, 127 when it is not found; 2 for a usage error.
+SIGINT, SIGTERM and SIGHUP stop the tree, then exit with COMMAND's status.
+`;
+
+const runOptions = {
+  timeout: { type: 'string' },
+  grace: { type: 'string' },
+  signal: { type: 'string' },
+  confinement: { type: 'string' },
+  leftovers: { type: 'string' },
+  report: { type: 'boolean' },
+  json: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+const withValue = new Set(['--timeout', '--grace', '--signal', '--confinement', '--leftovers']);
+
+export const EXIT_TIMEOUT = 124;
+export const EXIT_FAILED = 125;
+export const EXIT_CANNOT_INVOKE = 126;
+export const EXIT_NOT_FOUND = 127;
+
+/** The status a shell would show for the command, timeout(1)'s 124 first. */
+export function exitStatus(result: Pick<RunResult, 'exitCode' | 'signal' | 'timedOut'>): number {
+  if (result.timedOut) return EXIT_TIMEOUT;
+  if (result.exitCode !== null) return result.exitCode;
+  const num = result.signal ? (osConstants.signals as Record<string, number>)[result.signal] : undefined;
+  return num !== undefined ? 128 + num : EXIT_FAILED;
+}
+
+export function reportLine(report: CleanupReport | null): string {
+  return report ? `proctree: cleanup ${JSON.stringify(report)}` : 'proctree: cleanup not needed, nothing was left';
+}
+
+interface RunPlan {
+  file: string;
+  args: string[];
+  options: SpawnOptions;
+  report: boolean;
+  json: boolean;
+}
+
+export function planRun(argv: string[]): RunPlan | 'help' {
+  const { own, command } = splitCommand(argv, withValue);
+  const { flags } = parseFlags(own, runOptions);
+  if (flags.help) return 'help';
+  if (command.length === 0) throw new UsageError('run: no command given (usage: proctree run [options] -- COMMAND [ARG...])');
+
+  const options: SpawnOptions = {};
+  const timeout = flagString(flags, 'timeout');
+  if (timeout !== undefined) options.timeout = parseDuration(timeout, '--timeout');
+  const grace = flagString(flags, 'grace');
+  if (grace !== undefined) options.grace = parseDuration(grace, '--grace');
+  const signal = flagString(flags, 'signal');
+  if (signal !== undefined) {
+    // Accept TERM, SIGTERM and 15, as kill(1) does; the library validates.
+    options.killSignal = /^\d+$/.test(signal) ? Number(signal) : ((signal.startsWith('SIG') ? signal : `SIG${signal}`) as NodeJS.Signals);
+  }
+  const leftovers = flagString(flags, 'leftovers');
+  if (leftovers !== undefined) {
+    if (leftovers !== 'kill' && leftovers !== 'wait') throw new UsageError(`--leftovers: '${leftovers}' is not kill or wait`);
+    options.leftovers = leftovers;
+  }
+  const confinement = flagString(flags, 'confinement');
+  // Passed through unchecked: which tiers exist is the library's business,
+  // and it rejects the ones it does not have with ERR_INVALID_ARG_VALUE.
+  if (confinement !== undefined) options.confinement = confinement as SpawnOptions['confinement'];
+  return { file: command[0], args: command.slice(1), options, report: flags.report === true, json: flags.json === true };
+}
+
+function startCall(plan: RunPlan): ToolCall {
+  try {
+    return spawn(plan.file, plan.args, { ...plan.options, stdio: ['inherit', plan.json ? 'pipe' : 'inherit', plan.json ? 'pipe' : 'inherit'] });
+  } catch (err) {
+    // Options the library refused (ERR_INVALID_ARG_VALUE, ERR_UNKNOWN_SIGNAL, …)
+    // are usage errors of this command.
+    throw new UsageError((err as Error).message);
+  }
+}
+
+function writeOut(text: string): Promise<void> {
+  return new Promise((resolve) => process.stdout.write(text, () => resolve()));
+}
+
+export async function runCommand(argv: string[]): Promise<number> {
+  const plan = planRun(argv);
+  if (plan === 'help') {
+    await writeOut(runHelp);
+    return 0;
+  }
+  const call = startCall(plan);
+  const result = call.done;
+  let failed = false;
+  call.on('error', (err: Error & { code?: string }) => {
+    // A start failure is reported through `done`; anything after it (a
+    // ladder that left survivors) is proctree failing, not the command.
+    if (call.pid === undefined) return;
+    failed = true;
+    process.stderr.write(`proctree: ${err.message}\n`);
+  });
+
+  const stopTree = (): void => {
+    void call.terminate();
+  };
+  const stopSignals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+  for (const s of stopSignals) process.on(s, stopTree);
+  try {
+    const r = await result;
+    if (plan.report) process.stderr.write(`${reportLine(r.cleanup)}\n`);
+    if (plan.json) await writeOut(`${JSON.stringify(r)}\n`);
+    if (failed || (r.cleanup?.leftovers.length ?? 0) > 0) return EXIT_FAILED;
+    return exitStatus(r);
+  } catch (err) {
+    const e = err as Error & { code?: string };
+    process.stderr.write(`proctree: ${e.message}\n`);
+    if (e.code === 'ENOENT') return EXIT_NOT_FOUND;
+    if (e.code === 'EACCES' || e.code === 'ENOEXEC' || e.code === 'EISDIR' || e.code === 'ENOTDIR') return EXIT_CANNOT_INVOKE;
+    return EXIT_FAILED;
+  } finally {
+    for (const s of stopSignals) process.off(s, stopTree);
+  }
+}
+
+export { EXIT_USAGE };

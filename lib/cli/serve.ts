@@ -1,0 +1,307 @@
+// `proctree serve`: the API over JSON lines on stdin/stdout, for harnesses
+// written in other languages. Each request maps onto one API call; nothing
+// here stops processes by itself. When the client goes away (stdin closes, or
+// stdout breaks), every call is terminated and the server exits: a harness
+// that crashed leaves nothing behind.
+import type { Readable, Writable } from 'node:stream';
+
+import { capabilities } from '../capabilities';
+import { spawn } from '../run';
+import type { ToolCall } from '../toolcall';
+import type { CleanupReport, SpawnOptions } from '../types';
+import { parseFlags } from './args';
+import { PROTOCOL_VERSION, type ProtocolError, ProtocolViolation, type Request, RequestValidator, type Response, type Event } from './protocol';
+
+export const serveHelp = `Usage: proctree serve
+
+Speaks the JSON-lines protocol of docs/protocol.md on stdin/stdout: one
+request per line in, one response per request and the calls' events out.
+When stdin closes, every call is stopped and the server exits.
+
+Options:
+  -h, --help   show this help
+`;
+
+/** Longest request line accepted; a write of 8 MiB of data fits in base64. */
+const MAX_LINE = 16 * 1024 * 1024;
+
+type Result = Record<string, unknown> | Promise<Record<string, unknown>>;
+
+interface LiveCall {
+  call: ToolCall;
+  startedAt: number;
+  report: CleanupReport | null;
+  closed: Promise<void>;
+}
+
+function errorOf(err: unknown): ProtocolError {
+  const e = err as Error & { code?: unknown; leftovers?: unknown };
+  const out: ProtocolError = {
+    code: typeof e?.code === 'string' ? e.code : 'ERR_PROCTREE_INTERNAL',
+    message: typeof e?.message === 'string' ? e.message : String(err),
+  };
+  if (Array.isArray(e?.leftovers)) out.leftovers = e.leftovers as ProtocolError['leftovers'];
+  return out;
+}
+
+function fail(code: string, message: string): Error & { code: string } {
+  return Object.assign(new Error(message), { code });
+}
+
+export interface ServerIo {
+  input: Readable;
+  output: Writable;
+}
+
+export class ProtocolServer {
+  readonly #io: ServerIo;
+  readonly #validator: RequestValidator;
+  readonly #calls = new Map<string, LiveCall>();
+  #pending = '';
+  #discarding = false;
+  #clientGone = false;
+  #stopping: Promise<number> | null = null;
+  #leftoversSeen = false;
+  #onStopped: (status: number) => void;
+
+  constructor(io: ServerIo, onStopped: (status: number) => void) {
+    this.#io = io;
+    this.#onStopped = onStopped;
+    this.#validator = new RequestValidator();
+  }
+
+  start(): void {
+    const { input, output } = this.#io;
+    // A character split across two reads must not turn into garbage.
+    input.setEncoding('utf8');
+    input.on('data', (chunk: Buffer | string) => this.#onData(chunk.toString()));
+    // The client's end closed: it exited or crashed. Stop everything it started.
+    input.on('end', () => void this.#stopAll(undefined));
+    input.on('error', () => void this.#stopAll(undefined));
+    output.on('error', () => {
+      // EPIPE: nobody reads us any more. Same as a closed stdin.
+      this.#clientGone = true;
+      void this.#stopAll(undefined);
+    });
+  }
+
+  /** Stops every call (terminate, then wait for each to close) and exits. */
+  stop(): Promise<number> {
+    return this.#stopAll(undefined);
+  }
+
+  #send(msg: Response | Event): void {
+    if (this.#clientGone) return;
+    this.#io.output.write(`${JSON.stringify(msg)}\n`);
+  }
+
+  #onData(text: string): void {
+    let start = 0;
+    for (;;) {
+      const nl = text.indexOf('\n', start);
+      if (nl < 0) break;
+      const piece = text.slice(start, nl);
+      start = nl + 1;
+      if (this.#discarding) {
+        this.#discarding = false;
+        this.#pending = '';
+        continue;
+      }
+      const line = this.#pending + piece;
+      this.#pending = '';
+      this.#onLine(line);
+    }
+    if (this.#discarding) return;
+    this.#pending += text.slice(start);
+    if (this.#pending.length > MAX_LINE) {
+      // Answer now and drop the rest of the line when its newline comes.
+      this.#pending = '';
+      this.#discarding = true;
+      this.#send({ rid: null, ok: false, error: { code: 'ERR_PROCTREE_LINE_TOO_LONG', message: `request line longer than ${MAX_LINE} bytes` } });
+    }
+  }
+
+  #onLine(raw: string): void {
+    const line = raw.trim();
+    if (line === '') return;
+    let req: Request;
+    try {
+      req = this.#validator.parse(line);
+    } catch (err) {
+      const v = err as ProtocolViolation;
+      this.#send({ rid: v.rid ?? null, ok: false, error: { code: v.code, message: v.message } });
+      return;
+    }
+    const ok = (result: Record<string, unknown>): void => this.#send({ rid: req.rid, ok: true, ...result });
+    const failed = (err: unknown): void => this.#send({ rid: req.rid, ok: false, error: errorOf(err) });
+    let result: Result;
+    try {
+      result = this.#handle(req);
+    } catch (err) {
+      failed(err);
+      return;
+    }
+    // Answer what is done now at once, so a spawn's answer (with its pid)
+    // precedes the call's events; terminate and shutdown answer later.
+    if (result instanceof Promise) result.then(ok, failed);
+    else ok(result);
+  }
+
+  #live(id: string): LiveCall {
+    const live = this.#calls.get(id);
+    if (!live) throw fail('ERR_PROCTREE_UNKNOWN_CALL', `no open call with id '${id}'`);
+    return live;
+  }
+
+  #handle(req: Request): Result {
+    if (this.#stopping && req.op !== 'list' && req.op !== 'capabilities') {
+      throw fail('ERR_PROCTREE_SHUTTING_DOWN', 'the server is stopping every call and takes no new work');
+    }
+    switch (req.op) {
+      case 'spawn':
+        return this.#spawn(req);
+      case 'write': {
+        const stdin = this.#live(req.id).call.stdin;
+        if (!stdin) throw fail('ERR_PROCTREE_NO_STDIN', `call '${req.id}' has no stdin pipe: spawn it with options.stdin 'pipe'`);
+        if (stdin.writableEnded || stdin.destroyed) throw fail('ERR_PROCTREE_STDIN_CLOSED', `the stdin of call '${req.id}' is closed`);
+        // Answer once the data is with the kernel: the client's flow control.
+        return new Promise((resolve, reject) => {
+          stdin.write(Buffer.from(req.data, 'base64'), (err) => (err ? reject(err) : resolve({})));
+        });
+      }
+      case 'closeStdin': {
+        const stdin = this.#live(req.id).call.stdin;
+        if (!stdin) throw fail('ERR_PROCTREE_NO_STDIN', `call '${req.id}' has no stdin pipe`);
+        stdin.end();
+        return {};
+      }
+      case 'kill':
+        return { delivered: this.#live(req.id).call.kill(req.signal ?? 'SIGTERM') };
+      case 'terminate': {
+        const call = this.#live(req.id).call;
+        return call.terminate(req.grace === undefined ? {} : { grace: req.grace }).then((report) => ({ report }));
+      }
+      case 'list':
+        return {
+          calls: [...this.#calls].map(([id, { call }]) => ({
+            id,
+            pid: call.pid ?? 0,
+            cgroup: call.cgroup ?? '',
+            members: call.members(),
+            exitCode: call.exitCode,
+            signal: call.signalCode,
+          })),
+        };
+      case 'capabilities':
+        return { protocol: PROTOCOL_VERSION, version: packageVersion(), capabilities: capabilities() };
+      case 'shutdown': {
+        const open = this.#calls.size;
+        const stopped = this.#stopped();
+        this.#stopAll(req.grace).catch(() => {});
+        // Answered when every call is closed; the server then exits.
+        return stopped.then(() => ({ stopped: open }));
+      }
+    }
+  }
+
+  #stoppedWaiters: (() => void)[] = [];
+  #stopped(): Promise<void> {
+    return new Promise((resolve) => this.#stoppedWaiters.push(resolve));
+  }
+
+  #spawn(req: Extract<Request, { op: 'spawn' }>): Result {
+    if (this.#calls.has(req.id)) throw fail('ERR_PROCTREE_DUPLICATE_CALL', `call id '${req.id}' is already open`);
+    const o = req.options ?? {};
+    const { stdin = 'ignore', stdout = 'pipe', stderr = 'pipe', confinement, ...rest } = o;
+    const options: SpawnOptions = { ...rest, stdio: [stdin, stdout, stderr] };
+    // Which tiers exist is the library's call; it rejects the ones it lacks.
+    if (confinement !== undefined) options.confinement = confinement as SpawnOptions['confinement'];
+    const call = spawn(req.file, req.args ?? [], options);
+    if (call.pid === undefined) {
+      // It could not start: the error arrives on the next tick.
+      return new Promise<never>((_, reject) => call.once('error', reject));
+    }
+    const id = req.id;
+    let resolveClosed!: () => void;
+    const live: LiveCall = { call, startedAt: performance.now(), report: null, closed: new Promise((r) => (resolveClosed = r)) };
+    this.#calls.set(id, live);
+
+    call.on('spawn', () => this.#send({ event: 'spawn', id, pid: call.pid as number }));
+    call.stdout?.on('data', (chunk: Buffer) => this.#send({ event: 'stdout', id, data: chunk.toString('base64') }));
+    call.stderr?.on('data', (chunk: Buffer) => this.#send({ event: 'stderr', id, data: chunk.toString('base64') }));
+    call.on('exit', (code, signal) => this.#send({ event: 'exit', id, code, signal }));
+    call.on('leftover', (processes) => this.#send({ event: 'leftover', id, processes }));
+    call.on('cleanup', (report) => {
+      live.report = report;
+      if (report.leftovers.length > 0) this.#leftoversSeen = true;
+      this.#send({ event: 'cleanup', id, report });
+    });
+    call.on('error', (err) => this.#send({ event: 'error', id, error: errorOf(err) }));
+    call.on('close', (code, signal) => {
+      this.#calls.delete(id);
+      this.#send({
+        event: 'close',
+        id,
+        code,
+        signal,
+        timedOut: live.report?.reason === 'timeout',
+        durationMs: performance.now() - live.startedAt,
+        cleanup: live.report,
+      });
+      resolveClosed();
+    });
+    return { id, pid: call.pid, cgroup: call.cgroup ?? '', confinement: call.confinement };
+  }
+
+  #stopAll(grace: number | undefined): Promise<number> {
+    if (this.#stopping) return this.#stopping;
+    this.#stopping = (async () => {
+      const open = [...this.#calls.values()];
+      await Promise.all(
+        open.map(async (live) => {
+          await live.call.terminate(grace === undefined ? {} : { grace }).catch(() => null);
+          await live.closed;
+        }),
+      );
+      for (const w of this.#stoppedWaiters.splice(0)) w();
+      return this.#leftoversSeen ? 1 : 0;
+    })();
+    this.#stopping.then(
+      (status) => {
+        // Let the shutdown answer (sent by the waiters above) go out first.
+        setImmediate(() => this.#onStopped(status));
+      },
+      () => this.#onStopped(1),
+    );
+    return this.#stopping;
+  }
+}
+
+let version: string | undefined;
+function packageVersion(): string {
+  if (version === undefined) {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    version = (require('../../../package.json') as { version: string }).version;
+  }
+  return version;
+}
+
+export async function serveCommand(argv: string[]): Promise<number> {
+  const { flags } = parseFlags(argv, { help: { type: 'boolean', short: 'h' } });
+  if (flags.help) {
+    process.stdout.write(serveHelp);
+    return 0;
+  }
+  return new Promise<number>((resolve) => {
+    const server = new ProtocolServer({ input: process.stdin, output: process.stdout }, (status) => {
+      for (const s of stopSignals) process.off(s, onSignal);
+      // Flush what is queued on stdout, then let main exit with the status.
+      if (process.stdout.writableLength === 0) resolve(status);
+      else process.stdout.once('drain', () => resolve(status));
+    });
+    const onSignal = (): void => void server.stop();
+    const stopSignals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+    for (const s of stopSignals) process.on(s, onSignal);
+    server.start();
+  });
+}
