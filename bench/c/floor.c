@@ -1,0 +1,221 @@
+// The lower bound for starting a command: clone3(CLONE_VM|CLONE_VFORK|
+// CLONE_PIDFD[|CLONE_INTO_CGROUP]) + execve + waitid(P_PIDFD) in a tight C
+// loop, with nothing else around it. Optionally with a cgroup leaf made
+// (mkdir) before and removed (rmdir) after each command, which is the least a
+// per-call cgroup costs.
+//
+// usage: floor <iterations> <concurrency> <rss_mb> <cgroup_parent|-> <file>
+// prints one JSON object: per-call latencies (concurrency 1 only), wall time
+// and this process's CPU time.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+#define CLONE_INTO_CGROUP_FLAG 0x200000000ULL
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+struct clone_args_v2 {
+  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+      set_tid_size, cgroup;
+};
+
+// clone3 with a child stack: the child starts on the new stack with no frame to
+// return to, so it must call fn without touching the parent's stack.
+long floor_clone3(struct clone_args_v2* args, size_t size, int (*fn)(void*), void* arg);
+#if defined(__x86_64__)
+__asm__(
+    ".text\n.globl floor_clone3\n.type floor_clone3,@function\nfloor_clone3:\n"
+    "  mov %rcx, %r8\n  mov $435, %eax\n  syscall\n  test %rax, %rax\n  jz 1f\n  ret\n"
+    "1:\n  xor %ebp, %ebp\n  and $-16, %rsp\n  mov %r8, %rdi\n  call *%rdx\n"
+    "  mov %eax, %edi\n  mov $60, %eax\n  syscall\n  hlt\n");
+#elif defined(__aarch64__)
+__asm__(
+    ".text\n.globl floor_clone3\n.type floor_clone3,%function\nfloor_clone3:\n"
+    "  mov x8, #435\n  svc #0\n  cbz x0, 1f\n  ret\n"
+    "1:\n  mov x29, #0\n  mov x30, #0\n  mov x0, x3\n  blr x2\n  mov x8, #93\n  svc #0\n  brk #0\n");
+#else
+#error "x86_64 and aarch64 only"
+#endif
+
+extern char** environ;
+static const char* g_file;
+
+static int child_exec(void* unused) {
+  (void)unused;
+  char* argv[] = {(char*)g_file, NULL};
+  syscall(SYS_execve, g_file, argv, environ);
+  syscall(SYS_exit, 127);
+  return 127;
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+struct slot {
+  pid_t pid;
+  int pidfd;
+  char leaf[512];
+};
+
+static char* g_stack;
+static const size_t kStack = 64 * 1024;
+static const char* g_parent;  // NULL: no cgroup
+static unsigned long g_seq;
+
+static int start(struct slot* s) {
+  int dirfd = -1;
+  s->leaf[0] = '\0';
+  if (g_parent) {
+    snprintf(s->leaf, sizeof s->leaf, "%s/proctree-bench-floor-%d-%lu", g_parent, (int)getpid(), g_seq++);
+    if (mkdir(s->leaf, 0755) != 0) return -errno;
+    dirfd = open(s->leaf, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0) return -errno;
+  }
+  struct clone_args_v2 ca;
+  memset(&ca, 0, sizeof ca);
+  int pidfd = -1;
+  ca.flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD;
+  ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
+  ca.exit_signal = SIGCHLD;
+  ca.stack = (uint64_t)(uintptr_t)g_stack;
+  ca.stack_size = kStack;
+  if (dirfd >= 0) {
+    ca.flags |= CLONE_INTO_CGROUP_FLAG;
+    ca.cgroup = (uint64_t)dirfd;
+  }
+  long pid = floor_clone3(&ca, sizeof ca, child_exec, NULL);
+  if (dirfd >= 0) close(dirfd);
+  if (pid < 0) return (int)pid;
+  s->pid = (pid_t)pid;
+  s->pidfd = pidfd;
+  return 0;
+}
+
+static void finish(struct slot* s) {
+  close(s->pidfd);
+  if (s->leaf[0]) {
+    // The reaped child has left the cgroup already; EBUSY would be a kernel
+    // that is still tearing it down, so retry briefly.
+    for (int i = 0; i < 1000 && rmdir(s->leaf) != 0 && errno == EBUSY; ++i) usleep(100);
+  }
+}
+
+int main(int argc, char** argv) {
+  if (argc != 6) {
+    fprintf(stderr, "usage: floor <iterations> <concurrency> <rss_mb> <cgroup_parent|-> <file>\n");
+    return 2;
+  }
+  long iters = atol(argv[1]);
+  long conc = atol(argv[2]);
+  long rss_mb = atol(argv[3]);
+  g_parent = strcmp(argv[4], "-") == 0 ? NULL : argv[4];
+  g_file = argv[5];
+  if (iters < 1 || iters > 100000 || conc < 1 || conc > 256 || rss_mb < 0 || rss_mb > 65536) return 2;
+
+  // Grow this process to the harness size under test; touched, so it is real.
+  if (rss_mb > 0) {
+    size_t bytes = (size_t)rss_mb << 20;
+    char* m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return 3;
+    memset(m, 0x5a, bytes);
+  }
+  g_stack = mmap(NULL, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (g_stack == MAP_FAILED) return 3;
+
+  double* spawn_us = calloc((size_t)iters, sizeof(double));
+  double* exit_us = calloc((size_t)iters, sizeof(double));
+  struct slot* slots = calloc((size_t)conc, sizeof(struct slot));
+  if (!spawn_us || !exit_us || !slots) return 3;
+
+  uint64_t t_start = now_ns();
+  if (conc == 1) {
+    for (long i = 0; i < iters; ++i) {
+      uint64_t t0 = now_ns();
+      int e = start(&slots[0]);
+      if (e < 0) {
+        fprintf(stderr, "spawn: %s\n", strerror(-e));
+        return 1;
+      }
+      uint64_t t1 = now_ns();
+      siginfo_t info;
+      while (waitid((idtype_t)P_PIDFD, (id_t)slots[0].pidfd, &info, WEXITED) < 0 && errno == EINTR) {
+      }
+      finish(&slots[0]);
+      uint64_t t2 = now_ns();
+      spawn_us[i] = (double)(t1 - t0) / 1e3;
+      exit_us[i] = (double)(t2 - t0) / 1e3;
+    }
+  } else {
+    // Keep `conc` commands in flight: reap any one, start the next.
+    long started = 0, done = 0, live = 0;
+    while (done < iters) {
+      while (live < conc && started < iters) {
+        struct slot* s = NULL;
+        for (long k = 0; k < conc; ++k) {
+          if (slots[k].pid == 0) {
+            s = &slots[k];
+            break;
+          }
+        }
+        int e = start(s);
+        if (e < 0) {
+          fprintf(stderr, "spawn: %s\n", strerror(-e));
+          return 1;
+        }
+        ++started;
+        ++live;
+      }
+      siginfo_t info;
+      memset(&info, 0, sizeof info);
+      if (waitid(P_ALL, 0, &info, WEXITED) < 0) {
+        if (errno == EINTR) continue;
+        return 1;
+      }
+      for (long k = 0; k < conc; ++k) {
+        if (slots[k].pid == info.si_pid) {
+          finish(&slots[k]);
+          slots[k].pid = 0;
+          break;
+        }
+      }
+      --live;
+      ++done;
+    }
+  }
+  uint64_t wall = now_ns() - t_start;
+
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  printf("{\"iterations\":%ld,\"concurrency\":%ld,\"cgroup\":%s,\"wallMs\":%.3f,", iters, conc,
+         g_parent ? "true" : "false", (double)wall / 1e6);
+  printf("\"cpuUserMs\":%.3f,\"cpuSysMs\":%.3f,",
+         ru.ru_utime.tv_sec * 1e3 + ru.ru_utime.tv_usec / 1e3,
+         ru.ru_stime.tv_sec * 1e3 + ru.ru_stime.tv_usec / 1e3);
+  printf("\"spawnMs\":[");
+  for (long i = 0; conc == 1 && i < iters; ++i) printf("%s%.4f", i ? "," : "", spawn_us[i] / 1e3);
+  printf("],\"exitMs\":[");
+  for (long i = 0; conc == 1 && i < iters; ++i) printf("%s%.4f", i ? "," : "", exit_us[i] / 1e3);
+  printf("]}\n");
+  return 0;
+}

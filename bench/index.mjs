@@ -1,0 +1,190 @@
+#!/usr/bin/env node
+// proctree's benchmarks: `npm run bench` (about 10 minutes on 2 cores) or
+// `npm run bench -- --quick` (under a minute, for CI: numbers are printed,
+// never asserted).
+//
+// This file is the orchestrator and, started again with
+// PROCTREE_BENCH_WORKER set, the worker. The orchestrator makes an outer
+// cgroup `<own cgroup>/proctree-bench-<pid>-<t>` and runs each job in a fresh
+// worker process that first moves itself into that cgroup's harness leaf, so
+// every process any method starts lives below the outer cgroup and is
+// counted from the kernel's membership. The orchestrator stays outside and
+// removes the outer cgroup on every way out.
+import { fork } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const benchDir = path.dirname(fileURLToPath(import.meta.url));
+
+// ---------------------------------------------------------------------------
+// What runs, in full and --quick form. Each job runs in its own worker.
+
+const FULL = {
+  completeness: { reps: 3, grace: 300, settleMs: 100, methods: ['proctree', 'killpg', 'child.kill', 'execa', 'tree-kill'] },
+  spawnLatency: { tiersMB: [50, 1024, 4096], samples: 150, warmup: 10, floorSamples: 300 },
+  cleanupLatency: {
+    sizes: [1, 10, 100, 1000],
+    reps: { 1: 7, 10: 7, 100: 5, 1000: 3 },
+    modes: ['term', 'ignore'],
+    grace: 200,
+    methods: ['proctree', 'killpg', 'tree-kill'],
+  },
+  throughput: { calls: 1000, concurrency: [1, 8, 64], reps: 3 },
+  memory: { calls: 1000, methods: ['proctree', 'child_process'] },
+};
+
+const QUICK = {
+  completeness: { ...FULL.completeness, reps: 1, grace: 200 },
+  spawnLatency: { tiersMB: [50, 1024], samples: 30, warmup: 5, floorSamples: 100 },
+  cleanupLatency: { ...FULL.cleanupLatency, sizes: [1, 10, 100], reps: { 1: 2, 10: 2, 100: 2 } },
+  throughput: { calls: 200, concurrency: [1, 8, 64], reps: 1 },
+  memory: { calls: 200, methods: ['proctree', 'child_process'] },
+};
+
+// Each section: a module with run(job, ctx) (in a worker) and report(results,
+// {job, cfg}) (in the orchestrator); jobs(cfg) splits it into worker runs.
+const SECTIONS = [
+  { name: 'completeness', module: 'completeness.mjs', jobs: (c) => [c] },
+  { name: 'spawnLatency', module: 'spawn-latency.mjs', jobs: (c) => c.tiersMB.map((tierMB) => ({ ...c, tierMB })) },
+  { name: 'cleanupLatency', module: 'cleanup-latency.mjs', jobs: (c) => [c] },
+  { name: 'throughput', module: 'throughput.mjs', jobs: (c) => [c] },
+  { name: 'memory', module: 'memory.mjs', jobs: (c) => c.methods.map((method) => ({ ...c, method })) },
+  // HOOK(issue 5): "shutdown: 100 calls × 10 processes vs a killpg loop".
+  // Add sections/shutdown.mjs (run + report, as above) and its FULL/QUICK
+  // config entry; it is listed here so it runs and reports in this order.
+  { name: 'shutdown', module: null, issue: 5, jobs: () => [] },
+];
+
+// ---------------------------------------------------------------------------
+
+async function orchestrate(argv) {
+  const quick = argv.includes('--quick');
+  const onlyArg = argv.find((a) => a.startsWith('--only='));
+  const only = onlyArg ? onlyArg.slice('--only='.length).split(',') : null;
+  const cfg = quick ? QUICK : FULL;
+  const t0 = performance.now();
+  const startedAt = new Date().toISOString();
+
+  let proctree;
+  try {
+    proctree = await import('proctree');
+  } catch (err) {
+    console.error(`proctree is not built (${err.message}). Run \`npm run build\` first.`);
+    process.exit(1);
+  }
+  const { buildHelpers } = await import('./lib/build-helpers.mjs');
+  const { OuterCgroup } = await import('./lib/cgroup.mjs');
+  const bin = buildHelpers(benchDir);
+
+  const outer = OuterCgroup.create();
+  // Every way out removes the outer cgroup and everything below it.
+  process.on('exit', () => outer.destroy());
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(sig, () => process.exit(130));
+
+  const raw = {};
+  const reports = {};
+  for (const section of SECTIONS) {
+    if (only && !only.includes(section.name)) continue;
+    if (!section.module) {
+      console.error(`[bench] ${section.name}: not implemented yet (issue ${section.issue})`);
+      continue;
+    }
+    const mod = await import(`./sections/${section.module}`);
+    const sectionCfg = cfg[section.name];
+    raw[section.name] = [];
+    const ts = performance.now();
+    for (const job of section.jobs(sectionCfg)) {
+      raw[section.name].push(await runWorker(section, job, { outer, bin }));
+    }
+    console.error(`[bench] ${section.name}: ${((performance.now() - ts) / 1000).toFixed(1)} s`);
+    reports[section.name] = { title: mod.title, ...mod.report(raw[section.name], { job: sectionCfg }) };
+  }
+  outer.destroy();
+
+  const wallMs = performance.now() - t0;
+  const machine = machineInfo(proctree);
+  const command = quick ? 'npm run bench -- --quick' : 'npm run bench';
+  const { writeOutputs } = await import('./lib/output.mjs');
+  await writeOutputs({
+    benchDir,
+    quick,
+    partial: only !== null,
+    command,
+    startedAt,
+    wallMs,
+    machine,
+    cfg,
+    raw,
+    reports,
+  });
+}
+
+function machineInfo(proctree) {
+  const read = (p) => {
+    try {
+      return fs.readFileSync(p, 'utf8').trim();
+    } catch {
+      return null;
+    }
+  };
+  const caps = proctree.capabilities();
+  return {
+    kernel: os.release(),
+    arch: process.arch,
+    cores: os.cpus().length,
+    cpuModel: os.cpus()[0]?.model ?? null,
+    memTotalGiB: +(os.totalmem() / 2 ** 30).toFixed(1),
+    node: process.version,
+    pidMax: Number(read('/proc/sys/kernel/pid_max')),
+    transparentHugepage: read('/sys/kernel/mm/transparent_hugepage/enabled')?.match(/\[(\w+)\]/)?.[1] ?? null,
+    cloneMethod: caps.clone,
+  };
+}
+
+function runWorker(section, job, { outer, bin }) {
+  return new Promise((resolve, reject) => {
+    const spec = {
+      module: `./sections/${section.module}`,
+      job,
+      outer: outer.dir,
+      harness: outer.harness,
+      bin,
+    };
+    const child = fork(fileURLToPath(import.meta.url), [], {
+      env: { ...process.env, PROCTREE_BENCH_WORKER: JSON.stringify(spec) },
+      execArgv: ['--expose-gc'],
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    let result = null;
+    // A stuck worker must not stall the run forever.
+    const timer = setTimeout(() => child.kill('SIGKILL'), 8 * 60 * 1000);
+    child.on('message', (m) => {
+      if (m.progress && process.env.PROCTREE_BENCH_VERBOSE) console.error(`  ${section.name}: ${m.progress}`);
+      if (m.result) result = m.result;
+    });
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      if (result) resolve(result);
+      else reject(new Error(`${section.name} worker ended with ${signal ?? `code ${code}`} and no result`));
+    });
+  });
+}
+
+async function workerMain(spec) {
+  // First of all: into the outer cgroup's harness leaf, before anything is
+  // started (proctree makes its subtree below the cgroup it finds itself in).
+  const { Harness } = await import('./lib/harness.mjs');
+  const harness = new Harness({ outer: spec.outer, harness: spec.harness });
+  const mod = await import(spec.module);
+  const ctx = { harness, bin: spec.bin, progress: (msg) => process.send({ progress: msg }) };
+  const result = await mod.run(spec.job, ctx);
+  process.send({ result }, () => process.exit(0));
+}
+
+if (process.env.PROCTREE_BENCH_WORKER) {
+  await workerMain(JSON.parse(process.env.PROCTREE_BENCH_WORKER));
+} else {
+  await orchestrate(process.argv.slice(2));
+}

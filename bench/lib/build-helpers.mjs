@@ -1,0 +1,20 @@
+// The bench's C programs (the clone3 floor and the process-tree maker) are
+// compiled with the system's C compiler at bench time into bench/.build/.
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+
+export function buildHelpers(benchDir) {
+  const out = path.join(benchDir, '.build');
+  fs.mkdirSync(out, { recursive: true });
+  const cc = process.env.CC || 'cc';
+  const bin = {};
+  for (const name of ['floor', 'tree']) {
+    const src = path.join(benchDir, 'c', `${name}.c`);
+    const exe = path.join(out, name);
+    const fresh = fs.existsSync(exe) && fs.statSync(exe).mtimeMs >= fs.statSync(src).mtimeMs;
+    if (!fresh) execFileSync(cc, ['-O2', '-Wall', '-o', exe, src], { stdio: 'inherit' });
+    bin[name] = exe;
+  }
+  return bin;
+}

@@ -1,0 +1,198 @@
+// The ways of stopping a tool call that the bench compares. Each starts a
+// command and stops it the way its users do: graceful signal, up to `grace`
+// ms, then SIGKILL. Baselines are started inside a trial cgroup of their own
+// (only so that the bench can count and remove what they leave behind; none
+// of them sees that cgroup).
+import cp from 'node:child_process';
+import { once } from 'node:events';
+
+import { execa } from 'execa';
+import { spawn as proctreeSpawn } from 'proctree';
+import treeKill from 'tree-kill';
+
+import { liveMembers } from './cgroup.mjs';
+import { sleep } from './stats.mjs';
+
+function exitPromise(child) {
+  let exited = false;
+  const promise = new Promise((resolve) => {
+    child.once('exit', () => {
+      exited = true;
+      resolve();
+    });
+    child.once('error', () => {
+      exited = true;
+      resolve();
+    });
+  });
+  return { promise, hasExited: () => exited };
+}
+
+const bounded = (promise, ms) => Promise.race([promise, sleep(ms)]);
+
+/**
+ * The generic baseline ladder: the method's graceful signal, then wait until
+ * `settled` (the main process exited, or the tree is empty) or `grace` ran
+ * out, then the method's SIGKILL if it is not settled.
+ */
+async function ladder(handle, grace, settled) {
+  let isSettled = false;
+  const settling = settled().then(() => {
+    isSettled = true;
+  });
+  await handle.term();
+  await Promise.race([settling, sleep(grace)]);
+  if (!isSettled) await handle.kill();
+}
+
+class Baseline {
+  constructor(harness, child) {
+    this.harness = harness;
+    this.child = child;
+    this.pid = child.pid;
+    const e = exitPromise(child);
+    this.exited = e.promise;
+    this.hasExited = e.hasExited;
+  }
+
+  /** Stops the tree as this method does; `settled` defaults to the main process's exit. */
+  cleanup(grace, settled = () => this.exited) {
+    return ladder(this, grace, settled);
+  }
+
+  async close() {
+    await this.harness.closeTrial(this.treeDir);
+  }
+}
+
+/** detached: true (a new session and group), then kill(-pgid): what most agent harnesses do. */
+class Killpg extends Baseline {
+  static label = 'killpg';
+  static start(harness, file, args) {
+    const dir = harness.openTrial();
+    const child = harness.startInside(dir, () => cp.spawn(file, args, { detached: true, stdio: 'ignore' }));
+    const h = new Killpg(harness, child);
+    h.treeDir = dir;
+    return h;
+  }
+
+  // Signals the group only while one of our processes is still in it: once
+  // the group is empty its number may be handed out again.
+  #signal(sig) {
+    if (!liveMembers(this.treeDir).some((p) => p.pgid === this.pid)) return;
+    try {
+      process.kill(-this.pid, sig);
+    } catch (err) {
+      if (err.code !== 'ESRCH') throw err;
+    }
+  }
+
+  async term() {
+    this.#signal('SIGTERM');
+  }
+
+  async kill() {
+    this.#signal('SIGKILL');
+  }
+}
+
+/** child.kill(): the main process only. */
+class ChildKill extends Baseline {
+  static label = 'child.kill()';
+  static start(harness, file, args) {
+    const dir = harness.openTrial();
+    const child = harness.startInside(dir, () => cp.spawn(file, args, { stdio: 'ignore' }));
+    const h = new ChildKill(harness, child);
+    h.treeDir = dir;
+    return h;
+  }
+
+  async term() {
+    this.child.kill('SIGTERM');
+  }
+
+  async kill() {
+    this.child.kill('SIGKILL');
+  }
+}
+
+const treeKillAsync = (pid, sig) => new Promise((resolve) => treeKill(pid, sig, () => resolve()));
+
+/** tree-kill: a `ps --ppid` walk from the main process, then a signal to each pid found. */
+class TreeKill extends Baseline {
+  static label = 'tree-kill';
+  static start(harness, file, args) {
+    const dir = harness.openTrial();
+    const child = harness.startInside(dir, () => cp.spawn(file, args, { stdio: 'ignore' }));
+    const h = new TreeKill(harness, child);
+    h.treeDir = dir;
+    return h;
+  }
+
+  // tree-kill signals the root pid even when the walk finds nothing: once our
+  // child is reaped that number may belong to someone else, so not then.
+  async term() {
+    if (!this.hasExited()) await treeKillAsync(this.pid, 'SIGTERM');
+  }
+
+  async kill() {
+    if (!this.hasExited()) await treeKillAsync(this.pid, 'SIGKILL');
+  }
+}
+
+/** execa: subprocess.kill() with forceKillAfterDelay = grace, its own escalation. */
+class Execa extends Baseline {
+  static label = 'execa';
+  static start(harness, file, args, { grace }) {
+    const dir = harness.openTrial();
+    const sub = harness.startInside(dir, () =>
+      execa(file, args, { stdio: 'ignore', reject: false, forceKillAfterDelay: grace }),
+    );
+    const h = new Execa(harness, sub);
+    h.sub = sub;
+    h.treeDir = dir;
+    return h;
+  }
+
+  async cleanup(grace) {
+    this.sub.kill();
+    await bounded(this.sub, grace + 2000);
+  }
+
+  async term() {
+    this.sub.kill('SIGTERM');
+  }
+
+  async kill() {
+    this.sub.kill('SIGKILL');
+  }
+}
+
+/** proctree: terminate() runs its own freeze → TERM each → thaw → grace → cgroup.kill ladder. */
+class Proctree {
+  static label = 'proctree';
+  static start(harness, file, args, { grace }) {
+    const call = proctreeSpawn(file, args, { stdio: 'ignore', grace });
+    const h = new Proctree();
+    h.call = call;
+    h.pid = call.pid;
+    h.treeDir = call.cgroup;
+    h.errors = [];
+    call.on('error', (err) => h.errors.push(err));
+    const e = exitPromise(call);
+    h.exited = e.promise;
+    h.hasExited = e.hasExited;
+    h.closed = once(call, 'close');
+    return h;
+  }
+
+  async cleanup(grace) {
+    this.report = await this.call.terminate({ grace });
+  }
+
+  async close() {
+    await bounded(this.closed, 5000);
+  }
+}
+
+export const METHODS = { proctree: Proctree, killpg: Killpg, 'child.kill': ChildKill, execa: Execa, 'tree-kill': TreeKill };
