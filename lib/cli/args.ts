@@ -27,7 +27,8 @@ export function parseFlags(args: string[], options: Options, allowPositionals = 
     const { values, positionals } = parseArgs({ args, options, strict: true, allowPositionals });
     return { flags: values as Flags, positionals };
   } catch (err) {
-    throw new UsageError((err as Error).message);
+    // parseArgs explains some errors over three lines: keep the first.
+    throw new UsageError((err as Error).message.split('\n')[0]);
   }
 }
 

@@ -2,7 +2,6 @@
 // rendering is generic over the entries capabilities() returns, so probes the
 // library adds later show up without a change here; only the advice is keyed
 // by probe name.
-import { capabilities } from '../capabilities';
 import { parseFlags } from './args';
 
 export const doctorHelp = `Usage: proctree doctor [--json]
@@ -32,10 +31,13 @@ interface Advice {
   byErrno?: Readonly<Record<string, string>>;
 }
 
+const rebuild = 'reinstall so a prebuilt binary for this platform is used, or build it: `npm rebuild proctree` (needs python3, make and a C++ compiler)';
+
 const delegate = 'run under `systemd-run --user --scope -p Delegate=yes <command>`, or in a container started with its own writable cgroup namespace';
 
 /** Advice keyed by probe name; unknown probes are still listed, without it. */
 export const advice: Readonly<Record<string, Advice>> = {
+  addon: { fix: rebuild },
   cgroup2: {
     fix: 'mount the unified hierarchy (`mount -t cgroup2 none /sys/fs/cgroup`) or boot with systemd.unified_cgroup_hierarchy=1',
     byErrno: { EACCES: delegate, EPERM: delegate, EROFS: `the cgroup filesystem is read-only here: ${delegate}`, ENOENT: 'no cgroup2 mount in /proc/self/mountinfo: mount the unified hierarchy (`mount -t cgroup2 none /sys/fs/cgroup`)' },
@@ -135,9 +137,10 @@ export function renderDoctor(caps: Readonly<Record<string, unknown>>): string {
     const fix = r.probe.ok ? undefined : adviceFor(r.name, r.probe);
     if (fix) lines.push(`${' '.repeat(width + 10)}fix: ${fix}`);
   }
-  const tier = typeof caps.tier === 'string' ? caps.tier : '-';
+  const tier = typeof caps.tier === 'string' && caps.tier !== '' ? caps.tier : null;
   lines.push('');
-  lines.push(tierUsable(caps) ? `auto picks: ${tier}` : `auto picks: ${tier}, which cannot run here (see FAIL above)`);
+  if (tier === null) lines.push('auto picks: nothing, no tier can run here (see FAIL above)');
+  else lines.push(tierUsable(caps) ? `auto picks: ${tier}` : `auto picks: ${tier}, which cannot run here (see FAIL above)`);
   return `${lines.join('\n')}\n`;
 }
 
@@ -147,7 +150,16 @@ export async function doctorCommand(argv: string[]): Promise<number> {
     process.stdout.write(doctorHelp);
     return 0;
   }
-  const caps = capabilities() as unknown as Record<string, unknown>;
+  let caps: Record<string, unknown>;
+  try {
+    // Loaded here, not at the top: a binary that does not load is exactly
+    // what doctor must be able to report.
+    const { capabilities } = await import('../capabilities');
+    caps = capabilities() as unknown as Record<string, unknown>;
+  } catch (err) {
+    const e = err as Error & { code?: string };
+    caps = { addon: { ok: false, ...(e.code ? { errno: e.code } : {}), detail: e.message.split('\n')[0] }, tier: null };
+  }
   process.stdout.write(flags.json ? `${JSON.stringify(caps, null, 2)}\n` : renderDoctor(caps));
   return tierUsable(caps) ? 0 : 1;
 }

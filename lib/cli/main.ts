@@ -2,10 +2,6 @@
 // thin face over the public API; a usage error is one line on stderr and
 // exit status 2 everywhere.
 import { EXIT_USAGE, UsageError } from './args';
-import { doctorCommand, doctorHelp } from './doctor';
-import { psCommand, psHelp } from './ps';
-import { runCommand, runHelp } from './run';
-import { serveCommand, serveHelp } from './serve';
 
 export const mainHelp = `Usage: proctree <command> [options]
 
@@ -19,11 +15,18 @@ Commands:
 Run 'proctree <command> --help' for a command's options.
 `;
 
-const commands: Record<string, { exec: (argv: string[]) => Promise<number>; help: string }> = {
-  run: { exec: runCommand, help: runHelp },
-  doctor: { exec: doctorCommand, help: doctorHelp },
-  ps: { exec: psCommand, help: psHelp },
-  serve: { exec: serveCommand, help: serveHelp },
+interface Command {
+  exec: (argv: string[]) => Promise<number>;
+  help: string;
+}
+
+// Loaded on demand: `ps` needs neither the addon nor ajv, and a quick
+// command should not pay for what another one uses.
+const commands: Record<string, () => Promise<Command>> = {
+  run: () => import('./run').then((m) => ({ exec: m.runCommand, help: m.runHelp })),
+  doctor: () => import('./doctor').then((m) => ({ exec: m.doctorCommand, help: m.doctorHelp })),
+  ps: () => import('./ps').then((m) => ({ exec: m.psCommand, help: m.psHelp })),
+  serve: () => import('./serve').then((m) => ({ exec: m.serveCommand, help: m.serveHelp })),
 };
 
 function version(): string {
@@ -35,7 +38,7 @@ export async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
   try {
     if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
-      const topic = name === 'help' && rest[0] ? commands[rest[0]] : undefined;
+      const topic = name === 'help' && rest[0] && Object.hasOwn(commands, rest[0]) ? await commands[rest[0]]() : undefined;
       process.stdout.write(topic ? topic.help : mainHelp);
       return name === undefined ? EXIT_USAGE : 0;
     }
@@ -43,8 +46,8 @@ export async function main(argv: string[]): Promise<number> {
       process.stdout.write(`${version()}\n`);
       return 0;
     }
-    const command = commands[name];
-    if (!command) throw new UsageError(`unknown command '${name}' (try 'proctree --help')`);
+    if (!Object.hasOwn(commands, name)) throw new UsageError(`unknown command '${name}' (try 'proctree --help')`);
+    const command = await commands[name]();
     return await command.exec(rest);
   } catch (err) {
     if (err instanceof UsageError) {

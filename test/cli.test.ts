@@ -1,0 +1,433 @@
+// The `proctree` command as a user runs it: a real process (node
+// bin/proctree.js), its exit status, its stdout/stderr, and the kernel's view
+// of what it left (a /proc scan for each test's unique token).
+import { type ChildProcess, spawn as cpSpawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+import { afterAll, describe, expect, it } from 'vitest';
+
+import { parseDuration, splitCommand, UsageError } from '../dist/cjs/cli/args.js';
+import { renderDoctor, rows, tierUsable } from '../dist/cjs/cli/doctor.js';
+import { cgroup2Mounts, type CallEntry } from '../dist/cjs/cli/ps.js';
+import { liveWith, token, waitForLive } from './helpers';
+
+const root = path.resolve(__dirname, '..');
+const bin = path.join(root, 'bin', 'proctree.js');
+
+interface Outcome {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+const started: ChildProcess[] = [];
+const tokens: string[] = [];
+
+function newToken(): string {
+  const t = token();
+  tokens.push(t);
+  return t;
+}
+
+afterAll(async () => {
+  // A CLI still running after a failed test: SIGTERM runs its ladder.
+  for (const c of started) if (c.exitCode === null && c.signalCode === null) c.kill('SIGTERM');
+  await new Promise((r) => setTimeout(r, 500));
+  // Whatever still carries a token of ours was started by this file: by pid.
+  for (const t of tokens) {
+    for (const pid of liveWith(t)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone
+      }
+    }
+  }
+});
+
+function start(args: string[], env?: NodeJS.ProcessEnv): { child: ChildProcess; done: Promise<Outcome> } {
+  const child = cpSpawn(process.execPath, [bin, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: env ?? process.env });
+  started.push(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
+  const done = new Promise<Outcome>((resolve) =>
+    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr })),
+  );
+  return { child, done };
+}
+
+function cli(...args: string[]): Promise<Outcome> {
+  return start(args).done;
+}
+
+function oneLineError(o: Outcome): void {
+  expect(o.code).toBe(2);
+  expect(o.stdout).toBe('');
+  expect(o.stderr).toMatch(/^proctree: .+\n$/);
+}
+
+describe('proctree run: exit status mirrors the command', () => {
+  it('0, N, and 128+N for a signal', async () => {
+    const [ok, seven, usr1, term] = await Promise.all([
+      cli('run', '--', 'true'),
+      cli('run', '--', 'sh', '-c', 'exit 7'),
+      cli('run', '--', 'sh', '-c', 'kill -USR1 $$'),
+      cli('run', '--', 'sh', '-c', 'kill -TERM $$'),
+    ]);
+    expect(ok.code).toBe(0);
+    expect(seven.code).toBe(7);
+    expect(usr1.code).toBe(128 + os.constants.signals.SIGUSR1);
+    expect(term.code).toBe(128 + os.constants.signals.SIGTERM);
+  });
+
+  it('passes stdio through, and needs no -- before the command', async () => {
+    const o = await cli('run', 'sh', '-c', 'echo out; echo err >&2; exit 5');
+    expect(o).toMatchObject({ code: 5, stdout: 'out\n', stderr: 'err\n' });
+  });
+
+  it('127 for a command that is not found, 126 for one that cannot run', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-cli-'));
+    const file = path.join(dir, 'not-executable.sh');
+    fs.writeFileSync(file, '#!/bin/sh\necho hi\n', { mode: 0o644 });
+    try {
+      const [missing, noexec] = await Promise.all([cli('run', '--', 'proctree-no-such-command-xyz'), cli('run', '--', file)]);
+      expect(missing.code).toBe(127);
+      expect(missing.stderr).toBe('proctree: spawn proctree-no-such-command-xyz ENOENT\n');
+      expect(noexec.code).toBe(126);
+      expect(noexec.stderr).toMatch(/EACCES/);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('124 on --timeout, and the whole tree is gone (double fork + setsid, nohup)', async () => {
+    const t = newToken();
+    const script = `(setsid sleep ${t} &); nohup sleep ${t} >/dev/null 2>&1 & sleep ${t}`;
+    const o = await cli('run', '--timeout', '400ms', '--grace', '1s', '--report', '--', 'bash', '-c', script);
+    expect(o.code).toBe(124);
+    expect(liveWith(t)).toEqual([]);
+    const line = /^proctree: cleanup (\{.*\})\n$/.exec(o.stderr);
+    expect(line).not.toBeNull();
+    const report = JSON.parse((line as RegExpExecArray)[1]) as { reason: string; signaled: number; escaped: number; leftovers: unknown[] };
+    expect(report.reason).toBe('timeout');
+    expect(report.signaled).toBeGreaterThanOrEqual(3);
+    expect(report.escaped).toBeGreaterThanOrEqual(1);
+    expect(report.leftovers).toEqual([]);
+  });
+
+  it('processes that ignore SIGTERM are killed after --grace', async () => {
+    const t = newToken();
+    const before = Date.now();
+    const o = await cli('run', '--timeout', '200ms', '--grace', '300ms', '--report', '--', 'bash', '-c', `trap '' TERM; setsid sleep ${t} & sleep ${t}`);
+    expect(o.code).toBe(124);
+    expect(Date.now() - before).toBeLessThan(5000);
+    const report = JSON.parse(o.stderr.replace(/^proctree: cleanup /, '')) as { killed: number };
+    expect(report.killed).toBeGreaterThanOrEqual(2);
+    expect(liveWith(t)).toEqual([]);
+  });
+
+  it('--report says when nothing was left; a daemon left behind is stopped and reported', async () => {
+    const t = newToken();
+    const [plain, daemon] = await Promise.all([
+      cli('run', '--report', '--', 'true'),
+      cli('run', '--report', '--grace', '1s', '--', 'bash', '-c', `setsid sleep ${t} & disown; exit 4`),
+    ]);
+    expect(plain.code).toBe(0);
+    expect(plain.stderr).toBe('proctree: cleanup not needed, nothing was left\n');
+    expect(daemon.code).toBe(4);
+    expect(daemon.stderr).toMatch(/^proctree: cleanup \{"reason":"leftovers",.*\}\n$/);
+    expect(liveWith(t)).toEqual([]);
+  });
+
+  it('--json prints the whole RunResult on stdout instead of the output', async () => {
+    const o = await cli('run', '--json', '--', 'sh', '-c', 'echo hello; echo oops >&2; exit 3');
+    expect(o.code).toBe(3);
+    expect(o.stderr).toBe('');
+    const r = JSON.parse(o.stdout) as Record<string, unknown>;
+    expect(r).toMatchObject({ exitCode: 3, signal: null, stdout: 'hello\n', stderr: 'oops\n', timedOut: false, cleanup: null });
+    expect(typeof r.pid).toBe('number');
+    expect(o.stdout.endsWith('}\n')).toBe(true);
+  });
+
+  it('--signal picks the graceful signal; --leftovers wait lets the tree finish by itself', async () => {
+    const [hup, wait] = await Promise.all([
+      cli('run', '--timeout', '200ms', '--signal', 'HUP', '--', 'sleep', '5'),
+      cli('run', '--leftovers', 'wait', '--report', '--', 'bash', '-c', 'setsid sleep 0.3 & exit 0'),
+    ]);
+    expect(hup.code).toBe(124);
+    expect(wait.code).toBe(0);
+    expect(wait.stderr).toBe('proctree: cleanup not needed, nothing was left\n');
+  });
+
+  for (const sig of ['SIGTERM', 'SIGINT'] as const) {
+    it(`${sig} to the CLI stops the whole tree, then it exits with the command's status`, async () => {
+      const t = newToken();
+      const script = `(setsid sleep ${t} &); nohup sleep ${t} >/dev/null 2>&1 & sleep ${t}`;
+      const { child, done } = start(['run', '--report', '--', 'bash', '-c', script]);
+      expect(await waitForLive(t, 3, 'sleep')).toHaveLength(3);
+      child.kill(sig);
+      const o = await done;
+      // The main process got the ladder's SIGTERM.
+      expect(o.code).toBe(128 + os.constants.signals.SIGTERM);
+      expect(o.stderr).toMatch(/^proctree: cleanup \{"reason":"terminate",/);
+      expect(liveWith(t)).toEqual([]);
+    });
+  }
+});
+
+describe('usage errors: one line on stderr, exit status 2', () => {
+  it('bad flags and values of every command', async () => {
+    const outcomes = await Promise.all([
+      cli('run', '--bogus', '--', 'true'),
+      cli('run', '--timeout', '5x', '--', 'true'),
+      cli('run', '--timeout'),
+      cli('run', '--grace', '-1s', '--', 'true'),
+      cli('run', '--leftovers', 'maybe', '--', 'true'),
+      cli('run', '--signal', 'NOPE', '--', 'true'),
+      cli('run', '--report'),
+      cli('frobnicate'),
+      cli('doctor', '--bogus'),
+      cli('ps', 'extra'),
+      cli('serve', '--bogus'),
+    ]);
+    for (const o of outcomes) oneLineError(o);
+    expect(outcomes[1].stderr).toContain("'5x' is not a duration");
+    expect(outcomes[6].stderr).toContain('no command given');
+  });
+
+  it('a confinement tier the library does not have is its ERR_INVALID_ARG_VALUE, as one line', async () => {
+    const o = await cli('run', '--confinement', 'no-such-tier', '--', 'true');
+    oneLineError(o);
+    expect(o.stderr).toContain("options.confinement");
+    expect(o.stderr).toContain("'no-such-tier'");
+  });
+
+  it('--confinement values pass through to the library unchanged', async () => {
+    const [auto, cgroup] = await Promise.all([
+      cli('run', '--confinement', 'auto', '--', 'true'),
+      cli('run', '--confinement', 'cgroup', '--', 'true'),
+    ]);
+    expect(auto.code).toBe(0);
+    expect(cgroup.code).toBe(0);
+  });
+
+  it('--help on every command', async () => {
+    const outcomes = await Promise.all([
+      cli('--help'),
+      cli('run', '--help'),
+      cli('run', '-h'),
+      cli('doctor', '--help'),
+      cli('ps', '--help'),
+      cli('serve', '--help'),
+      cli('help', 'run'),
+    ]);
+    for (const o of outcomes) {
+      expect(o.code).toBe(0);
+      expect(o.stdout).toMatch(/^Usage: proctree/);
+    }
+    expect(outcomes[1].stdout).toContain('--timeout');
+    const bare = await cli();
+    expect(bare.code).toBe(2);
+    expect(bare.stdout).toMatch(/^Usage: proctree/);
+  });
+
+  it('durations: 500ms, 30s, 5m, 1.5s and plain milliseconds', () => {
+    expect(parseDuration('500ms', 'x')).toBe(500);
+    expect(parseDuration('30s', 'x')).toBe(30_000);
+    expect(parseDuration('5m', 'x')).toBe(300_000);
+    expect(parseDuration('1.5s', 'x')).toBe(1500);
+    expect(parseDuration('250', 'x')).toBe(250);
+    expect(parseDuration('0', 'x')).toBe(0);
+    for (const bad of ['', 's', '-1s', '1d', '1 s', '1e3', '30days']) {
+      expect(() => parseDuration(bad, '--timeout')).toThrow(UsageError);
+    }
+  });
+
+  it('flags end at -- or at the first word that is not one', () => {
+    const withValue = new Set(['--timeout']);
+    expect(splitCommand(['--timeout', '5s', 'ls', '-l'], withValue)).toEqual({ own: ['--timeout', '5s'], command: ['ls', '-l'] });
+    expect(splitCommand(['--timeout=5s', '--', '-x'], withValue)).toEqual({ own: ['--timeout=5s'], command: ['-x'] });
+    expect(splitCommand(['--report'], withValue)).toEqual({ own: ['--report'], command: [] });
+  });
+});
+
+describe('proctree doctor', () => {
+  it('prints the capabilities of this host; --json is capabilities()', async () => {
+    const [text, json] = await Promise.all([cli('doctor'), cli('doctor', '--json')]);
+    const caps = JSON.parse(json.stdout) as { tier: string; kernel: string };
+    expect(json.code).toBe(text.code);
+    expect(text.stdout).toContain(caps.kernel);
+    expect(text.stdout).toMatch(new RegExp(`auto picks: ${caps.tier}`));
+    expect(text.code).toBe(tierUsable(caps as unknown as Record<string, unknown>) ? 0 : 1);
+  });
+
+  it('renders probe entries generically, with the errno and advice for what is missing', () => {
+    const caps = {
+      kernel: '6.1.0',
+      tier: 'pidns',
+      cgroup2: { ok: false, errno: 'EACCES', detail: 'mkdir /sys/fs/cgroup/proctree-1' },
+      pidns: { ok: true },
+      someFutureProbe: { ok: false, errno: 'ENOSYS' },
+    };
+    const out = renderDoctor(caps);
+    expect(out).toMatch(/FAIL\s+cgroup2\s+EACCES: mkdir/);
+    expect(out).toContain('systemd-run --user --scope -p Delegate=yes');
+    expect(out).toMatch(/ok\s+pidns/);
+    expect(out).toMatch(/FAIL\s+someFutureProbe\s+ENOSYS/);
+    expect(out).toContain('auto picks: pidns');
+    expect(tierUsable(caps)).toBe(true);
+    expect(tierUsable({ ...caps, pidns: { ok: false, errno: 'EPERM' } })).toBe(false);
+  });
+
+  it('reports an addon that does not load as a failed probe with advice', () => {
+    const out = renderDoctor({ addon: { ok: false, errno: 'MODULE_NOT_FOUND', detail: 'No native build was found' }, tier: null });
+    expect(out).toMatch(/FAIL\s+addon\s+MODULE_NOT_FOUND: No native build was found/);
+    expect(out).toContain('npm rebuild proctree');
+    expect(out).toContain('auto picks: nothing');
+  });
+
+  it("folds today's cgroup2/cgroup2Error pair into one probe", () => {
+    const r = rows({ kernel: '5.4', cgroup2: null, cgroup2Error: 'EROFS: read-only file system', clone: 'clone', tier: 'cgroup' });
+    expect(r).toContainEqual({ kind: 'probe', name: 'cgroup2', probe: { ok: false, errno: 'EROFS', detail: 'EROFS: read-only file system' } });
+    expect(r.map((x) => x.name)).not.toContain('cgroup2Error');
+    expect(tierUsable({ cgroup2: null, cgroup2Error: 'EROFS', tier: 'cgroup' })).toBe(false);
+  });
+});
+
+describe('proctree ps', () => {
+  it('finds the cgroup2 mount in mountinfo, on a hybrid host too', () => {
+    const hybrid = [
+      '31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755',
+      '32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu',
+      '41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw',
+      '90 41 0:38 /some/sub /mnt/with\\040space rw - cgroup2 cgroup2 rw',
+      '99 23 0:55 / /other\\040cg rw shared:5 - cgroup2 none rw',
+    ].join('\n');
+    expect(cgroup2Mounts(hybrid)).toEqual(['/sys/fs/cgroup/unified', '/other cg']);
+    expect(cgroup2Mounts('')).toEqual([]);
+  });
+
+  it('lists a live call with its harness, main pid, members, age and command', async () => {
+    const t = newToken();
+    const { child, done } = start(['run', '--', 'bash', '-c', `setsid sleep ${t} & sleep ${t}; wait`]);
+    expect(await waitForLive(t, 2, 'sleep')).toHaveLength(2);
+    const [json, text] = await Promise.all([cli('ps', '--json'), cli('ps')]);
+    const mine = (JSON.parse(json.stdout) as CallEntry[]).filter((c) => c.harnessPid === child.pid);
+    expect(mine).toHaveLength(1);
+    const entry = mine[0];
+    expect(entry.call).toMatch(new RegExp(`proctree-${child.pid}/c\\d+$`));
+    expect(entry.harnessAlive).toBe(true);
+    expect(entry.members).toBe(3);
+    expect(entry.command).toBe(`bash -c setsid sleep ${t} & sleep ${t}; wait`);
+    expect(fs.readFileSync(`/proc/${entry.pid}/stat`, 'utf8')).toContain(' (bash) ');
+    expect(entry.ageMs).toBeGreaterThanOrEqual(0);
+    expect(entry.ageMs).toBeLessThan(30_000);
+    expect(text.stdout.split('\n')[0]).toMatch(/^CALL\s+HARNESS\s+PID\s+MEMBERS\s+AGE\s+COMMAND$/);
+    expect(text.stdout).toMatch(new RegExp(`${entry.call}\\s+${child.pid}\\s+${entry.pid}\\s+3\\s+\\d+s\\s+bash -c`));
+    child.kill('SIGTERM');
+    expect((await done).code).toBe(143);
+    expect(liveWith(t)).toEqual([]);
+  });
+
+  it("shows '-' for the main pid once it exited and only its descendants are left", async () => {
+    const t = newToken();
+    const { child, done } = start(['run', '--leftovers', 'wait', '--', 'bash', '-c', `setsid sleep ${t} & exit 0`]);
+    expect(await waitForLive(t, 1, 'sleep')).toHaveLength(1);
+    // Wait for bash to be gone from the cgroup.
+    let entry: CallEntry | undefined;
+    for (let i = 0; i < 100; i++) {
+      const all = JSON.parse((await cli('ps', '--json')).stdout) as CallEntry[];
+      entry = all.find((c) => c.harnessPid === child.pid);
+      if (entry && entry.members === 1) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(entry).toMatchObject({ pid: null, members: 1, command: `sleep ${t}` });
+    child.kill('SIGTERM');
+    expect((await done).code).toBe(0);
+    expect(liveWith(t)).toEqual([]);
+  });
+});
+
+// Every command of docs/cli.md, run for real: `npx proctree` is this
+// checkout's bin/proctree.js. Blocks marked `<!-- checked: exact -->` must
+// print what the docs show (durations aside).
+describe('docs/cli.md', () => {
+  const doc = fs.readFileSync(path.join(root, 'docs', 'cli.md'), 'utf8');
+  const blocks = [...doc.matchAll(/(<!-- checked: exact -->\n)?```console\n([\s\S]*?)```/g)].map((m) => {
+    const lines = m[2].trimEnd().split('\n');
+    return {
+      exact: m[1] !== undefined,
+      commands: lines.filter((l) => l.startsWith('$ ')).map((l) => l.slice(2)),
+      expected: lines.filter((l) => !l.startsWith('$ ')).join('\n'),
+    };
+  });
+  const normalize = (s: string): string => s.replace(/"durationMs":[0-9.e+-]+/g, '"durationMs":N').trimEnd();
+
+  /** Pids of live `sleep 100` processes: the docs' commands must leave none new. */
+  const sleep100 = (): Set<number> =>
+    new Set(
+      liveWith('sleep 100', 'sleep').filter((pid) => {
+        try {
+          return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8') === 'sleep\0100\0';
+        } catch {
+          return false;
+        }
+      }),
+    );
+
+  it('has the examples', () => {
+    expect(blocks.length).toBeGreaterThanOrEqual(4);
+    expect(blocks[0].commands[0]).toBe("npx proctree run --timeout 5s -- bash -c 'sleep 100 & setsid sleep 100 & wait'");
+  });
+
+  it('every console block runs as shown, and leaves nothing', async () => {
+    const before = sleep100();
+    const bash = (script: string): Promise<Outcome> =>
+      new Promise((resolve) => {
+        const child = cpSpawn('bash', ['-c', `exec 2>&1\n${script}`], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+        started.push(child);
+        let stdout = '';
+        child.stdout?.on('data', (d: Buffer) => (stdout += d.toString()));
+        child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr: '' }));
+      });
+    const local = `${JSON.stringify(process.execPath)} ${JSON.stringify(bin)}`;
+    const results = await Promise.all(blocks.map((b) => bash(b.commands.map((c) => c.replace(/\bnpx proctree\b/g, local)).join('\n'))));
+    blocks.forEach((b, i) => {
+      expect(results[i].code, `block ${i}: ${results[i].stdout}`).toBe(0);
+      if (b.exact) expect(normalize(results[i].stdout), `block ${i}`).toBe(normalize(b.expected));
+    });
+    const after = [...sleep100()].filter((pid) => !before.has(pid));
+    expect(after).toEqual([]);
+  });
+
+  it('the Python example prints what the docs show', async () => {
+    const code = /```python\n([\s\S]*?)```/.exec(doc)?.[1] ?? '';
+    const expected = /```python\n[\s\S]*?```\s*```text\n([\s\S]*?)```/.exec(doc)?.[1] ?? '';
+    expect(code.split('\n').filter(Boolean).length).toBeLessThanOrEqual(10);
+    const out = await new Promise<Outcome>((resolve) => {
+      const child = cpSpawn('python3', ['-c', code], {
+        cwd: root,
+        stdio: ['ignore', 'pipe', 'pipe'],
+        env: {
+          ...process.env,
+          PYTHONPATH: path.join(root, 'clients', 'python'),
+          PROCTREE_SERVER: `${JSON.stringify(process.execPath)} ${JSON.stringify(bin)} serve`,
+        },
+      });
+      started.push(child);
+      let stdout = '';
+      let stderr = '';
+      child.stdout?.on('data', (d: Buffer) => (stdout += d.toString()));
+      child.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
+      child.on('close', (c, signal) => resolve({ code: c, signal, stdout, stderr }));
+    });
+    expect(out.stderr).toBe('');
+    expect(out.code).toBe(0);
+    expect(out.stdout).toBe(expected);
+  });
+});
