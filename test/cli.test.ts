@@ -284,6 +284,15 @@ describe('proctree doctor', () => {
     expect(tierUsable({ ...caps, pidns: { ok: false, errno: 'EPERM' } })).toBe(false);
   });
 
+  it('renders a nested group of probes one row each', () => {
+    const caps = { tier: 'cgroup', probes: { cgroup2: { ok: true, detail: '/sys/fs/cgroup' }, cgroupKill: { ok: false, errno: 'ENOENT' } } };
+    const out = renderDoctor(caps);
+    expect(out).toMatch(/ok\s+cgroup2\s+\/sys\/fs\/cgroup/);
+    expect(out).toMatch(/FAIL\s+cgroupKill\s+ENOENT/);
+    expect(out).toContain('Linux >= 5.14 has cgroup.kill');
+    expect(tierUsable(caps)).toBe(true);
+  });
+
   it('reports an addon that does not load as a failed probe with advice', () => {
     const out = renderDoctor({ addon: { ok: false, errno: 'MODULE_NOT_FOUND', detail: 'No native build was found' }, tier: null });
     expect(out).toMatch(/FAIL\s+addon\s+MODULE_NOT_FOUND: No native build was found/);

@@ -65,6 +65,12 @@ function isProbe(v: unknown): v is ProbeEntry {
   return typeof v === 'object' && v !== null && typeof (v as { ok?: unknown }).ok === 'boolean';
 }
 
+function isProbeGroup(v: unknown): v is Record<string, ProbeEntry> {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return false;
+  const values = Object.values(v);
+  return values.length > 0 && values.every(isProbe);
+}
+
 function errnoOf(message: string): string | undefined {
   return /\b(E[A-Z0-9]{2,})\b/.exec(message)?.[1];
 }
@@ -80,8 +86,8 @@ function show(v: unknown): string {
 }
 
 /**
- * Every entry of capabilities(), as a probe when it has `ok`, else as
- * information. An entry `X` that is null beside an `XError` string (today's
+ * Every entry of capabilities(), as a probe when it has `ok` (or as one probe
+ * per member of an object made only of such entries), else as information. An entry `X` that is null beside an `XError` string (today's
  * cgroup2/cgroup2Error) is folded into one failed probe `X`.
  */
 export function rows(caps: Readonly<Record<string, unknown>>): Row[] {
@@ -91,6 +97,9 @@ export function rows(caps: Readonly<Record<string, unknown>>): Row[] {
     const error = caps[`${name}Error`];
     if (isProbe(value)) {
       out.push({ kind: 'probe', name, probe: value });
+    } else if (isProbeGroup(value)) {
+      // A group of probes (e.g. `probes: { pidfd: {ok…}, … }`): each is a row.
+      for (const [child, probe] of Object.entries(value)) out.push({ kind: 'probe', name: child, probe });
     } else if (`${name}Error` in caps) {
       const ok = value !== null && value !== undefined && value !== false;
       const probe: ProbeEntry = { ok };

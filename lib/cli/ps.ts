@@ -14,8 +14,9 @@ cgroup proctree-<pid>[-<name>]/c<N> that still has processes.
 Columns:
   CALL      the call's cgroup, relative to the cgroup2 mount
   HARNESS   pid of the harness that created it ('!' after it: that harness is gone)
-  PID       the call's main process; '-' when it exited and only its
-            descendants are left (COMMAND then shows the oldest of them)
+  PID       the call's main process: the member whose parent is the harness,
+            which created it; '-' when it exited and only its descendants
+            are left (COMMAND then shows the oldest of them)
   MEMBERS   live processes in the call's cgroup, nested cgroups included
   AGE       since the call's cgroup was created
   COMMAND   the command line of the main process
