@@ -22,7 +22,7 @@ Options:
   -h, --help   show this help
 `;
 
-/** Longest request line accepted; a write of 8 MiB of data fits in base64. */
+/** Longest request line accepted (in characters; JSON lines are mostly ASCII). A write of 8 MiB fits in base64. */
 const MAX_LINE = 16 * 1024 * 1024;
 
 type Result = Record<string, unknown> | Promise<Record<string, unknown>>;
@@ -62,7 +62,8 @@ export class ProtocolServer {
   #clientGone = false;
   #stopping: Promise<number> | null = null;
   #leftoversSeen = false;
-  #onStopped: (status: number) => void;
+  readonly #stoppedWaiters: (() => void)[] = [];
+  readonly #onStopped: (status: number) => void;
 
   constructor(io: ServerIo, onStopped: (status: number) => void) {
     this.#io = io;
@@ -117,7 +118,7 @@ export class ProtocolServer {
       // Answer now and drop the rest of the line when its newline comes.
       this.#pending = '';
       this.#discarding = true;
-      this.#send({ rid: null, ok: false, error: { code: 'ERR_PROCTREE_LINE_TOO_LONG', message: `request line longer than ${MAX_LINE} bytes` } });
+      this.#send({ rid: null, ok: false, error: { code: 'ERR_PROCTREE_LINE_TOO_LONG', message: 'request line longer than 16 MiB' } });
     }
   }
 
@@ -128,8 +129,8 @@ export class ProtocolServer {
     try {
       req = this.#validator.parse(line);
     } catch (err) {
-      const v = err as ProtocolViolation;
-      this.#send({ rid: v.rid ?? null, ok: false, error: { code: v.code, message: v.message } });
+      if (err instanceof ProtocolViolation) this.#send({ rid: err.rid, ok: false, error: { code: err.code, message: err.message } });
+      else this.#send({ rid: null, ok: false, error: errorOf(err) });
       return;
     }
     const ok = (result: Record<string, unknown>): void => this.#send({ rid: req.rid, ok: true, ...result });
@@ -204,7 +205,6 @@ export class ProtocolServer {
     }
   }
 
-  #stoppedWaiters: (() => void)[] = [];
   #stopped(): Promise<void> {
     return new Promise((resolve) => this.#stoppedWaiters.push(resolve));
   }
