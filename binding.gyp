@@ -7,6 +7,8 @@
         "native/call.cc",
         "native/cgroup.cc",
         "native/clone_trampoline.cc",
+        "native/guardian.cc",
+        "native/guardian_start.cc",
         "native/pidfd.cc",
         "native/procfs.cc",
         "native/reactor.cc",
@@ -22,6 +24,20 @@
       "cflags": ["-fvisibility=hidden", "-fstack-protector-strong"],
       "conditions": [
         ["OS!='linux'", { "sources": [] }],
+        ["'<!(echo $PROCTREE_WERROR)'=='1'", { "cflags_cc": ["-Werror"] }]
+      ]
+    },
+    {
+      "target_name": "proctree-helper",
+      "type": "executable",
+      "sources": [
+        "native/helper/main.cc",
+        "native/cgroup.cc",
+        "native/guardian.cc"
+      ],
+      "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
+      "cflags_cc": ["-std=c++17", "-fno-exceptions", "-fstack-protector-strong", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
+      "conditions": [
         ["'<!(echo $PROCTREE_WERROR)'=='1'", { "cflags_cc": ["-Werror"] }]
       ]
     }

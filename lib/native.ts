@@ -76,11 +76,17 @@ export interface NativeBinding {
   processInfo(pids: readonly number[]): NativeProcessInfo[];
   shutdown(waitMs: number): void;
   cloneMethod(): 'clone3' | 'clone';
+  pipe(): [number, number];
+  setRef(id: number, ref: boolean): void;
+  closeFd(fd: number): void;
+  ensureGuardian(helperPath: string, prefix: string): { pid: number; startedNow: boolean };
 }
 
 // node-gyp-build looks in build/Release first, then prebuilds/<platform>-<arch>.
 // eslint-disable-next-line @typescript-eslint/no-require-imports
-const load = require('node-gyp-build') as (dir: string) => NativeBinding;
+const load = require('node-gyp-build') as ((dir: string) => NativeBinding) & { path(dir: string): string };
 
 export const packageRoot = path.resolve(__dirname, '..', '..');
+/** The .node file that was loaded; helper executables ship next to it. */
+export const nativePath: string = load.path(packageRoot);
 export const native: NativeBinding = load(packageRoot);

@@ -1,5 +1,5 @@
-import { resolveRun, resolveSpawn } from './options';
-import { ToolCall } from './toolcall';
+import { getDefaultSupervisor } from './supervisor';
+import type { ToolCall } from './toolcall';
 import type { RunOptions, RunResult, SpawnOptions } from './types';
 
 /**
@@ -9,7 +9,7 @@ import type { RunOptions, RunResult, SpawnOptions } from './types';
 export function spawn(file: string, args?: readonly string[], options?: SpawnOptions): ToolCall;
 export function spawn(file: string, options?: SpawnOptions): ToolCall;
 export function spawn(file: string, args?: readonly string[] | SpawnOptions, options?: SpawnOptions): ToolCall {
-  return new ToolCall(resolveSpawn(file, args, options));
+  return getDefaultSupervisor().spawn(file, args as readonly string[], options);
 }
 
 /**
@@ -20,12 +20,5 @@ export function spawn(file: string, args?: readonly string[] | SpawnOptions, opt
 export function run(file: string, args?: readonly string[], options?: RunOptions & { encoding?: BufferEncoding }): Promise<RunResult<string>>;
 export function run(file: string, args: readonly string[], options: RunOptions & { encoding: 'buffer' }): Promise<RunResult<Buffer>>;
 export function run(file: string, args?: readonly string[], options?: RunOptions): Promise<RunResult<string | Buffer>> {
-  try {
-    const call = new ToolCall(resolveSpawn(file, args, options), resolveRun(options));
-    // 'error' for a failed start is delivered as the rejection below.
-    call.on('error', () => {});
-    return call.done;
-  } catch (err) {
-    return Promise.reject(err);
-  }
+  return getDefaultSupervisor().run(file, args, options as RunOptions & { encoding?: BufferEncoding });
 }

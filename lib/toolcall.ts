@@ -3,27 +3,40 @@
 import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import type { Readable, Writable } from 'node:stream';
-import { threadId } from 'node:worker_threads';
 
-import { LeftoversError, spawnError, type SpawnError } from './errors';
-import { native, NativeEventKind, type NativeErrorShape, type NativeProcessInfo, type NativeReport } from './native';
+import { LeftoversError, spawnError } from './errors';
+import {
+  native,
+  NativeEventKind,
+  type NativeErrorShape,
+  type NativeProcessInfo,
+  type NativeReport,
+  type NativeStdio,
+} from './native';
 import { checkGrace, type ResolvedRun, resolveRun, type ResolvedSpawn, signalName, signalNumber } from './options';
 import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, RunResult } from './types';
 
-let exitHookInstalled = false;
-
-// Normal exit, process.exit() and an uncaught exception all run 'exit'
-// listeners: one synchronous cgroup.kill per live call, then the directories go.
-function installExitHook(): void {
-  if (exitHookInstalled) return;
-  exitHookInstalled = true;
-  process.on('exit', () => native.shutdown(1000));
+/**
+ * What a call needs from the supervisor that owns it: where its cgroup goes,
+ * when it may start (maxConcurrent), and where errors nobody listens to go.
+ * @internal
+ */
+export interface CallOwner {
+  readonly group: string;
+  /** Calls start() now or later (FIFO), never twice. */
+  admit(call: ToolCall, start: () => void): void;
+  /** The call has settled ('close', or it could not start): its slot is free. */
+  release(call: ToolCall): void;
+  /** An 'error' the call has no listener for. */
+  unhandledError(call: ToolCall, err: Error): void;
+  /** Prepares what must exist before a process of this owner starts (the guardian). */
+  beforeStart(): void;
 }
 
-/** The cgroup subtree of this environment, below the harness's own cgroup. */
-export function groupName(): string {
-  return threadId === 0 ? `proctree-${process.pid}` : `proctree-${process.pid}-w${threadId}`;
-}
+/** Runs the ladder with a reason other than 'terminate' (supervisor shutdown). @internal */
+export const terminateFor = Symbol('proctree.terminateFor');
+/** Fails a call that is still queued, so it never starts. @internal */
+export const dropQueued = Symbol('proctree.dropQueued');
 
 function toProcessInfo(p: NativeProcessInfo): ProcessInfo {
   return { pid: p.pid, ppid: p.ppid, pgid: p.pgid, sid: p.sid, comm: p.comm, cmdline: p.cmdline };
@@ -76,8 +89,8 @@ export interface ToolCallEvents {
 }
 
 export class ToolCall extends EventEmitter {
-  /** Pid of the main process; undefined when it could not start. */
-  readonly pid: number | undefined;
+  /** Pid of the main process; undefined while queued or when it could not start. */
+  pid: number | undefined;
   readonly stdin: Writable | null = null;
   readonly stdout: Readable | null = null;
   readonly stderr: Readable | null = null;
@@ -89,15 +102,19 @@ export class ToolCall extends EventEmitter {
   killed = false;
   /** The confinement tier actually used. */
   readonly confinement: Confinement = 'cgroup';
-  /** Absolute path of the call's cgroup; null when it could not start. */
-  readonly cgroup: string | null = null;
+  /** Absolute path of the call's cgroup; null while queued or when it could not start. */
+  cgroup: string | null = null;
   readonly spawnfile: string;
   readonly spawnargs: string[];
 
-  readonly #id: number;
+  #id = 0;
   readonly #opts: ResolvedSpawn;
-  readonly #startedAt = performance.now();
-  #spawnError: SpawnError | null = null;
+  readonly #owner: CallOwner;
+  readonly #createdAt = performance.now();
+  #startedAt = 0;
+  #started = false;
+  #childEnds: number[] = [];
+  #spawnError: Error | null = null;
   #empty = false;
   #closed = false;
   #openStreams = 0;
@@ -109,43 +126,68 @@ export class ToolCall extends EventEmitter {
   #timer: NodeJS.Timeout | null = null;
   #onAbort: (() => void) | null = null;
   #done: Promise<RunResult<string | Buffer>> | null = null;
+  #rejectDone: ((err: Error) => void) | null = null;
+  #ref = true;
 
-  /** @internal use spawn() */
-  constructor(opts: ResolvedSpawn, run?: ResolvedRun) {
+  /** @internal use spawn() or Supervisor#spawn() */
+  constructor(opts: ResolvedSpawn, owner: CallOwner, run?: ResolvedRun) {
     super();
     this.#opts = opts;
+    this.#owner = owner;
     this.spawnfile = opts.file;
     this.spawnargs = opts.spawnargs;
-    installExitHook();
 
-    const spec = {
-      group: groupName(),
-      candidates: opts.candidates,
-      argv: opts.argv,
-      env: opts.env,
-      stdio: opts.stdio,
-      ...(opts.cwd !== undefined ? { cwd: opts.cwd } : {}),
-      ...(opts.uid !== undefined ? { uid: opts.uid } : {}),
-      ...(opts.gid !== undefined ? { gid: opts.gid } : {}),
-    };
-    const res = native.spawn(spec, (kind, a, b) => this.#onNative(kind, a, b));
+    // The pipes exist from the start, so a queued call already has its
+    // streams; the child's ends are handed over when it starts.
+    const stdio = opts.stdio.map((kind, i): NativeStdio => {
+      if (kind !== 'pipe') return kind;
+      const [readFd, writeFd] = native.pipe();
+      const [ours, theirs] = i === 0 ? [writeFd, readFd] : [readFd, writeFd];
+      this.#childEnds.push(theirs);
+      const sock = this.#socket(ours, i !== 0);
+      if (i === 0) (this as { stdin: Writable | null }).stdin = sock;
+      else if (i === 1) (this as { stdout: Readable | null }).stdout = sock;
+      else (this as { stderr: Readable | null }).stderr = sock;
+      return theirs;
+    }) as [NativeStdio, NativeStdio, NativeStdio];
+    if (run) this.#done = this.#collect(run);
+    owner.admit(this, () => this.#start(stdio));
+  }
+
+  #start(stdio: [NativeStdio, NativeStdio, NativeStdio]): void {
+    if (this.#started) return;
+    this.#started = true;
+    this.#startedAt = performance.now();
+    const opts = this.#opts;
+    let res;
+    try {
+      this.#owner.beforeStart();
+      res = native.spawn(
+        {
+          group: this.#owner.group,
+          candidates: opts.candidates,
+          argv: opts.argv,
+          env: opts.env,
+          stdio,
+          ...(opts.cwd !== undefined ? { cwd: opts.cwd } : {}),
+          ...(opts.uid !== undefined ? { uid: opts.uid } : {}),
+          ...(opts.gid !== undefined ? { gid: opts.gid } : {}),
+        },
+        (kind, a, b) => this.#onNative(kind, a, b),
+      );
+    } catch (err) {
+      res = { error: err as NativeErrorShape };
+    }
+    // The child holds its own copies now; ours would keep the pipes open.
+    for (const fd of this.#childEnds) native.closeFd(fd);
+    this.#childEnds = [];
     if ('error' in res) {
-      this.#id = 0;
-      this.#spawnError = spawnError(res.error, opts.file, opts.spawnargs);
-      if (run) this.#done = this.#collect(run);
-      process.nextTick(() => {
-        this.emit('error', this.#spawnError as Error);
-      });
+      this.#fail(spawnError(res.error, opts.file, opts.spawnargs));
       return;
     }
     this.#id = res.id;
     this.pid = res.pid;
     this.cgroup = res.cgroup;
-    const [inFd, outFd, errFd] = res.stdio;
-    if (inFd >= 0) this.stdin = this.#socket(inFd, false);
-    if (outFd >= 0) this.stdout = this.#socket(outFd, true);
-    if (errFd >= 0) this.stderr = this.#socket(errFd, true);
-    if (run) this.#done = this.#collect(run);
 
     if (opts.timeout > 0) {
       this.#timer = setTimeout(() => {
@@ -162,7 +204,37 @@ export class ToolCall extends EventEmitter {
       if (signal.aborted) process.nextTick(this.#onAbort);
       else signal.addEventListener('abort', this.#onAbort, { once: true });
     }
+    if (!this.#ref) this.#applyRef();
     process.nextTick(() => this.emit('spawn'));
+  }
+
+  /** The call never ran: its streams end, 'error' follows, its slot is freed. */
+  #fail(err: Error): void {
+    this.#spawnError = err;
+    this.#rejectDone?.(err);
+    for (const fd of this.#childEnds) native.closeFd(fd);
+    this.#childEnds = [];
+    this.stdin?.destroy();
+    this.stdout?.destroy();
+    this.stderr?.destroy();
+    process.nextTick(() => {
+      this.#owner.release(this);
+      this.#emitError(err);
+      if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport('terminate', this.confinement));
+    });
+  }
+
+  /** @internal a queued call dropped by a supervisor shutdown */
+  [dropQueued](err: Error): void {
+    if (!this.#started) {
+      this.#started = true;
+      this.#fail(err);
+    }
+  }
+
+  #emitError(err: Error): void {
+    if (this.listenerCount('error') > 0) this.emit('error', err);
+    else this.#owner.unhandledError(this, err);
   }
 
   #socket(fd: number, readable: boolean): net.Socket {
@@ -208,19 +280,67 @@ export class ToolCall extends EventEmitter {
     return this.#startLadder('terminate', grace);
   }
 
+  /** @internal */
+  [terminateFor](reason: CleanupReason, grace: number): Promise<CleanupReport> {
+    return this.#startLadder(reason, grace);
+  }
+
+  /**
+   * Lets the harness exit while the call runs, like ChildProcess#unref().
+   * The call is still stopped then: the exit hook kills every live call.
+   */
+  unref(): this {
+    this.#ref = false;
+    this.#applyRef();
+    return this;
+  }
+
+  /** Undoes unref(): the call keeps the event loop alive again (the default). */
+  ref(): this {
+    this.#ref = true;
+    this.#applyRef();
+    return this;
+  }
+
+  #applyRef(): void {
+    for (const s of [this.stdin, this.stdout, this.stderr] as Array<net.Socket | null>) {
+      if (this.#ref) s?.ref();
+      else s?.unref();
+    }
+    if (this.#timer) {
+      if (this.#ref) this.#timer.ref();
+      else this.#timer.unref();
+    }
+    if (this.#id && !this.#empty) native.setRef(this.#id, this.#ref);
+  }
+
+  /** Whether the call has started (false while it waits for a slot). */
+  get started(): boolean {
+    return this.#started && this.#spawnError === null;
+  }
+
   /**
    * Settles once the tree is empty and stdio drained, with the whole result.
    * Output is collected from the first time this is read: read it right
    * after spawn() to get all of it.
    */
   get done(): Promise<RunResult> {
-    if (!this.#done) this.#done = this.#collect({ ...resolveRun(undefined), closeStdin: false });
+    if (!this.#done) {
+      this.#done = this.#collect({ ...resolveRun(undefined), closeStdin: false });
+      // 'done' carries a failed start; do not also crash on it.
+      this.#done.catch(() => {});
+    }
     return this.#done as Promise<RunResult>;
   }
 
   #startLadder(reason: CleanupReason, grace: number): Promise<CleanupReport> {
     if (this.#report) return Promise.resolve(this.#report);
     if (this.#ladder) return this.#ladder;
+    if (!this.#started) {
+      // Still queued: it will never start.
+      this[dropQueued](Object.assign(new Error('The call was stopped before it started'), { code: 'ABORT_ERR' }));
+      return Promise.resolve(emptyReport(reason, this.confinement));
+    }
     if (!this.#id || this.#empty) return Promise.resolve(emptyReport(reason, this.confinement));
     this.#ladder = new Promise((resolve) => {
       this.#resolveLadder = resolve;
@@ -244,7 +364,7 @@ export class ToolCall extends EventEmitter {
         this.#onEmpty();
         break;
       case NativeEventKind.Error:
-        this.emit('error', a as NativeErrorShape);
+        this.#emitError(a as NativeErrorShape);
         break;
     }
   }
@@ -277,7 +397,7 @@ export class ToolCall extends EventEmitter {
     this.emit('cleanup', report);
     if (report.leftovers.length > 0) {
       const names = report.leftovers.map((p) => `${p.pid} (${p.comm})`).join(', ');
-      this.emit('error', new LeftoversError(`processes survived the kill ladder: ${names}`, report.leftovers));
+      this.#emitError(new LeftoversError(`processes survived the kill ladder: ${names}`, report.leftovers));
     }
   }
 
@@ -298,6 +418,7 @@ export class ToolCall extends EventEmitter {
     // pipes reach EOF: 'close' cannot hang on a daemon holding stdout.
     if (this.#closed || !this.#empty || this.#openStreams > 0) return;
     this.#closed = true;
+    this.#owner.release(this);
     this.emit('close', this.exitCode, this.signalCode);
   }
 
@@ -313,6 +434,7 @@ export class ToolCall extends EventEmitter {
         reject(this.#spawnError);
         return;
       }
+      this.#rejectDone = reject;
       this.once('close', () => {
         resolve({
           exitCode: this.exitCode,
@@ -324,6 +446,7 @@ export class ToolCall extends EventEmitter {
           timedOut: this.#timedOut,
           aborted: this.#aborted,
           durationMs: performance.now() - this.#startedAt,
+          queuedMs: this.#startedAt - this.#createdAt,
           cleanup: this.#report,
           pid: this.pid ?? 0,
           cgroup: this.cgroup ?? '',

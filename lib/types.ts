@@ -91,8 +91,10 @@ export interface RunResult<T extends string | Buffer = string> {
   timedOut: boolean;
   /** The call was stopped because `signal` was aborted. */
   aborted: boolean;
-  /** From spawn to the tree being empty and stdio drained. */
+  /** From the process start to the tree being empty and stdio drained. */
   durationMs: number;
+  /** Time spent waiting for a slot of the supervisor's `maxConcurrent`. */
+  queuedMs: number;
   /** The ladder's report when one ran (timeout, abort, terminate, leftovers), else null. */
   cleanup: CleanupReport | null;
   pid: number;

@@ -8,6 +8,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "guardian.h"
 #include "procfs.h"
 #include "registry.h"
 #include "stdio.h"
@@ -89,6 +93,10 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
                              InstanceMethod("processInfo", &Addon::ProcessInfoOf),
                              InstanceMethod("shutdown", &Addon::Shutdown),
                              InstanceMethod("cloneMethod", &Addon::CloneMethodNow),
+                             InstanceMethod("pipe", &Addon::Pipe),
+                             InstanceMethod("setRef", &Addon::SetRef),
+                             InstanceMethod("closeFd", &Addon::CloseFd),
+                             InstanceMethod("ensureGuardian", &Addon::EnsureGuardian),
                          });
     uv_loop_t* loop = nullptr;
     napi_get_uv_event_loop(env, &loop);
@@ -312,6 +320,53 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
       }
     }
     return out;
+  }
+
+  // pipe() -> [readFd, writeFd], both CLOEXEC: stdio pipes made before the
+  // call starts (a queued call already has its streams).
+  Napi::Value Pipe(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) return ThrowSys(env, SysError::from_errno("pipe2"));
+    Napi::Array a = Napi::Array::New(env, 2);
+    a.Set(0u, p[0]);
+    a.Set(1u, p[1]);
+    return a;
+  }
+
+  // setRef(id, ref): whether the call keeps the event loop alive.
+  Napi::Value SetRef(const Napi::CallbackInfo& info) {
+    if (registry_ && info.Length() >= 2 && info[0].IsNumber()) {
+      registry_->set_referenced(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()),
+                                info[1].ToBoolean().Value());
+    }
+    return info.Env().Undefined();
+  }
+
+  Napi::Value CloseFd(const Napi::CallbackInfo& info) {
+    if (info.Length() > 0 && info[0].IsNumber()) ::close(info[0].As<Napi::Number>().Int32Value());
+    return info.Env().Undefined();
+  }
+
+  // ensureGuardian(helperPath, prefix) -> { pid, startedNow }
+  Napi::Value EnsureGuardian(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!registry_) return ThrowSys(env, SysError::of(ECANCELED, "guardian"));
+    if (info.Length() < 2 || !info[0].IsString() || !info[1].IsString()) {
+      return ThrowType(env, "ensureGuardian(helperPath, prefix)");
+    }
+    CgroupLocation loc;
+    if (SysError e = registry_->location(&loc)) return ThrowSys(env, e);
+    GuardianInfo g;
+    if (SysError e = ensure_guardian(info[0].As<Napi::String>().Utf8Value(), loc.own_path,
+                                     info[1].As<Napi::String>().Utf8Value(), registry_->child_stack(),
+                                     &g)) {
+      return ThrowSys(env, e);
+    }
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("pid", g.pid);
+    o.Set("startedNow", g.started_now);
+    return o;
   }
 
   // shutdown(waitMs): synchronous, for process 'exit'.

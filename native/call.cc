@@ -284,9 +284,22 @@ void Call::finish_sync() {
   finished_ = true;
 }
 
+void Call::set_referenced(bool ref) {
+  ref_ = ref;
+  if (timer_ && uv_is_active(reinterpret_cast<uv_handle_t*>(timer_))) {
+    if (ref) {
+      uv_ref(reinterpret_cast<uv_handle_t*>(timer_));
+    } else {
+      uv_unref(reinterpret_cast<uv_handle_t*>(timer_));
+    }
+  }
+}
+
 void Call::start_timer(int ms) {
+  // The loop's cached time can be tens of ms old; grace is measured from now.
+  uv_update_time(host_->loop());
   uv_timer_start(timer_, on_timer, static_cast<uint64_t>(std::max(ms, 0)), 0);
-  uv_ref(reinterpret_cast<uv_handle_t*>(timer_));
+  if (ref_) uv_ref(reinterpret_cast<uv_handle_t*>(timer_));
 }
 
 void Call::stop_timer() {

@@ -63,6 +63,9 @@ class Call {
   pid_t pid() const { return proc_.pid; }
   const std::string& cgroup_path() const { return cgroup_.path(); }
   bool finished() const { return finished_; }
+  // Whether this call keeps the event loop alive (ChildProcess#ref/unref).
+  bool referenced() const { return ref_; }
+  void set_referenced(bool ref);
 
   void handle_process_exit();
   void handle_cgroup_events();
@@ -113,6 +116,7 @@ class Call {
   bool frozen_ = false;
   bool finished_ = false;
   bool exit_posted_ = false;
+  bool ref_ = true;
 
   Phase phase_ = Phase::kIdle;
   bool ladder_started_ = false;

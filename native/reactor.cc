@@ -132,20 +132,19 @@ void Reactor::drain_inotify(std::unordered_map<uint64_t, bool>* changed) {
 
 void Reactor::dispatch() {
   // Readiness may be spurious; epoll_wait with a zero timeout never blocks.
-  epoll_event evs[64];
+  // One batch per callback: the fds are level-triggered, so whatever did not
+  // fit stays ready and libuv calls us again (looping here would spin on the
+  // same ready set until it was handled).
+  epoll_event evs[256];
   std::vector<uint64_t> exited;
   bool inotify_ready = false;
-  for (;;) {
-    int n = epoll_wait(epoll_.get(), evs, 64, 0);
-    if (n <= 0) break;
-    for (int i = 0; i < n; ++i) {
-      if (evs[i].data.u64 == kInotifyTag) {
-        inotify_ready = true;
-      } else {
-        exited.push_back(evs[i].data.u64);
-      }
+  int n = epoll_wait(epoll_.get(), evs, 256, 0);
+  for (int i = 0; i < n; ++i) {
+    if (evs[i].data.u64 == kInotifyTag) {
+      inotify_ready = true;
+    } else {
+      exited.push_back(evs[i].data.u64);
     }
-    if (n < 64) break;
   }
   std::unordered_map<uint64_t, bool> changed;
   if (inotify_ready) drain_inotify(&changed);

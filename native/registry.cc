@@ -73,6 +73,7 @@ SysError Registry::spawn(const std::string& group, SpawnRequest req, SpawnedCall
   SpawnResult proc;
   if (SysError e = spawn_process(req, stack_, &proc)) {
     cg.remove();
+    remove_idle_groups();
     return e;
   }
   std::string rel = (loc.own == "/" ? "" : loc.own) + "/" + group + "/" + leaf;
@@ -89,8 +90,20 @@ SysError Registry::spawn(const std::string& group, SpawnRequest req, SpawnedCall
     call->dispose();
     return e;
   }
-  reactor_.set_ref(true);
+  update_ref();
   return SysError::none();
+}
+
+void Registry::set_referenced(uint64_t id, bool ref) {
+  if (Call* c = find(id)) c->set_referenced(ref);
+  update_ref();
+}
+
+// The reactor keeps the loop alive while any live call is referenced.
+void Registry::update_ref() {
+  bool any = false;
+  for (auto& kv : calls_) any = any || kv.second->referenced();
+  reactor_.set_ref(any);
 }
 
 Call* Registry::find(uint64_t id) {
@@ -139,13 +152,16 @@ void Registry::reap_finished() {
     calls_.erase(id);
     c->dispose();
   }
-  if (calls_.empty()) {
-    reactor_.set_ref(false);
-    // Remove every directory we made as soon as it is empty: a harness that
-    // dies later without running any hook then leaves nothing in the tree.
-    for (auto& kv : groups_) kv.second.remove();
-    groups_.clear();
-  }
+  update_ref();
+  remove_idle_groups();
+}
+
+// Remove every directory we made as soon as it is empty: a harness that dies
+// later without running any hook then leaves nothing in the tree.
+void Registry::remove_idle_groups() {
+  if (!calls_.empty()) return;
+  for (auto& kv : groups_) kv.second.remove();
+  groups_.clear();
 }
 
 void Registry::on_process_exit(uint64_t call_id) {
@@ -157,6 +173,8 @@ void Registry::on_cgroup_events(uint64_t call_id) {
 }
 
 void Registry::shutdown_sync(int wait_ms) {
+  // One write per subtree ends every call in it; per call for any not in one.
+  for (auto& kv : groups_) kv.second.write_file("cgroup.kill", "1");
   for (auto& kv : calls_) kv.second->kill_now();
   uint64_t deadline = uv_hrtime() + static_cast<uint64_t>(wait_ms) * 1000000ULL;
   for (;;) {

@@ -47,6 +47,8 @@ class Registry : public CallHost, public ReactorClient {
   SysError spawn(const std::string& group, SpawnRequest req, SpawnedCall* out);
 
   Call* find(uint64_t id);
+  ChildStack& child_stack() { return stack_; }
+  void set_referenced(uint64_t id, bool ref);
   size_t live() const { return calls_.size(); }
 
   // Environment teardown or process exit: cgroup.kill every call, wait a
@@ -69,6 +71,8 @@ class Registry : public CallHost, public ReactorClient {
 
  private:
   SysError ensure_open();
+  void update_ref();
+  void remove_idle_groups();
   void flush();
   void reap_finished();
   static void on_flush_timer(uv_timer_t* t);

@@ -1,0 +1,243 @@
+// Supervisor: many calls under one cgroup subtree, a concurrency limit, one
+// shutdown for all of them, and nothing left behind however the harness dies.
+import { EventEmitter } from 'node:events';
+import path from 'node:path';
+import { threadId } from 'node:worker_threads';
+
+import { invalidArgType, invalidArgValue } from './errors';
+import { native, nativePath } from './native';
+import { checkGrace, resolveRun, resolveSpawn } from './options';
+import { type CallOwner, dropQueued, terminateFor, ToolCall } from './toolcall';
+import type { CleanupReport, RunOptions, RunResult, SpawnOptions } from './types';
+
+export interface SupervisorOptions {
+  /** Names the subtree `proctree-<pid>-<name>`. Letters, digits, `_`, `.`, `-`; unique in the process. */
+  name?: string;
+  /** Default `grace` of its calls and of shutdown(). Default: 2000. */
+  grace?: number;
+  /** Calls beyond this many wait (FIFO) for one to close. Default: unlimited. */
+  maxConcurrent?: number;
+  /**
+   * Run shutdown() on SIGTERM, SIGINT and SIGHUP, then re-raise the signal.
+   * Off by default: installing handlers would change how the harness dies.
+   */
+  handleSignals?: boolean;
+}
+
+export interface SupervisorEvents {
+  call: [call: ToolCall];
+  cleanup: [report: CleanupReport, call: ToolCall];
+  error: [err: Error, call?: ToolCall];
+}
+
+const usedNames = new Set<string>();
+let unnamed = 0;
+let exitHookInstalled = false;
+let guardianFailed = false;
+
+// Normal exit, process.exit() and an uncaught exception run 'exit' listeners:
+// one synchronous cgroup.kill per subtree, then the directories go. SIGKILL
+// and native crashes run nothing: the guardian covers those.
+function installExitHook(): void {
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.on('exit', () => native.shutdown(1000));
+}
+
+function helperPath(): string {
+  return path.join(path.dirname(nativePath), 'proctree-helper');
+}
+
+// One guardian per harness process; it watches every subtree whose name starts
+// with proctree-<pid>, workers' included.
+function ensureGuardian(): void {
+  if (guardianFailed) return;
+  try {
+    native.ensureGuardian(helperPath(), `proctree-${process.pid}`);
+  } catch (err) {
+    guardianFailed = true;
+    process.emitWarning(
+      `proctree: no guardian (${(err as Error).message}); calls are still stopped on a normal exit, but not if this process is killed with SIGKILL`,
+      { code: 'PROCTREE_NO_GUARDIAN' },
+    );
+  }
+}
+
+export class Supervisor extends EventEmitter {
+  /** The cgroup subtree's directory name below the harness's cgroup. */
+  readonly group: string;
+  readonly #calls = new Set<ToolCall>();
+  readonly #running = new Set<ToolCall>();
+  readonly #queue: Array<{ call: ToolCall; start: () => void }> = [];
+  readonly #grace: number;
+  readonly #maxConcurrent: number;
+  readonly #name: string;
+  #closed = false;
+  #signalHandlers: Array<[NodeJS.Signals, () => void]> = [];
+  readonly #owner: CallOwner;
+
+  constructor(options: SupervisorOptions = {}) {
+    super();
+    if (options === null || typeof options !== 'object') throw invalidArgType('options', 'of type object', options);
+    const name = options.name ?? `s${++unnamed}`;
+    if (typeof name !== 'string') throw invalidArgType('options.name', 'of type string', name);
+    if (!/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/.test(name)) {
+      throw invalidArgValue('options.name', name, 'must be 1-64 letters, digits, "_", "." or "-"');
+    }
+    if (usedNames.has(name)) throw invalidArgValue('options.name', name, 'is already used by a live supervisor');
+    this.#grace = checkGrace(options.grace, 2000);
+    const max = options.maxConcurrent ?? Infinity;
+    if (typeof max !== 'number' || !(max >= 1) || (max !== Infinity && !Number.isInteger(max))) {
+      throw invalidArgValue('options.maxConcurrent', max, 'must be an integer >= 1');
+    }
+    this.#maxConcurrent = max;
+    this.#name = name;
+    usedNames.add(name);
+    const suffix = threadId === 0 ? '' : `-w${threadId}`;
+    this.group = name === 'default' ? `proctree-${process.pid}${suffix}` : `proctree-${process.pid}-${name}${suffix}`;
+    installExitHook();
+    this.#owner = this.#makeOwner();
+    if (options.handleSignals) this.#installSignalHandlers();
+  }
+
+  /** Calls not yet closed, queued ones included. */
+  get calls(): ReadonlySet<ToolCall> {
+    return this.#calls;
+  }
+
+  /** Calls whose process tree is running now. */
+  get running(): number {
+    return this.#running.size;
+  }
+
+  spawn(file: string, args?: readonly string[], options?: SpawnOptions): ToolCall;
+  spawn(file: string, options?: SpawnOptions): ToolCall;
+  spawn(file: string, args?: readonly string[] | SpawnOptions, options?: SpawnOptions): ToolCall {
+    this.#checkOpen();
+    const resolved = resolveSpawn(file, args, this.#withGrace(Array.isArray(args) ? options : (args as SpawnOptions)));
+    return this.#track(new ToolCall(resolved, this.#owner));
+  }
+
+  run(file: string, args?: readonly string[], options?: RunOptions & { encoding?: BufferEncoding }): Promise<RunResult<string>>;
+  run(file: string, args: readonly string[], options: RunOptions & { encoding: 'buffer' }): Promise<RunResult<Buffer>>;
+  run(file: string, args?: readonly string[], options?: RunOptions): Promise<RunResult<string | Buffer>> {
+    try {
+      this.#checkOpen();
+      const call = this.#track(new ToolCall(resolveSpawn(file, args, this.#withGrace(options)), this.#owner, resolveRun(options)));
+      // A failed start is delivered as the rejection.
+      call.on('error', () => {});
+      return call.done;
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  /**
+   * Stops every call at once (the ladder on each, reason 'shutdown'); calls
+   * still queued never start. Resolves with the reports of the calls that ran.
+   * Later spawn() throws and run() rejects with ERR_PROCTREE_SUPERVISOR_CLOSED.
+   */
+  async shutdown(options: { grace?: number } = {}): Promise<CleanupReport[]> {
+    const grace = checkGrace(options?.grace, this.#grace);
+    this.#closed = true;
+    this.#removeSignalHandlers();
+    usedNames.delete(this.#name);
+    const closed = Object.assign(new Error('The supervisor was shut down before the call started'), {
+      code: 'ERR_PROCTREE_SUPERVISOR_CLOSED',
+    });
+    for (const { call } of this.#queue.splice(0)) call[dropQueued](closed);
+    const running = [...this.#calls].filter((c) => c.started);
+    return Promise.all(running.map((c) => c[terminateFor]('shutdown', grace)));
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.shutdown();
+  }
+
+  #checkOpen(): void {
+    if (this.#closed) {
+      throw Object.assign(new Error('The supervisor was shut down'), { code: 'ERR_PROCTREE_SUPERVISOR_CLOSED' });
+    }
+  }
+
+  #withGrace<T extends SpawnOptions>(options: T | undefined): T | undefined {
+    if (options !== undefined && options !== null && typeof options !== 'object') return options;
+    if (options?.grace !== undefined) return options;
+    return { ...(options ?? ({} as T)), grace: this.#grace };
+  }
+
+  #track(call: ToolCall): ToolCall {
+    this.#calls.add(call);
+    call.on('cleanup', (report) => this.emit('cleanup', report, call));
+    this.emit('call', call);
+    return call;
+  }
+
+  #makeOwner(): CallOwner {
+    return {
+      group: this.group,
+      admit: (call, start) => {
+        if (this.#closed) {
+          call[dropQueued](
+            Object.assign(new Error('The supervisor was shut down'), { code: 'ERR_PROCTREE_SUPERVISOR_CLOSED' }),
+          );
+          return;
+        }
+        if (this.#running.size < this.#maxConcurrent) {
+          this.#running.add(call);
+          start();
+        } else {
+          this.#queue.push({ call, start });
+        }
+      },
+      release: (call) => {
+        this.#calls.delete(call);
+        if (!this.#running.delete(call)) return;
+        while (this.#running.size < this.#maxConcurrent && this.#queue.length > 0) {
+          const next = this.#queue.shift() as { call: ToolCall; start: () => void };
+          this.#running.add(next.call);
+          next.start();
+        }
+      },
+      unhandledError: (call, err) => {
+        // Like an EventEmitter with no 'error' listener: throws when nobody listens here either.
+        this.emit('error', err, call);
+      },
+      beforeStart: ensureGuardian,
+    };
+  }
+
+  #installSignalHandlers(): void {
+    for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) {
+      const handler = (): void => {
+        this.#removeSignalHandlers();
+        void this.shutdown().finally(() => {
+          // Die of the same signal, as the harness would have without us.
+          if (process.listenerCount(sig) === 0) process.kill(process.pid, sig);
+        });
+      };
+      process.on(sig, handler);
+      this.#signalHandlers.push([sig, handler]);
+    }
+  }
+
+  #removeSignalHandlers(): void {
+    for (const [sig, handler] of this.#signalHandlers) process.off(sig, handler);
+    this.#signalHandlers = [];
+  }
+}
+
+export interface Supervisor {
+  on<E extends keyof SupervisorEvents>(event: E, listener: (...args: SupervisorEvents[E]) => void): this;
+  once<E extends keyof SupervisorEvents>(event: E, listener: (...args: SupervisorEvents[E]) => void): this;
+  off<E extends keyof SupervisorEvents>(event: E, listener: (...args: SupervisorEvents[E]) => void): this;
+  emit<E extends keyof SupervisorEvents>(event: E, ...args: SupervisorEvents[E]): boolean;
+}
+
+let defaultSupervisor: Supervisor | null = null;
+
+/** The supervisor behind the module-level spawn() and run(), created on first use. */
+export function getDefaultSupervisor(): Supervisor {
+  if (!defaultSupervisor) defaultSupervisor = new Supervisor({ name: 'default' });
+  return defaultSupervisor;
+}

@@ -1,0 +1,36 @@
+// The guardian: one small process per harness that outlives it. It holds the
+// read end of a pipe whose write end only the harness holds, so it sees EOF
+// however the harness dies (SIGKILL, OOM, a crash in any addon) and then
+// kills and removes every proctree subtree the harness made.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "sys_error.h"
+
+namespace proctree {
+
+class ChildStack;
+
+struct GuardianInfo {
+  pid_t pid = -1;
+  bool started_now = false;
+};
+
+// Starts the guardian once per process (later calls return the same pid).
+// helper: the proctree-helper executable; cgroup_dir: the harness's own
+// cgroup; prefix: the subtree name prefix ("proctree-<pid>").
+SysError ensure_guardian(const std::string& helper, const std::string& cgroup_dir,
+                         const std::string& prefix, ChildStack& stack, GuardianInfo* out);
+
+// The guardian's own main loop (runs in the helper executable).
+int guardian_main(const char* cgroup_dir, const char* prefix);
+
+// rmdir-ready cleanup used by the guardian and tested on its own: cgroup.kill
+// every subtree of `dir` named `prefix` or `prefix-*`, wait up to wait_ms for
+// them to empty, then remove them, deepest first. Returns how many it removed.
+int kill_and_remove_subtrees(const std::string& dir, const std::string& prefix, int wait_ms);
+
+}  // namespace proctree

@@ -1,0 +1,68 @@
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <mutex>
+
+#include "fd.h"
+#include "guardian.h"
+#include "pidfd.h"
+#include "spawn.h"
+
+namespace proctree {
+namespace {
+
+// Process-wide, not per environment: one guardian per harness process, and
+// its pipe's write end stays open (CLOEXEC) for as long as the process lives.
+std::mutex g_guardian_mutex;
+pid_t g_guardian_pid = -1;
+int g_guardian_pipe = -1;
+int g_guardian_pidfd = -1;
+
+}  // namespace
+
+SysError ensure_guardian(const std::string& helper, const std::string& cgroup_dir,
+                         const std::string& prefix, ChildStack& stack, GuardianInfo* out) {
+  std::lock_guard<std::mutex> lock(g_guardian_mutex);
+  if (g_guardian_pid > 0) {
+    // Still there? If someone killed it, reap it and start a new one.
+    pollfd p{g_guardian_pidfd, POLLIN, 0};
+    if (poll(&p, 1, 0) == 0) {
+      out->pid = g_guardian_pid;
+      out->started_now = false;
+      return SysError::none();
+    }
+    ExitStatus st;
+    pidfd_reap(g_guardian_pidfd, &st);
+    close(g_guardian_pidfd);
+    close(g_guardian_pipe);
+    g_guardian_pid = -1;
+  }
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return SysError::from_errno("pipe2");
+  Fd read_end(p[0]), write_end(p[1]);
+  // The child side must not sit on 0..2 (see stdio.cc).
+  Fd child_in(fcntl(read_end.get(), F_DUPFD_CLOEXEC, 3));
+  Fd devnull(open("/dev/null", O_RDWR | O_CLOEXEC));
+  if (!child_in || !devnull) return SysError::from_errno("open");
+  Fd devnull_hi(fcntl(devnull.get(), F_DUPFD_CLOEXEC, 3));
+  if (!devnull_hi) return SysError::from_errno("fcntl");
+
+  SpawnRequest req;
+  req.candidates = {helper};
+  req.argv = {helper, "guardian", cgroup_dir, prefix};
+  req.stdio[0] = child_in.get();
+  req.stdio[1] = devnull_hi.get();
+  req.stdio[2] = devnull_hi.get();
+  // Not in any call cgroup: the guardian must outlive the subtrees it kills.
+  SpawnResult res;
+  if (SysError e = spawn_process(req, stack, &res)) return e;
+  g_guardian_pid = res.pid;
+  g_guardian_pidfd = res.pidfd.release();
+  g_guardian_pipe = write_end.release();
+  out->pid = g_guardian_pid;
+  out->started_now = true;
+  return SysError::none();
+}
+
+}  // namespace proctree
