@@ -128,6 +128,7 @@ export class ToolCall extends EventEmitter {
   #done: Promise<RunResult<string | Buffer>> | null = null;
   #rejectDone: ((err: Error) => void) | null = null;
   #ref = true;
+  #killedAll = false;
 
   /** @internal use spawn() or Supervisor#spawn() */
   constructor(opts: ResolvedSpawn, owner: CallOwner, run?: ResolvedRun) {
@@ -267,6 +268,9 @@ export class ToolCall extends EventEmitter {
     if (!this.#id || this.#empty) return false;
     const n = native.kill(this.#id, num);
     if (n > 0) this.killed = true;
+    // SIGKILL goes through cgroup.kill: the whole tree is already dying, so
+    // members seen after the main process exits are not leftovers.
+    if (n > 0 && num === signalNumber('SIGKILL')) this.#killedAll = true;
     return n > 0;
   }
 
@@ -312,6 +316,21 @@ export class ToolCall extends EventEmitter {
       else this.#timer.unref();
     }
     if (this.#id && !this.#empty) native.setRef(this.#id, this.#ref);
+  }
+
+  /** Whether `timeout` ran out and stopped the call. */
+  get timedOut(): boolean {
+    return this.#timedOut;
+  }
+
+  /** Whether `signal` was aborted and stopped the call. */
+  get aborted(): boolean {
+    return this.#aborted;
+  }
+
+  /** The report of the ladder, once one ran; null before (or when none was needed). */
+  get cleanupReport(): CleanupReport | null {
+    return this.#report;
   }
 
   /** Whether the call has started (false while it waits for a slot). */
@@ -373,7 +392,7 @@ export class ToolCall extends EventEmitter {
     this.exitCode = code;
     this.signalCode = signalName(signal);
     this.emit('exit', this.exitCode, this.signalCode);
-    if (this.#ladder || this.#empty) return;
+    if (this.#ladder || this.#empty || this.#killedAll) return;
     const pids = native.members(this.#id);
     if (pids.length === 0) return;
     const infos = native.processInfo(pids).map(toProcessInfo);
