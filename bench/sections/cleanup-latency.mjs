@@ -1,0 +1,153 @@
+// 3. Cleanup latency: from the start of cleanup to the tree's cgroup verified
+// empty (cgroup.events populated 0), for trees of 1 to 1000 processes that
+// honour SIGTERM, and trees that ignore it (so: grace, then SIGKILL).
+import { METHODS } from '../lib/methods.mjs';
+import { waitEmpty, waitMembers } from '../lib/harness.mjs';
+import { METHOD_COLORS } from '../lib/plot.mjs';
+import { cell, ratioCell, summarize, table } from '../lib/stats.mjs';
+
+export const title = 'Cleanup latency vs tree size';
+
+const FANOUT = 10;
+
+async function trial(size, mode, methodName, job, ctx) {
+  const { harness } = ctx;
+  const Method = METHODS[methodName];
+  const handle = Method.start(harness, ctx.bin.tree, ['tree', String(size), String(FANOUT), mode], {
+    grace: job.grace,
+  });
+  try {
+    const live = await waitMembers(handle.treeDir, size, 20000);
+    const t0 = performance.now();
+    if (methodName === 'proctree') {
+      await handle.cleanup(job.grace);
+    } else {
+      // Baselines escalate only if the tree is still populated when grace
+      // runs out (the bench's cgroup tells them, which they could not know
+      // on their own: this favours them).
+      await handle.cleanup(job.grace, () => waitEmpty(handle.treeDir, 60000));
+    }
+    const verified = await waitEmpty(handle.treeDir, 30000);
+    const ms = performance.now() - t0;
+    return {
+      size,
+      mode,
+      method: methodName,
+      started: live.length,
+      ms,
+      verified,
+      left: harness.live().length,
+      reportMs: handle.report?.durationMs ?? null,
+    };
+  } finally {
+    await handle.close();
+    await harness.killStrays();
+  }
+}
+
+export async function run(job, ctx) {
+  const samples = [];
+  for (const size of job.sizes) {
+    for (const mode of job.modes) {
+      for (let rep = 0; rep < job.reps[size]; rep += 1) {
+        for (let k = 0; k < job.methods.length; k += 1) {
+          const m = job.methods[(k + rep) % job.methods.length];
+          if (job.skip?.[m]?.includes(size)) continue;
+          const r = await trial(size, mode, m, job, ctx);
+          samples.push(r);
+          if (size >= 100) ctx.progress(`${size} ${mode} ${m}: ${r.ms.toFixed(1)} ms, ${r.started} started`);
+        }
+      }
+      ctx.progress(`${size} ${mode} done`);
+    }
+  }
+  return { samples };
+}
+
+const MODE_LABEL = {
+  term: 'tree honours SIGTERM',
+  ignore: 'tree ignores SIGTERM (grace, then SIGKILL)',
+};
+
+export function report(results, { job }) {
+  const samples = results.flatMap((r) => r.samples);
+  const methods = job.methods;
+  const sum = {};
+  for (const mode of job.modes) {
+    sum[mode] = {};
+    for (const size of job.sizes) {
+      sum[mode][size] = {};
+      for (const m of methods) {
+        const ss = samples.filter((s) => s.mode === mode && s.size === size && s.method === m);
+        sum[mode][size][m] = { ...summarize(ss.map((s) => s.ms)), unverified: ss.filter((s) => !s.verified).length };
+      }
+    }
+  }
+  const header = ['tree', 'processes', ...methods.map((m) => `${METHODS[m].label} (ms)`)];
+  const others = methods.filter((m) => m !== 'proctree');
+  header.push(...others.map((m) => `${METHODS[m].label} / proctree`));
+  const rows = [];
+  for (const mode of job.modes) {
+    for (const size of job.sizes) {
+      const s = sum[mode][size];
+      rows.push([
+        mode === 'term' ? 'honours TERM' : 'ignores TERM',
+        String(size),
+        ...methods.map((m) =>
+          job.skip?.[m]?.includes(size) ? 'not run¹' : cell(s[m]) + (s[m].unverified ? ` ⚠ ${s[m].unverified} not empty` : ''),
+        ),
+        ...others.map((m) => ratioCell(s[m].median / s.proctree?.median)),
+      ]);
+    }
+  }
+  const plotData = [];
+  for (const mode of job.modes) {
+    for (const size of job.sizes) {
+      for (const m of methods) {
+        const s = sum[mode][size][m];
+        if (s.n) plotData.push({ method: METHODS[m].label, mode: MODE_LABEL[mode], size, median: s.median, min: s.min, max: s.max });
+      }
+    }
+  }
+  const color = { field: 'method', type: 'nominal', scale: METHOD_COLORS, title: null };
+  const x = { field: 'size', type: 'quantitative', scale: { type: 'log' }, title: 'processes in the tree (log)' };
+  const plot = {
+    data: { values: plotData },
+    facet: { column: { field: 'mode', type: 'nominal', title: null } },
+    spec: {
+      width: 320,
+      height: 260,
+      layer: [
+        { mark: { type: 'rule', opacity: 0.5 }, encoding: { x, y: { field: 'min', type: 'quantitative' }, y2: { field: 'max' }, color } },
+        {
+          mark: { type: 'line', point: true },
+          encoding: {
+            x,
+            y: { field: 'median', type: 'quantitative', scale: { type: 'log' }, title: 'ms to verified empty (log; bar = min–max)' },
+            color,
+          },
+        },
+      ],
+    },
+    title: 'Cleanup latency vs tree size',
+  };
+  const reps = job.sizes.map((s) => `${job.reps[s]} at ${s}`).join(', ');
+  const markdown = [
+    `From the start of cleanup to the tree's cgroup verified empty (cgroup.events \`populated 0\`). Trees of fan-out ${FANOUT}, all processes waiting in pause(); repetitions: ${reps}. Grace ${job.grace} ms. proctree: \`terminate({ grace })\`, which resolves once its own ladder saw the cgroup empty. killpg and tree-kill: SIGTERM, then SIGKILL if the tree is still populated when grace runs out, then the bench waits for \`populated 0\` of the trial cgroup they were started in.`,
+    '',
+    table(header, rows),
+    ...(Object.keys(job.skip ?? {}).length
+      ? [
+          '',
+          `¹ Not run: ${Object.entries(job.skip)
+            .map(([m, sizes]) => `${METHODS[m].label} at ${sizes.join(', ')}`)
+            .join('; ')}. tree-kill runs one \`ps --ppid\` per process of the tree, all at once, each reading all of /proc, so its time grows about quadratically (compare 10 and 100); at 1000 processes one repetition takes minutes.`,
+        ]
+      : []),
+  ].join('\n');
+  return {
+    markdown,
+    plots: [{ file: 'cleanup-latency.svg', title: 'Cleanup latency vs tree size', spec: plot }],
+    summary: sum,
+  };
+}
