@@ -362,11 +362,11 @@ describe('proctree ps', () => {
   });
 });
 
-// Every command of docs/cli.md, run for real: `npx proctree` is this
-// checkout's bin/proctree.js. Blocks marked `<!-- checked: exact -->` must
-// print what the docs show (durations aside).
-describe('docs/cli.md', () => {
-  const doc = fs.readFileSync(path.join(root, 'docs', 'cli.md'), 'utf8');
+// Every command of docs/cli.md and of the README, run for real: `npx proctree`
+// is this checkout's bin/proctree.js. Blocks marked `<!-- checked: exact -->`
+// must print what the docs show (durations aside).
+describe.each(['docs/cli.md', 'README.md'])('%s', (docPath) => {
+  const doc = fs.readFileSync(path.join(root, docPath), 'utf8');
   const blocks = [...doc.matchAll(/(<!-- checked: exact -->\n)?```console\n([\s\S]*?)```/g)].map((m) => {
     const lines = m[2].trimEnd().split('\n');
     return {
@@ -390,7 +390,7 @@ describe('docs/cli.md', () => {
     );
 
   it('has the examples', () => {
-    expect(blocks.length).toBeGreaterThanOrEqual(4);
+    expect(blocks.length).toBeGreaterThanOrEqual(docPath === 'README.md' ? 1 : 4);
     expect(blocks[0].commands[0]).toBe("npx proctree run --timeout 5s -- bash -c 'sleep 100 & setsid sleep 100 & wait'");
   });
 
