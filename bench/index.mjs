@@ -23,7 +23,8 @@ const benchDir = path.dirname(fileURLToPath(import.meta.url));
 
 const FULL = {
   completeness: { reps: 3, grace: 300, settleMs: 100, methods: ['proctree', 'killpg', 'child.kill', 'execa', 'tree-kill'] },
-  spawnLatency: { tiersMB: [50, 1024, 4096], samples: 150, warmup: 10, floorSamples: 300 },
+  // fork() at 4 GB takes a few hundred ms per call: fewer samples there.
+  spawnLatency: { tiersMB: [50, 1024, 4096], samples: { 50: 150, 1024: 150, 4096: 50 }, warmup: 10, floorSamples: 300 },
   cleanupLatency: {
     sizes: [1, 10, 100, 1000],
     reps: { 1: 7, 10: 7, 100: 3, 1000: 3 },
@@ -40,7 +41,7 @@ const FULL = {
 
 const QUICK = {
   completeness: { ...FULL.completeness, reps: 1, grace: 200 },
-  spawnLatency: { tiersMB: [50, 1024], samples: 30, warmup: 5, floorSamples: 100 },
+  spawnLatency: { tiersMB: [50, 1024], samples: { 50: 30, 1024: 30 }, warmup: 5, floorSamples: 100 },
   cleanupLatency: { ...FULL.cleanupLatency, sizes: [1, 10, 100], reps: { 1: 2, 10: 2, 100: 2 } },
   throughput: { calls: 200, concurrency: [1, 8, 64], reps: 1 },
   memory: { calls: 200, methods: ['proctree', 'child_process'] },
@@ -50,7 +51,11 @@ const QUICK = {
 // {job, cfg}) (in the orchestrator); jobs(cfg) splits it into worker runs.
 const SECTIONS = [
   { name: 'completeness', module: 'completeness.mjs', jobs: (c) => [c] },
-  { name: 'spawnLatency', module: 'spawn-latency.mjs', jobs: (c) => c.tiersMB.map((tierMB) => ({ ...c, tierMB })) },
+  {
+    name: 'spawnLatency',
+    module: 'spawn-latency.mjs',
+    jobs: (c) => c.tiersMB.map((tierMB) => ({ ...c, tierMB, samples: c.samples[tierMB] })),
+  },
   { name: 'cleanupLatency', module: 'cleanup-latency.mjs', jobs: (c) => [c] },
   { name: 'throughput', module: 'throughput.mjs', jobs: (c) => [c] },
   { name: 'memory', module: 'memory.mjs', jobs: (c) => c.methods.map((method) => ({ ...c, method })) },
@@ -82,9 +87,22 @@ async function orchestrate(argv) {
   }
   const { buildHelpers } = await import('./lib/build-helpers.mjs');
   const { OuterCgroup } = await import('./lib/cgroup.mjs');
-  const bin = buildHelpers(benchDir);
-
-  const outer = OuterCgroup.create();
+  let bin;
+  let outer;
+  try {
+    bin = buildHelpers(benchDir);
+  } catch (err) {
+    console.error(`Cannot compile the bench's C helpers (${err.message}): a C compiler is needed (cc, or set CC).`);
+    process.exit(1);
+  }
+  try {
+    outer = OuterCgroup.create();
+  } catch (err) {
+    console.error(
+      `Cannot make the bench's cgroup (${err.message}): it needs cgroup v2 and write access to its own cgroup (root, or a delegated subtree).`,
+    );
+    process.exit(1);
+  }
   // Every way out removes the outer cgroup and everything below it.
   process.on('exit', () => outer.destroy());
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(sig, () => process.exit(130));
@@ -156,6 +174,7 @@ function runWorker(section, job, { outer, bin }) {
       job,
       outer: outer.dir,
       harness: outer.harness,
+      home: outer.home,
       bin,
     };
     const child = fork(fileURLToPath(import.meta.url), [], {
@@ -182,10 +201,21 @@ async function workerMain(spec) {
   // First of all: into the outer cgroup's harness leaf, before anything is
   // started (proctree makes its subtree below the cgroup it finds itself in).
   const { Harness } = await import('./lib/harness.mjs');
+  const { destroyTreeSync, joinCgroup } = await import('./lib/cgroup.mjs');
   const harness = new Harness({ outer: spec.outer, harness: spec.harness });
   const mod = await import(spec.module);
   const ctx = { harness, bin: spec.bin, progress: (msg) => process.send({ progress: msg }) };
+  // Orphaned (the orchestrator was killed without running its hooks): leave
+  // the outer cgroup for the one we came from and remove it ourselves.
+  let finishing = false;
+  process.on('disconnect', () => {
+    if (finishing) return;
+    joinCgroup(spec.home);
+    destroyTreeSync(spec.outer);
+    process.exit(1);
+  });
   const result = await mod.run(spec.job, ctx);
+  finishing = true;
   process.send({ result }, () => process.exit(0));
 }
 

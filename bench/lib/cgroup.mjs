@@ -170,7 +170,7 @@ export class OuterCgroup {
     const name = `${PREFIX}${process.pid}-${Date.now().toString(36)}`;
     const dir = path.join(loc.ownPath, name);
     fs.mkdirSync(dir);
-    const outer = new OuterCgroup(dir);
+    const outer = new OuterCgroup(dir, loc.ownPath);
     try {
       fs.mkdirSync(outer.harness);
     } catch (err) {
@@ -180,8 +180,10 @@ export class OuterCgroup {
     return outer;
   }
 
-  constructor(dir) {
+  constructor(dir, home) {
     this.dir = dir;
+    /** The orchestrator's own cgroup, where the outer one was made. */
+    this.home = home;
     this.harness = path.join(dir, HARNESS_LEAF);
   }
 

@@ -139,16 +139,6 @@ export function waitEmpty(dir, timeoutMs) {
   });
 }
 
-/** Resolves with the live members once `dir` holds at least `count`, or what is there at timeout. */
-export async function waitMembers(dir, count, timeoutMs = 5000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const live = liveMembers(dir);
-    if (live.length >= count || Date.now() > deadline) return live;
-    await sleep(2);
-  }
-}
-
 /** Absolute path of `name` on PATH, as execvp would find it. */
 export function which(name) {
   for (const dir of (process.env.PATH ?? '').split(':')) {

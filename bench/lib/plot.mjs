@@ -13,7 +13,17 @@ export async function renderSvg(spec) {
 }
 
 // Fixed colours per method, so every plot reads the same.
-export const METHOD_COLORS = {
-  domain: ['proctree', 'child_process', 'execa', 'killpg', 'tree-kill', 'C floor', 'C floor + cgroup'],
-  range: ['#d62728', '#1f77b4', '#9467bd', '#ff7f0e', '#8c564b', '#7f7f7f', '#2ca02c'],
+const COLORS = {
+  proctree: '#d62728',
+  child_process: '#1f77b4',
+  execa: '#9467bd',
+  killpg: '#ff7f0e',
+  'tree-kill': '#8c564b',
+  'C floor': '#7f7f7f',
+  'C floor + cgroup': '#2ca02c',
 };
+
+/** A colour scale for just these methods, in this order. */
+export function methodColors(methods) {
+  return { domain: methods, range: methods.map((m) => COLORS[m] ?? '#000000') };
+}

@@ -1,14 +1,42 @@
 // 3. Cleanup latency: from the start of cleanup to the tree's cgroup verified
 // empty (cgroup.events populated 0), for trees of 1 to 1000 processes that
 // honour SIGTERM, and trees that ignore it (so: grace, then SIGKILL).
+import fs from 'node:fs';
+
+import { liveMembers } from '../lib/cgroup.mjs';
+import { waitEmpty } from '../lib/harness.mjs';
 import { METHODS } from '../lib/methods.mjs';
-import { waitEmpty, waitMembers } from '../lib/harness.mjs';
-import { METHOD_COLORS } from '../lib/plot.mjs';
-import { cell, ratioCell, summarize, table } from '../lib/stats.mjs';
+import { methodColors } from '../lib/plot.mjs';
+import { cell, ratioCell, sleep, summarize, table } from '../lib/stats.mjs';
 
 export const title = 'Cleanup latency vs tree size';
 
 const FANOUT = 10;
+const SIGTERM_BIT = 1n << 14n; // bit (signal number − 1) of /proc/<pid>/status masks
+
+function ignoresTerm(pid) {
+  try {
+    const m = /^SigIgn:\s*([0-9a-f]+)$/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m !== null && (BigInt(`0x${m[1]}`) & SIGTERM_BIT) !== 0n;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Waits until the whole tree exists and, for `ignore`, every member already
+ * ignores SIGTERM: a signal that lands before the program set SIG_IGN would
+ * end it early and make the tree look like one that honours TERM.
+ */
+async function waitTree(dir, size, mode, timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const live = liveMembers(dir);
+    const ready = live.length >= size && (mode !== 'ignore' || live.every((p) => ignoresTerm(p.pid)));
+    if (ready || Date.now() > deadline) return { live, ready };
+    await sleep(2);
+  }
+}
 
 async function trial(size, mode, methodName, job, ctx) {
   const { harness } = ctx;
@@ -17,7 +45,7 @@ async function trial(size, mode, methodName, job, ctx) {
     grace: job.grace,
   });
   try {
-    const live = await waitMembers(handle.treeDir, size, 20000);
+    const { live, ready } = await waitTree(handle.treeDir, size, mode, 20000);
     const t0 = performance.now();
     if (methodName === 'proctree') {
       await handle.cleanup(job.grace);
@@ -34,6 +62,7 @@ async function trial(size, mode, methodName, job, ctx) {
       mode,
       method: methodName,
       started: live.length,
+      ready,
       ms,
       verified,
       left: harness.live().length,
@@ -109,8 +138,13 @@ export function report(results, { job }) {
       }
     }
   }
-  const color = { field: 'method', type: 'nominal', scale: METHOD_COLORS, title: null };
-  const x = { field: 'size', type: 'quantitative', scale: { type: 'log' }, title: 'processes in the tree (log)' };
+  const color = { field: 'method', type: 'nominal', scale: methodColors(methods.map((m) => METHODS[m].label)), title: null };
+  const x = {
+    field: 'size',
+    type: 'quantitative',
+    scale: { type: 'log', domain: [Math.min(...job.sizes) * 0.8, Math.max(...job.sizes) * 1.25], nice: false },
+    title: 'processes in the tree (log)',
+  };
   const plot = {
     data: { values: plotData },
     facet: { column: { field: 'mode', type: 'nominal', title: null } },

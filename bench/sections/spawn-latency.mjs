@@ -9,7 +9,7 @@ import { execa } from 'execa';
 import { spawn as proctreeSpawn } from 'proctree';
 
 import { which } from '../lib/harness.mjs';
-import { METHOD_COLORS } from '../lib/plot.mjs';
+import { methodColors } from '../lib/plot.mjs';
 import { cell, num, ratioCell, summarize, table } from '../lib/stats.mjs';
 
 export const title = 'Spawn latency vs harness RSS';
@@ -146,8 +146,13 @@ export function report(results) {
       }
     }
   }
-  const color = { field: 'method', type: 'nominal', scale: METHOD_COLORS, title: null };
-  const x = { field: 'rssMB', type: 'quantitative', scale: { type: 'log' }, title: 'harness RSS (MB, log)' };
+  const color = { field: 'method', type: 'nominal', scale: methodColors(ROWS), title: null };
+  const x = {
+    field: 'rssMB',
+    type: 'quantitative',
+    scale: { type: 'log', domain: [Math.min(...tiers) * 0.8, Math.max(...tiers) * 1.25], nice: false },
+    title: 'harness RSS (MB, log)',
+  };
   const plot = {
     data: { values: plotData },
     facet: { column: { field: 'metric', type: 'nominal', title: null } },
@@ -173,9 +178,9 @@ export function report(results) {
     title: 'Spawn latency vs harness RSS',
   };
 
-  const n = results[0]?.samples.proctree.exit.length ?? 0;
+  const perTier = results.map((r) => `${r.samples.proctree.exit.length} at ${tierLabel(r.tierMB)}`).join(', ');
   const markdown = [
-    `${n} interleaved samples per method and RSS (the C floor: its own loop of ${results[0]?.samples['C floor'].exit.length ?? 0}); stdio ignored; the harness grown with touched Buffers. The C floor is clone3(CLONE_VM|CLONE_VFORK|CLONE_PIDFD) + execve + waitid in a C loop at the same RSS; "+ cgroup" adds a leaf mkdir before and rmdir after each call, with CLONE_INTO_CGROUP.`,
+    `Interleaved samples per method: ${perTier} (the C floor: its own loop of ${results[0]?.samples['C floor'].exit.length ?? 0}); stdio ignored; the harness grown with touched Buffers. The C floor is clone3(CLONE_VM|CLONE_VFORK|CLONE_PIDFD) + execve + waitid in a C loop at the same RSS; "+ cgroup" adds a leaf mkdir before and rmdir after each call, with CLONE_INTO_CGROUP.`,
     '',
     "**spawn() → 'spawn' event (ms)**",
     '',

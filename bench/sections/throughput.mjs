@@ -8,7 +8,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { spawn as proctreeSpawn } from 'proctree';
 
 import { which } from '../lib/harness.mjs';
-import { METHOD_COLORS } from '../lib/plot.mjs';
+import { methodColors } from '../lib/plot.mjs';
 import { cell, ratioCell, summarize, table } from '../lib/stats.mjs';
 
 export const title = 'Throughput of short calls';
@@ -150,7 +150,7 @@ export function report(results, { job }) {
       if (s.n) plotData.push({ method: m, concurrency: String(c), median: s.median, min: s.min, max: s.max });
     }
   }
-  const color = { field: 'method', type: 'nominal', scale: METHOD_COLORS, title: null };
+  const color = { field: 'method', type: 'nominal', scale: methodColors(ROWS), title: null };
   const plot = {
     data: { values: plotData },
     width: 420,
