@@ -64,6 +64,25 @@ describe('the harness dies: nothing is left', () => {
 });
 
 describe('Supervisor', () => {
+  it('handleSignals: SIGTERM runs the graceful shutdown, then the harness dies of SIGTERM', async () => {
+    const t = token();
+    const child = cpSpawn(process.execPath, [harness, 'handled-signal', t], { stdio: ['pipe', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    try {
+      await new Promise<void>((resolve) => child.stdout.once('data', () => resolve()));
+      child.stdin.write('go\n');
+      await new Promise((r) => setTimeout(r, 50));
+      const exited = new Promise<NodeJS.Signals | null>((resolve) => child.once('exit', (_c, sig) => resolve(sig)));
+      child.kill('SIGTERM');
+      expect(await exited).toBe('SIGTERM');
+      expect(out).toContain('all 20 stopped gracefully');
+      expect(liveWith(t)).toEqual([]);
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+
   it('maxConcurrent: 200 calls, at most 16 at once, all complete and reported', async () => {
     const sup = new Supervisor({ name: `limit-${process.pid}`, maxConcurrent: 16 });
     let peak = 0;
