@@ -108,7 +108,11 @@ function runSmoke(cwd: string, env: NodeJS.ProcessEnv): SmokeReport {
 }
 
 beforeAll(() => {
-  // The tarball needs the x64 prebuild; CI has built it already (a no-op then).
+  // The tarball needs dist/ (npm test's pretest builds it) and the x64
+  // prebuild (CI has built it already: a no-op then).
+  if (!fs.existsSync(path.join(root, 'dist', 'cjs', 'index.js'))) {
+    execFileSync(process.execPath, [path.join(root, 'scripts', 'build-ts.js')], { cwd: root, stdio: 'inherit' });
+  }
   execFileSync(process.execPath, [path.join(root, 'scripts', 'prebuild.js'), '--arch', 'x64', '--if-missing'], {
     cwd: root,
     stdio: 'inherit',
