@@ -50,8 +50,28 @@ afterAll(() => {
 });
 
 describe('arm64 prebuild under qemu-user', () => {
+  const noPrebuild = fs.existsSync(path.join(prebuild, 'proctree.node')) ? null : 'no arm64 prebuild (npm run prebuilds)';
+  it.skipIf(noPrebuild !== null && !required)(
+    `node-gyp-build on arm64 picks prebuilds/linux-arm64/proctree.node${noPrebuild ? ` (${required ? 'cannot run' : 'skipped'}: ${noPrebuild})` : ''}`,
+    () => {
+      if (noPrebuild) throw new Error(`PROCTREE_REQUIRE_ARM64=1, but ${noPrebuild}`);
+      // node-gyp-build reads the architecture from npm_config_arch when it loads.
+      const pkg = path.join(work, 'resolve');
+      fs.mkdirSync(path.join(pkg, 'prebuilds'), { recursive: true });
+      fs.copyFileSync(path.join(root, 'package.json'), path.join(pkg, 'package.json'));
+      fs.cpSync(prebuild, path.join(pkg, 'prebuilds', 'linux-arm64'), { recursive: true });
+      const res = spawnSync(
+        process.execPath,
+        ['-p', `require(${JSON.stringify(require.resolve('node-gyp-build'))}).path(${JSON.stringify(pkg)})`],
+        { env: { ...process.env, npm_config_arch: 'arm64' }, encoding: 'utf8' },
+      );
+      expect(res.stderr).toBe('');
+      expect(res.stdout.trim()).toBe(path.join(pkg, 'prebuilds', 'linux-arm64', 'proctree.node'));
+    },
+  );
+
   it.skipIf(why !== null && !required)(
-    `loads prebuilds/linux-arm64 in arm64 Node and stops a setsid escape${why ? ` (skipped: ${why})` : ''}`,
+    `loads prebuilds/linux-arm64 in arm64 Node and stops a setsid escape${why ? ` (${required ? 'cannot run' : 'skipped'}: ${why})` : ''}`,
     () => {
       if (why) throw new Error(`PROCTREE_REQUIRE_ARM64=1, but ${why}`);
       // A package with no build/ at all, so node-gyp-build can only pick the prebuild.
