@@ -195,4 +195,14 @@ class Proctree {
   }
 }
 
+/**
+ * Runs one proctree call, so that what proctree starts once per harness (its
+ * guardian) exists, then records it as a harness helper: reported, and not
+ * counted as a call's survivor.
+ */
+export async function settleHarnessHelpers(harness, file) {
+  await once(proctreeSpawn(file, [], { stdio: 'ignore' }), 'close');
+  return harness.recordHelpers();
+}
+
 export const METHODS = { proctree: Proctree, killpg: Killpg, 'child.kill': ChildKill, execa: Execa, 'tree-kill': TreeKill };

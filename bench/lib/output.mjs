@@ -44,6 +44,9 @@ export async function writeOutputs(run) {
 
   const md = markdown({ command, startedAt, wallMs, machine, checks, reports, images, jsonFile });
   process.stdout.write(`${md}\n`);
+  // The issue-2 verdicts once more, last, where a CI log is read first.
+  for (const c of checks) process.stdout.write(`\nIssue 2: ${c.pass ? 'PASS' : 'FAIL'}: ${c.text}`);
+  process.stdout.write(`\n\nWall time ${(wallMs / 1000).toFixed(1)} s (${command}).\n`);
   if (!quick && !partial) updateReadme(path.join(benchDir, 'README.md'), md);
 }
 

@@ -4,8 +4,8 @@
 import fs from 'node:fs';
 
 import { liveMembers } from '../lib/cgroup.mjs';
-import { waitEmpty } from '../lib/harness.mjs';
-import { METHODS } from '../lib/methods.mjs';
+import { waitEmpty, which } from '../lib/harness.mjs';
+import { METHODS, settleHarnessHelpers } from '../lib/methods.mjs';
 import { methodColors } from '../lib/plot.mjs';
 import { cell, ratioCell, sleep, summarize, table } from '../lib/stats.mjs';
 
@@ -75,6 +75,7 @@ async function trial(size, mode, methodName, job, ctx) {
 }
 
 export async function run(job, ctx) {
+  const helpers = await settleHarnessHelpers(ctx.harness, which('true'));
   const samples = [];
   for (const size of job.sizes) {
     for (const mode of job.modes) {
@@ -90,7 +91,7 @@ export async function run(job, ctx) {
       ctx.progress(`${size} ${mode} done`);
     }
   }
-  return { samples };
+  return { helpers, samples };
 }
 
 const MODE_LABEL = {
@@ -108,7 +109,7 @@ export function report(results, { job }) {
       sum[mode][size] = {};
       for (const m of methods) {
         const ss = samples.filter((s) => s.mode === mode && s.size === size && s.method === m);
-        sum[mode][size][m] = { ...summarize(ss.map((s) => s.ms)), unverified: ss.filter((s) => !s.verified).length };
+        sum[mode][size][m] = { ...summarize(ss.map((s) => s.ms)), unverified: ss.filter((s) => !s.verified || s.left > 0).length };
       }
     }
   }
@@ -123,7 +124,7 @@ export function report(results, { job }) {
         mode === 'term' ? 'honours TERM' : 'ignores TERM',
         String(size),
         ...methods.map((m) =>
-          job.skip?.[m]?.includes(size) ? 'not run¹' : cell(s[m]) + (s[m].unverified ? ` ⚠ ${s[m].unverified} not empty` : ''),
+          job.skip?.[m]?.includes(size) ? 'not run¹' : cell(s[m]) + (s[m].unverified ? ` ⚠ ${s[m].unverified} left processes` : ''),
         ),
         ...others.map((m) => ratioCell(s[m].median / s.proctree?.median)),
       ]);

@@ -1,14 +1,11 @@
 // 1. Completeness: how many processes of each escape scenario are still alive
 // after each method's cleanup finished, counted by membership of the outer
 // cgroup (so no method can hide a survivor) and excluding zombies.
-import { once } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { spawn as proctreeSpawn } from 'proctree';
-
-import { METHODS } from '../lib/methods.mjs';
+import { METHODS, settleHarnessHelpers } from '../lib/methods.mjs';
 import { which } from '../lib/harness.mjs';
 import { sleep, table } from '../lib/stats.mjs';
 
@@ -142,10 +139,7 @@ async function trial(sc, methodName, job, ctx) {
 export async function run(job, ctx) {
   const trials = [];
   const list = scenarios(ctx);
-  // One call first, so that a helper proctree starts once per harness exists
-  // before counting begins; it is recorded and reported, never hidden.
-  await once(proctreeSpawn(which('true'), [], { stdio: 'ignore' }), 'close');
-  const helpers = ctx.harness.recordHelpers();
+  const helpers = await settleHarnessHelpers(ctx.harness, which('true'));
   for (let rep = 0; rep < job.reps; rep += 1) {
     for (const sc of list) {
       // Rotate the order of methods between repetitions.
