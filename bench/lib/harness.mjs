@@ -106,8 +106,9 @@ export class Harness {
 
 /**
  * Resolves true once `dir` has no live member (cgroup.events populated 0),
- * false after timeoutMs. Woken by inotify on cgroup.events, with a short poll
- * as a fallback.
+ * false after timeoutMs. Woken by inotify on cgroup.events and by a 1 ms
+ * poll: the kernel sends at most one notification per cgroup file every 10 ms
+ * or so (CGROUP_FILE_NOTIFY_MIN_INTV), which would add to what is measured.
  */
 export function waitEmpty(dir, timeoutMs) {
   return new Promise((resolve) => {
@@ -133,7 +134,7 @@ export function waitEmpty(dir, timeoutMs) {
     } catch {
       watcher = null;
     }
-    poll = setInterval(check, watcher ? 20 : 2);
+    poll = setInterval(check, 1);
     timer = setTimeout(() => done(false), timeoutMs);
     check();
   });
