@@ -6,13 +6,18 @@
         "native/binding.cc",
         "native/call.cc",
         "native/cgroup.cc",
+        "native/cgroup_call.cc",
         "native/clone_trampoline.cc",
+        "native/descendants.cc",
         "native/guardian.cc",
         "native/guardian_start.cc",
+        "native/pgroup_call.cc",
         "native/pidfd.cc",
+        "native/probe.cc",
         "native/procfs.cc",
         "native/reactor.cc",
         "native/registry.cc",
+        "native/shim_call.cc",
         "native/spawn.cc",
         "native/stdio.cc"
       ],
@@ -32,8 +37,12 @@
       "type": "executable",
       "sources": [
         "native/helper/main.cc",
+        "native/helper/shim.cc",
         "native/cgroup.cc",
-        "native/guardian.cc"
+        "native/descendants.cc",
+        "native/guardian.cc",
+        "native/pidfd.cc",
+        "native/procfs.cc"
       ],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-fno-exceptions", "-fstack-protector-strong", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],

@@ -12,6 +12,9 @@ export interface NativeSpawnSpec {
   stdio: [NativeStdio, NativeStdio, NativeStdio];
   uid?: number;
   gid?: number;
+  tier: 'cgroup' | 'pidns' | 'subreaper' | 'pgroup';
+  /** The proctree-helper executable: the shim of pidns and subreaper. */
+  helper: string;
 }
 
 export interface NativeErrorShape extends Error {
@@ -26,6 +29,9 @@ export interface NativeSpawned {
   pid: number;
   cgroup: string;
   method: 'clone3' | 'clone' | 'clone+pidfd_open';
+  tier: 'cgroup' | 'pidns' | 'subreaper' | 'pgroup';
+  /** pidns/subreaper: the shim's pid (pid is the command's). */
+  shim?: number;
   stdio: [number, number, number];
 }
 
@@ -44,6 +50,7 @@ export interface NativeReport {
   killed: number;
   escaped: number;
   froze: boolean;
+  verified: 'cgroup.events' | 'pidns' | 'subreaper' | 'none';
   leftovers: NativeProcessInfo[];
   durationMs: number;
 }
@@ -67,7 +74,34 @@ export interface NativeLocation {
   ownPath: string;
 }
 
+export interface NativeProbe {
+  ok: boolean;
+  errno?: string;
+  syscall?: string;
+  detail?: string;
+}
+
+export interface NativeProbes {
+  location: NativeLocation | null;
+  probes: Record<
+    | 'cgroup2'
+    | 'delegation'
+    | 'clone3'
+    | 'cloneIntoCgroup'
+    | 'pidfd'
+    | 'pidfdSendSignal'
+    | 'freeze'
+    | 'cgroupKill'
+    | 'pidns'
+    | 'userns'
+    | 'subreaper'
+    | 'helper',
+    NativeProbe
+  >;
+}
+
 export interface NativeBinding {
+  probe(helperPath: string): NativeProbes;
   location(): NativeLocation;
   spawn(spec: NativeSpawnSpec, onEvent: NativeEventCallback): NativeSpawned | { error: NativeErrorShape };
   terminate(id: number, graceMs: number, signal: number, reason: string): boolean;

@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 
 import { invalidArgType, invalidArgValue, outOfRange, unknownSignal } from './errors';
 import type { NativeStdio } from './native';
-import type { RunOptions, SpawnOptions, StdioOption } from './types';
+import type { Confinement, RunOptions, SpawnOptions, StdioOption } from './types';
 
 export interface ResolvedSpawn {
   file: string;
@@ -25,6 +25,7 @@ export interface ResolvedSpawn {
   leftovers: 'kill' | 'wait';
   uid: number | undefined;
   gid: number | undefined;
+  confinement: 'auto' | Confinement;
 }
 
 const signalNumbers: Record<string, number> = osConstants.signals as Record<string, number>;
@@ -177,8 +178,8 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     throw invalidArgValue('options.leftovers', leftovers, "must be 'kill' or 'wait'");
   }
   const confinement = opts.confinement ?? 'auto';
-  if (confinement !== 'auto' && confinement !== 'cgroup') {
-    throw invalidArgValue('options.confinement', confinement, "must be 'auto' or 'cgroup'");
+  if (!['auto', 'cgroup', 'pidns', 'subreaper', 'pgroup'].includes(confinement as string)) {
+    throw invalidArgValue('options.confinement', confinement, "must be 'auto', 'cgroup', 'pidns', 'subreaper' or 'pgroup'");
   }
 
   return {
@@ -196,6 +197,7 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     leftovers,
     uid: checkId(opts.uid, 'uid'),
     gid: checkId(opts.gid, 'gid'),
+    confinement,
   };
 }
 

@@ -1,11 +1,11 @@
 // Supervisor: many calls under one cgroup subtree, a concurrency limit, one
 // shutdown for all of them, and nothing left behind however the harness dies.
 import { EventEmitter } from 'node:events';
-import path from 'node:path';
 import { threadId } from 'node:worker_threads';
 
 import { invalidArgType, invalidArgValue } from './errors';
-import { native, nativePath } from './native';
+import { helperPath } from './capabilities';
+import { native } from './native';
 import { checkGrace, resolveRun, resolveSpawn } from './options';
 import { type CallOwner, dropQueued, terminateFor, ToolCall } from './toolcall';
 import type { CleanupReport, RunOptions, RunResult, SpawnOptions } from './types';
@@ -44,9 +44,6 @@ function installExitHook(): void {
   process.on('exit', () => native.shutdown(1000));
 }
 
-function helperPath(): string {
-  return path.join(path.dirname(nativePath), 'proctree-helper');
-}
 
 // One guardian per harness process; it watches every subtree whose name starts
 // with proctree-<pid>, workers' included.
@@ -203,7 +200,11 @@ export class Supervisor extends EventEmitter {
         // Like an EventEmitter with no 'error' listener: throws when nobody listens here either.
         this.emit('error', err, call);
       },
-      beforeStart: ensureGuardian,
+      // The guardian removes cgroup subtrees; the other tiers need none (a
+      // shim sees EOF on its control socket when the harness dies).
+      beforeStart: (tier) => {
+        if (tier === 'cgroup') ensureGuardian();
+      },
     };
   }
 

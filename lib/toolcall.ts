@@ -14,7 +14,8 @@ import {
   type NativeStdio,
 } from './native';
 import { checkGrace, type ResolvedRun, resolveRun, type ResolvedSpawn, signalName, signalNumber } from './options';
-import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, RunResult } from './types';
+import { helperPath, resolveTier } from './capabilities';
+import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, RunResult, Verification } from './types';
 
 /**
  * What a call needs from the supervisor that owns it: where its cgroup goes,
@@ -29,8 +30,8 @@ export interface CallOwner {
   release(call: ToolCall): void;
   /** An 'error' the call has no listener for. */
   unhandledError(call: ToolCall, err: Error): void;
-  /** Prepares what must exist before a process of this owner starts (the guardian). */
-  beforeStart(): void;
+  /** Prepares what must exist before a process of this owner starts (the guardian of cgroup calls). */
+  beforeStart(tier: Confinement): void;
 }
 
 /** Runs the ladder with a reason other than 'terminate' (supervisor shutdown). @internal */
@@ -42,8 +43,15 @@ function toProcessInfo(p: NativeProcessInfo): ProcessInfo {
   return { pid: p.pid, ppid: p.ppid, pgid: p.pgid, sid: p.sid, comm: p.comm, cmdline: p.cmdline };
 }
 
+const verification: Record<Confinement, Verification> = {
+  cgroup: 'cgroup.events',
+  pidns: 'pidns',
+  subreaper: 'subreaper',
+  pgroup: 'none',
+};
+
 function emptyReport(reason: CleanupReason, confinement: Confinement): CleanupReport {
-  return { reason, confinement, signaled: 0, killed: 0, escaped: 0, leftovers: [], verified: 'cgroup.events', durationMs: 0 };
+  return { reason, confinement, signaled: 0, killed: 0, escaped: 0, leftovers: [], verified: verification[confinement], durationMs: 0 };
 }
 
 class Collector {
@@ -89,7 +97,11 @@ export interface ToolCallEvents {
 }
 
 export class ToolCall extends EventEmitter {
-  /** Pid of the main process; undefined while queued or when it could not start. */
+  /**
+   * Pid of the main process (the command, as this process numbers it, in
+   * every tier: for pidns and subreaper it is the shim's child, not the
+   * shim); undefined while queued or when it could not start.
+   */
   pid: number | undefined;
   readonly stdin: Writable | null = null;
   readonly stdout: Readable | null = null;
@@ -100,9 +112,9 @@ export class ToolCall extends EventEmitter {
   signalCode: NodeJS.Signals | null = null;
   /** Whether kill() delivered a signal to at least one process. */
   killed = false;
-  /** The confinement tier actually used. */
-  readonly confinement: Confinement = 'cgroup';
-  /** Absolute path of the call's cgroup; null while queued or when it could not start. */
+  /** The confinement tier this call runs in (resolved from 'auto' when it was created). */
+  readonly confinement: Confinement;
+  /** Absolute path of the call's cgroup; null while queued, when it could not start, or in a tier other than `cgroup`. */
   cgroup: string | null = null;
   readonly spawnfile: string;
   readonly spawnargs: string[];
@@ -137,6 +149,8 @@ export class ToolCall extends EventEmitter {
     this.#owner = owner;
     this.spawnfile = opts.file;
     this.spawnargs = opts.spawnargs;
+    // Before anything is created: an explicit tier this host cannot run throws here.
+    this.confinement = resolveTier(opts.confinement);
 
     // The pipes exist from the start, so a queued call already has its
     // streams; the child's ends are handed over when it starts.
@@ -162,7 +176,7 @@ export class ToolCall extends EventEmitter {
     const opts = this.#opts;
     let res;
     try {
-      this.#owner.beforeStart();
+      this.#owner.beforeStart(this.confinement);
       res = native.spawn(
         {
           group: this.#owner.group,
@@ -170,6 +184,8 @@ export class ToolCall extends EventEmitter {
           argv: opts.argv,
           env: opts.env,
           stdio,
+          tier: this.confinement,
+          helper: helperPath(),
           ...(opts.cwd !== undefined ? { cwd: opts.cwd } : {}),
           ...(opts.uid !== undefined ? { uid: opts.uid } : {}),
           ...(opts.gid !== undefined ? { gid: opts.gid } : {}),
@@ -188,7 +204,7 @@ export class ToolCall extends EventEmitter {
     }
     this.#id = res.id;
     this.pid = res.pid;
-    this.cgroup = res.cgroup;
+    this.cgroup = res.cgroup === '' ? null : res.cgroup;
 
     if (opts.timeout > 0) {
       this.#timer = setTimeout(() => {
@@ -254,7 +270,7 @@ export class ToolCall extends EventEmitter {
     return sock;
   }
 
-  /** Live pids of the whole tree now, from the cgroup. */
+  /** Live pids of the whole tree now: from the cgroup, the shim's descendants, or the session (pgroup). */
   members(): number[] {
     return this.#id && !this.#empty ? native.members(this.#id) : [];
   }
@@ -408,7 +424,7 @@ export class ToolCall extends EventEmitter {
       killed: r.killed,
       escaped: r.escaped,
       leftovers: r.leftovers.map(toProcessInfo),
-      verified: 'cgroup.events',
+      verified: r.verified,
       durationMs: r.durationMs,
     };
     this.#report = report;

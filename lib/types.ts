@@ -1,7 +1,20 @@
 // The public types: read these as the documentation of the API.
 
-/** How a call is confined. `cgroup` is the only tier that is escape-proof here. */
-export type Confinement = 'cgroup';
+/**
+ * How a call is confined, strongest first (see docs/tiers.md):
+ * - `cgroup`: its own cgroup v2 leaf; escape-proof, race-free kill (cgroup.kill).
+ * - `pidns`: a new PID namespace whose init is a proctree shim; escape-proof,
+ *   race-free kill (the kernel kills the namespace when its init dies).
+ * - `subreaper`: a shim with PR_SET_CHILD_SUBREAPER; catches every descendant
+ *   that stays below the shim, killed by re-walking until none is left.
+ * - `pgroup`: a new session, signalled member by member; a descendant that
+ *   calls setsid() is invisible to it. The baseline, used only when nothing
+ *   above works.
+ */
+export type Confinement = 'cgroup' | 'pidns' | 'subreaper' | 'pgroup';
+
+/** How a CleanupReport proved the tree empty. */
+export type Verification = 'cgroup.events' | 'pidns' | 'subreaper' | 'none';
 
 /** What a call's stdio stream is connected to. */
 export type StdioKind = 'pipe' | 'ignore' | 'inherit';
@@ -32,7 +45,12 @@ export interface SpawnOptions {
    * the tree empties by itself. Default: `'kill'`.
    */
   leftovers?: 'kill' | 'wait';
-  /** `'auto'` = the strongest available; `'cgroup'` = fail clearly if it is not. Default: `'auto'`. */
+  /**
+   * `'auto'` = the strongest tier this host allows (capabilities().tier); a
+   * tier = that one or throw ConfinementUnavailableError
+   * (ERR_PROCTREE_CONFINEMENT_UNAVAILABLE) naming the probe that failed.
+   * Default: `'auto'`.
+   */
   confinement?: 'auto' | Confinement;
   /** Run the command as this user id (needs privilege). */
   uid?: number;
@@ -73,8 +91,13 @@ export interface CleanupReport {
   escaped: number;
   /** Alive after the whole ladder. Non-empty is a failure, also emitted as `'error'`. */
   leftovers: ProcessInfo[];
-  /** How emptiness was proved. */
-  verified: 'cgroup.events';
+  /**
+   * How emptiness was proved: `cgroup.events` (populated 0), `pidns` (the
+   * namespace's init was reaped, which the kernel allows only once every
+   * process of the namespace is gone), `subreaper` (the shim had no child
+   * left), `none` (pgroup: nothing visible is left, escapees are not visible).
+   */
+  verified: Verification;
   durationMs: number;
 }
 
@@ -98,6 +121,7 @@ export interface RunResult<T extends string | Buffer = string> {
   /** The ladder's report when one ran (timeout, abort, terminate, leftovers), else null. */
   cleanup: CleanupReport | null;
   pid: number;
+  /** The call's cgroup; '' for the tiers other than `cgroup`. */
   cgroup: string;
   confinement: Confinement;
 }

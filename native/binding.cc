@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "guardian.h"
+#include "probe.h"
 #include "procfs.h"
 #include "registry.h"
 #include "stdio.h"
@@ -97,6 +98,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
                              InstanceMethod("setRef", &Addon::SetRef),
                              InstanceMethod("closeFd", &Addon::CloseFd),
                              InstanceMethod("ensureGuardian", &Addon::EnsureGuardian),
+                             InstanceMethod("probe", &Addon::ProbeHost),
                          });
     uv_loop_t* loop = nullptr;
     napi_get_uv_event_loop(env, &loop);
@@ -135,6 +137,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
         r.Set("killed", ev.report.killed);
         r.Set("escaped", ev.report.escaped);
         r.Set("froze", ev.report.froze);
+        r.Set("verified", ev.report.verified);
         Napi::Array left = Napi::Array::New(env_, ev.report.leftovers.size());
         for (size_t i = 0; i < ev.report.leftovers.size(); ++i) {
           left.Set(static_cast<uint32_t>(i), process_info_object(env_, ev.report.leftovers[i]));
@@ -249,13 +252,30 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     }
     StdioSpec stdio_spec[3];
     if (!read_stdio(spec.Get("stdio"), stdio_spec)) return ThrowType(env, "spec.stdio");
+    Tier tier = Tier::kCgroup;
+    Napi::Value tier_v = spec.Get("tier");
+    if (tier_v.IsString()) {
+      std::string t = tier_v.As<Napi::String>().Utf8Value();
+      if (t == "pidns") {
+        tier = Tier::kPidns;
+      } else if (t == "subreaper") {
+        tier = Tier::kSubreaper;
+      } else if (t == "pgroup") {
+        tier = Tier::kPgroup;
+      } else if (t != "cgroup") {
+        return ThrowType(env, "spec.tier");
+      }
+    }
+    std::string helper;
+    if (spec.Get("helper").IsString()) helper = spec.Get("helper").As<Napi::String>().Utf8Value();
 
     PreparedStdio stdio;
     SysError e = prepare_stdio(stdio_spec, &stdio);
     SpawnedCall call;
     if (!e) {
       for (int i = 0; i < 3; ++i) req.stdio[i] = stdio.child[i].get();
-      e = registry_->spawn(group, std::move(req), &call);
+      e = tier == Tier::kCgroup ? registry_->spawn(group, std::move(req), &call)
+                                : registry_->spawn_tier(tier, helper, std::move(req), &call);
     }
     Napi::Object out = Napi::Object::New(env);
     if (e) {
@@ -268,6 +288,8 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     out.Set("id", Napi::Number::New(env, static_cast<double>(call.id)));
     out.Set("pid", call.pid);
     out.Set("cgroup", call.cgroup);
+    out.Set("tier", tier_name(tier));
+    if (call.shim > 0) out.Set("shim", call.shim);
     out.Set("method", clone_method_name(call.method));
     Napi::Array fds = Napi::Array::New(env, 3);
     for (uint32_t i = 0; i < 3; ++i) fds.Set(i, stdio.parent[i] ? stdio.parent[i].release() : -1);
@@ -367,6 +389,51 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     o.Set("pid", g.pid);
     o.Set("startedNow", g.started_now);
     return o;
+  }
+
+  static Napi::Object probe_object(Napi::Env env, const Probe& p) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("ok", p.ok);
+    if (!p.ok) {
+      o.Set("errno", uv_err_name(-p.err));
+      if (p.syscall[0]) o.Set("syscall", p.syscall);
+    }
+    if (!p.detail.empty()) o.Set("detail", p.detail);
+    return o;
+  }
+
+  // probe(helperPath) -> { location, probes: { name: { ok, errno?, syscall?, detail? } } }
+  // Blocks for a few milliseconds (see probe.h); the facade caches it.
+  Napi::Value ProbeHost(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!registry_) return ThrowSys(env, SysError::of(ECANCELED, "probe"));
+    if (info.Length() < 1 || !info[0].IsString()) return ThrowType(env, "probe(helperPath)");
+    HostProbes h = probe_host(info[0].As<Napi::String>().Utf8Value(), registry_->child_stack());
+    Napi::Object out = Napi::Object::New(env);
+    if (h.cgroup2.ok) {
+      Napi::Object loc = Napi::Object::New(env);
+      loc.Set("mount", h.location.mount);
+      loc.Set("own", h.location.own);
+      loc.Set("ownPath", h.location.own_path);
+      out.Set("location", loc);
+    } else {
+      out.Set("location", env.Null());
+    }
+    Napi::Object probes = Napi::Object::New(env);
+    probes.Set("cgroup2", probe_object(env, h.cgroup2));
+    probes.Set("delegation", probe_object(env, h.delegation));
+    probes.Set("clone3", probe_object(env, h.clone3));
+    probes.Set("cloneIntoCgroup", probe_object(env, h.clone_into_cgroup));
+    probes.Set("pidfd", probe_object(env, h.pidfd));
+    probes.Set("pidfdSendSignal", probe_object(env, h.pidfd_send_signal));
+    probes.Set("freeze", probe_object(env, h.freeze));
+    probes.Set("cgroupKill", probe_object(env, h.cgroup_kill));
+    probes.Set("pidns", probe_object(env, h.pidns));
+    probes.Set("userns", probe_object(env, h.userns));
+    probes.Set("subreaper", probe_object(env, h.subreaper));
+    probes.Set("helper", probe_object(env, h.helper));
+    out.Set("probes", probes);
+    return out;
   }
 
   // shutdown(waitMs): synchronous, for process 'exit'.

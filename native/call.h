@@ -1,6 +1,8 @@
-// One tool call: its main process (by pidfd), its cgroup leaf, and the kill
-// ladder that empties it. Everything that happens to a call is posted as a
-// CallEvent to its host, which delivers them in order: exit, cleanup, empty.
+// One tool call: its main process (by pidfd), the confinement that holds its
+// tree (a cgroup leaf, a PID namespace, a subreaper shim or a session), and
+// the kill ladder that empties it. Everything that happens to a call is
+// posted as a CallEvent to its host, which delivers them in order: exit,
+// cleanup, empty. One subclass per tier: CgroupCall, ShimCall, PgroupCall.
 #pragma once
 
 #include <uv.h>
@@ -9,12 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "cgroup.h"
 #include "pidfd.h"
 #include "procfs.h"
 #include "spawn.h"
 
 namespace proctree {
+
+enum class Tier { kCgroup, kPidns, kSubreaper, kPgroup };
+const char* tier_name(Tier t);
 
 struct CleanupReport {
   std::string reason;     // timeout | abort | terminate | leftovers | shutdown
@@ -22,6 +26,8 @@ struct CleanupReport {
   int killed = 0;         // members still alive when grace ran out
   int escaped = 0;        // members outside the main process's group or session
   bool froze = false;     // the cgroup froze before members were read
+  // How emptiness was proved: cgroup.events | pidns | subreaper | none.
+  std::string verified = "cgroup.events";
   std::vector<ProcessInfo> leftovers;  // alive after the whole ladder: a failure
   double duration_ms = 0;
 };
@@ -51,81 +57,62 @@ class CallHost {
 
 class Call {
  public:
-  Call(CallHost* host, uint64_t id, CgroupDir cgroup, std::string cgroup_rel, SpawnResult proc);
+  Call(CallHost* host, uint64_t id, SpawnResult proc) : host_(host), id_(id), proc_(std::move(proc)) {}
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
+  virtual ~Call() = default;
 
-  // Registers the pidfd and the cgroup.events watch. On error the call is
-  // unusable and must be disposed after killing its cgroup.
-  SysError start();
+  // Registers what the reactor watches. On error the call is unusable and
+  // must be disposed after kill_now + finish_sync.
+  virtual SysError start() = 0;
 
   uint64_t id() const { return id_; }
   pid_t pid() const { return proc_.pid; }
-  const std::string& cgroup_path() const { return cgroup_.path(); }
+  virtual Tier tier() const = 0;
   bool finished() const { return finished_; }
   // Whether this call keeps the event loop alive (ChildProcess#ref/unref).
   bool referenced() const { return ref_; }
   void set_referenced(bool ref);
 
-  void handle_process_exit();
-  void handle_cgroup_events();
+  // Reactor callbacks: the pidfd of the process we spawned turned readable,
+  // the cgroup.events of the call changed, the shim's control socket spoke.
+  virtual void handle_process_exit() = 0;
+  virtual void handle_cgroup_events() {}
+  virtual void handle_control() {}
 
-  // The ladder: freeze, signal every member once by pidfd, thaw, wait grace
-  // for populated 0, cgroup.kill, wait, rmdir. Idempotent. Returns whether a
-  // cleanup event has been or will be posted (false: the tree was already
-  // gone before any ladder ran).
-  bool terminate(int grace_ms, int sig, const std::string& reason);
+  // The ladder: the graceful signal once to every member, grace, SIGKILL to
+  // what is left, verified empty. Idempotent. Returns whether a cleanup event
+  // has been or will be posted (false: the tree was already gone).
+  virtual bool terminate(int grace_ms, int sig, const std::string& reason) = 0;
   // One signal to every member now, no escalation. Returns how many got it.
-  int signal_all(int sig);
-  std::vector<pid_t> members() const;
-  // For environment teardown: cgroup.kill without waiting.
-  void kill_now();
-  // After kill_now and the cgroup emptied: remove what is left, synchronously.
-  void finish_sync();
-  bool populated_now() const;
+  virtual int signal_all(int sig) = 0;
+  virtual std::vector<pid_t> members() const = 0;
+  // For environment teardown: SIGKILL everything without waiting.
+  virtual void kill_now() = 0;
+  // After kill_now: reap and remove what is left, synchronously.
+  virtual void finish_sync() = 0;
+  // Whether anything of the tree is still alive (teardown polling).
+  virtual bool populated_now() const = 0;
 
   // Frees the call once its timer handle has closed. Call once, when finished.
   void dispose();
 
- private:
-  enum class Phase { kIdle, kFreezing, kGrace, kKilling, kDone };
-
-  void refresh_events();
-  void after_freeze_requested();
-  void signal_members_and_thaw();
-  void start_kill();
-  void ladder_done();
-  void ladder_gave_up();
-  void maybe_finish();
+ protected:
+  // Stops watching everything this call registered with the reactor.
+  virtual void unwatch() = 0;
+  virtual void on_timeout() = 0;
   void start_timer(int ms);
   void stop_timer();
+  void ensure_timer();
   static void on_timer(uv_timer_t* t);
-  // pidfd_open + membership check + signal; false if not ours or gone.
-  bool signal_member(pid_t pid, int sig, bool count_escape);
+  static uint64_t now_ns() { return uv_hrtime(); }
 
   CallHost* host_;
   uint64_t id_;
-  CgroupDir cgroup_;
-  std::string cgroup_rel_;  // hierarchy-relative path, as in /proc/<pid>/cgroup
   SpawnResult proc_;
   uv_timer_t* timer_ = nullptr;
-  int wd_ = -1;
-
-  bool exited_ = false;
-  bool populated_ = true;
-  bool frozen_ = false;
   bool finished_ = false;
-  bool exit_posted_ = false;
   bool ref_ = true;
-
-  Phase phase_ = Phase::kIdle;
-  bool ladder_started_ = false;
-  bool report_ready_ = false;
-  bool report_posted_ = false;
-  int grace_ms_ = 0;
-  int term_signal_ = 15;
-  uint64_t ladder_start_ns_ = 0;
-  CleanupReport report_;
 };
 
 }  // namespace proctree

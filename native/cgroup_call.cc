@@ -1,4 +1,4 @@
-#include "call.h"
+#include "cgroup_call.h"
 
 #include <signal.h>
 
@@ -14,23 +14,20 @@ namespace {
 constexpr int kMaxFreezeWaitMs = 1000;
 // How long cgroup.kill may take before what is left is reported as leftovers.
 constexpr int kKillWaitMs = 5000;
-
-uint64_t now_ns() { return uv_hrtime(); }
+// Without cgroup.kill: how often the SIGKILL round repeats until populated 0.
+constexpr int kKillRoundMs = 20;
 
 }  // namespace
 
-Call::Call(CallHost* host, uint64_t id, CgroupDir cgroup, std::string cgroup_rel, SpawnResult proc)
-    : host_(host),
-      id_(id),
-      cgroup_(std::move(cgroup)),
-      cgroup_rel_(std::move(cgroup_rel)),
-      proc_(std::move(proc)) {}
+CgroupCall::CgroupCall(CallHost* host, uint64_t id, CgroupDir cgroup, std::string cgroup_rel, SpawnResult proc)
+    : Call(host, id, std::move(proc)), cgroup_(std::move(cgroup)), cgroup_rel_(std::move(cgroup_rel)) {
+  // Measured on the call's own leaf, not guessed from a kernel version.
+  has_kill_ = cgroup_.has_file("cgroup.kill");
+  has_freeze_ = cgroup_.has_file("cgroup.freeze");
+}
 
-SysError Call::start() {
-  timer_ = new uv_timer_t;
-  uv_timer_init(host_->loop(), timer_);
-  timer_->data = this;
-  uv_unref(reinterpret_cast<uv_handle_t*>(timer_));
+SysError CgroupCall::start() {
+  ensure_timer();
   if (SysError e = host_->reactor().watch_cgroup(cgroup_.path() + "/cgroup.events", id_, &wd_)) return e;
   if (SysError e = host_->reactor().watch_process(proc_.pidfd.get(), id_)) return e;
   // The watch exists now, so any later change raises an event; read the state
@@ -39,7 +36,7 @@ SysError Call::start() {
   return SysError::none();
 }
 
-void Call::refresh_events() {
+void CgroupCall::refresh_events() {
   CgroupEvents ev;
   if (cgroup_.valid() && !cgroup_.read_events(&ev)) {
     populated_ = ev.populated;
@@ -49,13 +46,13 @@ void Call::refresh_events() {
   }
 }
 
-bool Call::populated_now() const {
+bool CgroupCall::populated_now() const {
   CgroupEvents ev;
   if (!cgroup_.valid() || cgroup_.read_events(&ev)) return false;
   return ev.populated;
 }
 
-void Call::handle_process_exit() {
+void CgroupCall::handle_process_exit() {
   if (exited_) return;
   ExitStatus st;
   if (SysError e = pidfd_reap(proc_.pidfd.get(), &st)) {
@@ -76,7 +73,7 @@ void Call::handle_process_exit() {
   maybe_finish();
 }
 
-void Call::handle_cgroup_events() {
+void CgroupCall::handle_cgroup_events() {
   refresh_events();
   switch (phase_) {
     case Phase::kFreezing:
@@ -102,7 +99,7 @@ void Call::handle_cgroup_events() {
   maybe_finish();
 }
 
-bool Call::terminate(int grace_ms, int sig, const std::string& reason) {
+bool CgroupCall::terminate(int grace_ms, int sig, const std::string& reason) {
   if (ladder_started_ || finished_) return ladder_started_;
   ladder_started_ = true;
   ladder_start_ns_ = now_ns();
@@ -123,7 +120,9 @@ bool Call::terminate(int grace_ms, int sig, const std::string& reason) {
   }
   // Freeze first: a member that forks while we read cgroup.procs would be
   // missed, and a frozen member cannot fork or exit under us.
-  if (cgroup_.write_file("cgroup.freeze", "1")) {
+  if (!has_freeze_ || cgroup_.write_file("cgroup.freeze", "1")) {
+    // No freezer: signal by snapshot and let signal_members_and_thaw's
+    // re-reads catch members forked meanwhile.
     signal_members_and_thaw();
     maybe_finish();
     return true;
@@ -140,7 +139,7 @@ bool Call::terminate(int grace_ms, int sig, const std::string& reason) {
   return true;
 }
 
-bool Call::signal_member(pid_t pid, int sig, bool count_escape) {
+bool CgroupCall::signal_member(pid_t pid, int sig, bool count_escape) {
   Fd fd = pidfd_open(pid);
   if (!fd) return false;
   // The number came from cgroup.procs; make sure the process the pidfd holds
@@ -160,13 +159,23 @@ bool Call::signal_member(pid_t pid, int sig, bool count_escape) {
   return true;
 }
 
-void Call::signal_members_and_thaw() {
-  std::vector<pid_t> pids;
-  cgroup_.read_procs(&pids);
-  for (pid_t pid : pids) {
-    if (signal_member(pid, term_signal_, true)) ++report_.signaled;
+void CgroupCall::signal_members_and_thaw() {
+  // Frozen, one read is complete. Unfrozen (no freezer, or it timed out), a
+  // member may fork while we read: re-read until no new member shows up.
+  std::vector<pid_t> done;
+  for (int round = 0; round < (frozen_ ? 1 : 16); ++round) {
+    std::vector<pid_t> pids;
+    cgroup_.read_procs(&pids);
+    bool fresh = false;
+    for (pid_t pid : pids) {
+      if (std::find(done.begin(), done.end(), pid) != done.end()) continue;
+      fresh = true;
+      done.push_back(pid);
+      if (signal_member(pid, term_signal_, true)) ++report_.signaled;
+    }
+    if (!fresh) break;
   }
-  cgroup_.write_file("cgroup.freeze", "0");
+  if (has_freeze_) cgroup_.write_file("cgroup.freeze", "0");
   phase_ = Phase::kGrace;
   refresh_events();
   if (!populated_) {
@@ -176,33 +185,46 @@ void Call::signal_members_and_thaw() {
   }
 }
 
-void Call::start_kill() {
+void CgroupCall::start_kill() {
   // Unfreeze in case a freeze timed out; SIGKILL reaches frozen tasks anyway.
-  cgroup_.write_file("cgroup.freeze", "0");
+  if (has_freeze_) cgroup_.write_file("cgroup.freeze", "0");
   std::vector<pid_t> pids;
   cgroup_.read_procs(&pids);
   report_.killed = static_cast<int>(pids.size());
   phase_ = Phase::kKilling;
-  // cgroup.kill: SIGKILL to the whole subtree, safe against concurrent forks
-  // and migrations (Linux 5.14).
-  if (cgroup_.write_file("cgroup.kill", "1")) {
-    for (pid_t pid : pids) signal_member(pid, SIGKILL, false);
-  }
+  kill_rounds_ = 0;
+  kill_round();
   refresh_events();
   if (!populated_) {
     ladder_done();
   } else {
-    start_timer(kKillWaitMs);
+    start_timer(has_kill_ ? kKillWaitMs : kKillRoundMs);
   }
 }
 
-void Call::ladder_done() {
+void CgroupCall::kill_round() {
+  ++kill_rounds_;
+  // cgroup.kill: SIGKILL to the whole subtree, safe against concurrent forks
+  // and migrations (Linux 5.14).
+  if (has_kill_ && !cgroup_.write_file("cgroup.kill", "1")) return;
+  // Before 5.14: freeze so that no member forks between our read of
+  // cgroup.procs and its SIGKILL, kill each, thaw (SIGKILL lands on frozen
+  // tasks, they die once thawed); repeated from the timer until populated 0.
+  // Without cgroup.freeze a round is only a snapshot, hence the repetition.
+  bool froze = has_freeze_ && !cgroup_.write_file("cgroup.freeze", "1");
+  std::vector<pid_t> pids;
+  cgroup_.read_procs(&pids);
+  for (pid_t pid : pids) signal_member(pid, SIGKILL, false);
+  if (froze) cgroup_.write_file("cgroup.freeze", "0");
+}
+
+void CgroupCall::ladder_done() {
   phase_ = Phase::kDone;
   report_.duration_ms = static_cast<double>(now_ns() - ladder_start_ns_) / 1e6;
   report_ready_ = true;
 }
 
-void Call::ladder_gave_up() {
+void CgroupCall::ladder_gave_up() {
   // cgroup.kill did not empty the tree in time: report what is still there.
   std::vector<pid_t> pids;
   cgroup_.read_procs(&pids);
@@ -215,7 +237,7 @@ void Call::ladder_gave_up() {
   report_ready_ = true;
 }
 
-void Call::maybe_finish() {
+void CgroupCall::maybe_finish() {
   if (!exited_ || finished_) return;
   if (report_ready_ && !report_posted_) {
     report_posted_ = true;
@@ -231,16 +253,16 @@ void Call::maybe_finish() {
   host_->post(CallEvent{CallEvent::kEmpty, id_, {}, {}, {}});
 }
 
-int Call::signal_all(int sig) {
+int CgroupCall::signal_all(int sig) {
   if (finished_) return 0;
-  if (sig == SIGKILL) {
+  if (sig == SIGKILL && has_kill_) {
     std::vector<pid_t> pids;
     cgroup_.read_procs(&pids);
     if (!cgroup_.write_file("cgroup.kill", "1")) return static_cast<int>(pids.size());
   }
   // Freeze so that no member forks between our read and our signal; re-read
   // until no new member appears (forks already in flight when we froze).
-  bool froze = phase_ == Phase::kIdle && !cgroup_.write_file("cgroup.freeze", "1");
+  bool froze = has_freeze_ && phase_ == Phase::kIdle && !cgroup_.write_file("cgroup.freeze", "1");
   std::vector<pid_t> done;
   for (int round = 0; round < 8; ++round) {
     std::vector<pid_t> pids;
@@ -259,18 +281,18 @@ int Call::signal_all(int sig) {
   return static_cast<int>(done.size());
 }
 
-std::vector<pid_t> Call::members() const {
+std::vector<pid_t> CgroupCall::members() const {
   std::vector<pid_t> pids;
   if (!finished_) cgroup_.read_procs(&pids);
   return pids;
 }
 
-void Call::kill_now() {
+void CgroupCall::kill_now() {
   if (finished_) return;
-  cgroup_.write_file("cgroup.kill", "1");
+  kill_round();
 }
 
-void Call::finish_sync() {
+void CgroupCall::finish_sync() {
   if (finished_) return;
   if (!exited_ && proc_.pidfd) {
     ExitStatus st;
@@ -284,63 +306,35 @@ void Call::finish_sync() {
   finished_ = true;
 }
 
-void Call::set_referenced(bool ref) {
-  ref_ = ref;
-  if (timer_ && uv_is_active(reinterpret_cast<uv_handle_t*>(timer_))) {
-    if (ref) {
-      uv_ref(reinterpret_cast<uv_handle_t*>(timer_));
-    } else {
-      uv_unref(reinterpret_cast<uv_handle_t*>(timer_));
-    }
-  }
-}
-
-void Call::start_timer(int ms) {
-  // The loop's cached time can be tens of ms old; grace is measured from now.
-  uv_update_time(host_->loop());
-  uv_timer_start(timer_, on_timer, static_cast<uint64_t>(std::max(ms, 0)), 0);
-  if (ref_) uv_ref(reinterpret_cast<uv_handle_t*>(timer_));
-}
-
-void Call::stop_timer() {
-  if (!timer_) return;
-  uv_timer_stop(timer_);
-  uv_unref(reinterpret_cast<uv_handle_t*>(timer_));
-}
-
-void Call::on_timer(uv_timer_t* t) {
-  Call* self = static_cast<Call*>(t->data);
-  uv_unref(reinterpret_cast<uv_handle_t*>(t));
-  switch (self->phase_) {
+void CgroupCall::on_timeout() {
+  switch (phase_) {
     case Phase::kFreezing:
     case Phase::kGrace:
-      self->start_kill();
+      start_kill();
       break;
     case Phase::kKilling:
-      self->ladder_gave_up();
+      if (!has_kill_ && kill_rounds_ * kKillRoundMs < kKillWaitMs) {
+        kill_round();
+        refresh_events();
+        if (!populated_) {
+          ladder_done();
+        } else {
+          start_timer(kKillRoundMs);
+        }
+      } else {
+        ladder_gave_up();
+      }
       break;
     default:
       break;
   }
-  self->maybe_finish();
-  self->host_->wake();
+  maybe_finish();
 }
 
-void Call::dispose() {
+void CgroupCall::unwatch() {
   if (!exited_ && proc_.pidfd) host_->reactor().unwatch_process(proc_.pidfd.get());
   host_->reactor().unwatch_cgroup(wd_);
-  if (!timer_) {
-    host_->on_call_disposed();
-    delete this;
-    return;
-  }
-  uv_timer_stop(timer_);
-  uv_close(reinterpret_cast<uv_handle_t*>(timer_), [](uv_handle_t* h) {
-    Call* self = static_cast<Call*>(h->data);
-    delete reinterpret_cast<uv_timer_t*>(h);
-    self->host_->on_call_disposed();
-    delete self;
-  });
+  wd_ = -1;
 }
 
 }  // namespace proctree

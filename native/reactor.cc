@@ -11,6 +11,8 @@ namespace proctree {
 namespace {
 
 constexpr uint64_t kInotifyTag = ~uint64_t{0};
+// Call ids count up from 1 and never reach bit 62: it marks control sockets.
+constexpr uint64_t kControlBit = uint64_t{1} << 62;
 
 }  // namespace
 
@@ -49,6 +51,14 @@ SysError Reactor::watch_process(int pidfd, uint64_t call_id) {
   ev.events = EPOLLIN;
   ev.data.u64 = call_id;
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, pidfd, &ev) != 0) return SysError::from_errno("epoll_ctl");
+  return SysError::none();
+}
+
+SysError Reactor::watch_control(int fd, uint64_t call_id) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = call_id | kControlBit;
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return SysError::from_errno("epoll_ctl");
   return SysError::none();
 }
 
@@ -137,17 +147,22 @@ void Reactor::dispatch() {
   // same ready set until it was handled).
   epoll_event evs[256];
   std::vector<uint64_t> exited;
+  std::vector<uint64_t> control;
   bool inotify_ready = false;
   int n = epoll_wait(epoll_.get(), evs, 256, 0);
   for (int i = 0; i < n; ++i) {
     if (evs[i].data.u64 == kInotifyTag) {
       inotify_ready = true;
+    } else if (evs[i].data.u64 & kControlBit) {
+      control.push_back(evs[i].data.u64 & ~kControlBit);
     } else {
       exited.push_back(evs[i].data.u64);
     }
   }
   std::unordered_map<uint64_t, bool> changed;
   if (inotify_ready) drain_inotify(&changed);
+  // A shim reports the command's exit before it exits itself.
+  for (uint64_t id : control) client_->on_control(id);
   // Exits first: a call's main process leaves its cgroup before its pidfd
   // turns readable, and 'exit' must reach JS before 'empty'.
   for (uint64_t id : exited) client_->on_process_exit(id);

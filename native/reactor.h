@@ -1,5 +1,5 @@
 // One epoll descriptor for every live call of an environment: each call's
-// pidfd (readable when its main process exits) and one inotify descriptor
+// pidfd (readable when its main process exits), each shim's control socket, and one inotify descriptor
 // carrying a watch on each call's cgroup.events. The epoll fd itself is
 // watched by a single uv_poll_t on the environment's own loop: no thread.
 #pragma once
@@ -20,6 +20,8 @@ class ReactorClient {
   virtual ~ReactorClient() = default;
   virtual void on_process_exit(uint64_t call_id) = 0;
   virtual void on_cgroup_events(uint64_t call_id) = 0;
+  // A shim's control socket is readable (a message, or EOF).
+  virtual void on_control(uint64_t call_id) = 0;
   // Called once after each batch of readiness has been dispatched.
   virtual void on_batch_done() = 0;
 };
@@ -33,7 +35,9 @@ class Reactor {
 
   SysError open();
   SysError watch_process(int pidfd, uint64_t call_id);
+  // Removes any fd added by watch_process or watch_control.
   void unwatch_process(int pidfd);
+  SysError watch_control(int fd, uint64_t call_id);
   SysError watch_cgroup(const std::string& events_path, uint64_t call_id, int* wd);
   void unwatch_cgroup(int wd);
 

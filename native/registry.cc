@@ -1,5 +1,18 @@
 #include "registry.h"
 
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cgroup_call.h"
+#include "pgroup_call.h"
+#include "shim_call.h"
+#include "shim_protocol.h"
+
+#include <algorithm>
 #include <atomic>
 #include <vector>
 
@@ -81,17 +94,110 @@ SysError Registry::spawn(const std::string& group, SpawnRequest req, SpawnedCall
   out->pid = proc.pid;
   out->cgroup = cg.path();
   out->method = proc.method;
-  Call* call = new Call(this, id, std::move(cg), rel, std::move(proc));
-  calls_[id] = call;
+  Call* call = new CgroupCall(this, id, std::move(cg), rel, std::move(proc));
+  return adopt(call, out);
+}
+
+SysError Registry::adopt(Call* call, SpawnedCall* out) {
+  calls_[call->id()] = call;
   if (SysError e = call->start()) {
     call->kill_now();
     call->finish_sync();
-    calls_.erase(id);
+    calls_.erase(call->id());
     call->dispose();
     return e;
   }
   update_ref();
   return SysError::none();
+}
+
+namespace {
+
+// How long spawn waits for the shim to say whether the command started: the
+// shim forks and execs, which takes a millisecond or two.
+constexpr int kShimStartTimeoutMs = 10000;
+
+SysError wait_shim_started(int control, const SpawnResult& shim, pid_t* command) {
+  pollfd p{control, POLLIN, 0};
+  int r;
+  do {
+    r = ::poll(&p, 1, kShimStartTimeoutMs);
+  } while (r < 0 && errno == EINTR);
+  shim::Message m{};
+  ssize_t n = r > 0 ? recv(control, &m, sizeof m, MSG_DONTWAIT) : -1;
+  if (n == static_cast<ssize_t>(sizeof m) && m.kind == shim::kExecOk) {
+    *command = m.a;
+    return SysError::none();
+  }
+  SysError e = n == static_cast<ssize_t>(sizeof m) && m.kind == shim::kExecFailed
+                   ? SysError::of(m.a, shim::stage_syscall(m.b))
+                   : SysError::of(r == 0 ? ETIMEDOUT : EPROTO, "proctree-helper");
+  // The shim exits by itself after a failed exec; make sure, then reap it.
+  pidfd_signal(shim.pidfd.get(), SIGKILL);
+  siginfo_t info;
+  while (waitid(static_cast<idtype_t>(3 /* P_PIDFD */), static_cast<id_t>(shim.pidfd.get()), &info, WEXITED) < 0 &&
+         errno == EINTR) {
+  }
+  return e;
+}
+
+}  // namespace
+
+SysError Registry::spawn_tier(Tier tier, const std::string& helper, SpawnRequest req, SpawnedCall* out) {
+  if (closing_) return SysError::of(ECANCELED, "spawn");
+  if (SysError e = ensure_open()) return e;
+  uint64_t id = g_next_call_id.fetch_add(1);
+  req.new_session = true;
+  req.cgroup_dir = -1;
+  req.cgroup_procs = -1;
+  if (tier == Tier::kPgroup) {
+    SpawnResult proc;
+    if (SysError e = spawn_process(req, stack_, &proc)) return e;
+    out->id = id;
+    out->pid = proc.pid;
+    out->method = proc.method;
+    return adopt(new PgroupCall(this, id, std::move(proc)), out);
+  }
+
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return SysError::from_errno("socketpair");
+  Fd ours(sv[0]), theirs(sv[1]);
+  // The command goes after the shim's own arguments; the shim does the
+  // execvpe search over the same candidates the cgroup tier would use.
+  std::vector<std::string> argv = {helper, tier == Tier::kPidns ? "init" : "subreaper",
+                                   std::to_string(req.candidates.size())};
+  argv.insert(argv.end(), req.candidates.begin(), req.candidates.end());
+  argv.push_back("--");
+  argv.insert(argv.end(), req.argv.begin(), req.argv.end());
+  req.argv = std::move(argv);
+  req.candidates = {helper};
+  req.pass_fd = theirs.get();
+  if (tier == Tier::kPidns) {
+    // The init dies with the thread that spawned it; its exit kills the
+    // namespace. The control socket's EOF covers the harness dying anyway.
+    req.pdeathsig = SIGKILL;
+    req.ns_flags = CLONE_NEWPID | (geteuid() == 0 ? 0 : CLONE_NEWUSER);
+  }
+  SpawnResult proc;
+  SysError e = spawn_process(req, stack_, &proc);
+  if (e && tier == Tier::kPidns && e.err == EPERM && !(req.ns_flags & CLONE_NEWUSER)) {
+    // Root without CAP_SYS_ADMIN (a container): a user namespace may still do.
+    req.ns_flags |= CLONE_NEWUSER;
+    e = spawn_process(req, stack_, &proc);
+  }
+  if (e) {
+    // The helper itself could not start: say so, not "spawn <file> ENOENT".
+    if (std::string(e.syscall) == "execve") e = SysError::of(e.err, "proctree-helper", helper);
+    return e;
+  }
+  theirs.reset();
+  pid_t command = -1;
+  if (SysError se = wait_shim_started(ours.get(), proc, &command)) return se;
+  out->id = id;
+  out->pid = command;
+  out->shim = proc.pid;
+  out->method = proc.method;
+  return adopt(new ShimCall(this, id, tier, std::move(proc), std::move(ours), command), out);
 }
 
 void Registry::set_referenced(uint64_t id, bool ref) {
@@ -172,6 +278,10 @@ void Registry::on_cgroup_events(uint64_t call_id) {
   if (Call* c = find(call_id)) c->handle_cgroup_events();
 }
 
+void Registry::on_control(uint64_t call_id) {
+  if (Call* c = find(call_id)) c->handle_control();
+}
+
 void Registry::shutdown_sync(int wait_ms) {
   // One write per subtree ends every call in it; per call for any not in one.
   for (auto& kv : groups_) kv.second.write_file("cgroup.kill", "1");
@@ -184,8 +294,13 @@ void Registry::shutdown_sync(int wait_ms) {
     }
     uint64_t now = uv_hrtime();
     if (!any || now >= deadline) break;
+    bool cgroup_only = true;
+    for (auto& kv : calls_) cgroup_only = cgroup_only && kv.second->tier() == Tier::kCgroup;
     if (opened_ && !open_error_) {
-      reactor_.wait_cgroup_change(static_cast<int>((deadline - now) / 1000000ULL) + 1);
+      // Only cgroups raise an inotify event when they empty; other tiers are
+      // polled.
+      int left = static_cast<int>((deadline - now) / 1000000ULL) + 1;
+      reactor_.wait_cgroup_change(cgroup_only ? left : std::min(left, 5));
     } else {
       break;
     }

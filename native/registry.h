@@ -27,7 +27,8 @@ class EventSink {
 
 struct SpawnedCall {
   uint64_t id = 0;
-  pid_t pid = -1;
+  pid_t pid = -1;  // the command's pid as we see it (not the shim's)
+  pid_t shim = -1;  // pidns/subreaper: the shim's pid, else -1
   std::string cgroup;
   CloneMethod method = CloneMethod::kClone3;
 };
@@ -45,6 +46,9 @@ class Registry : public CallHost, public ReactorClient {
   // group: the subtree directory name below the harness's cgroup
   // ("proctree-<pid>"), created on first use.
   SysError spawn(const std::string& group, SpawnRequest req, SpawnedCall* out);
+  // The other tiers: no cgroup. helper: the proctree-helper executable (the
+  // shim of pidns and subreaper).
+  SysError spawn_tier(Tier tier, const std::string& helper, SpawnRequest req, SpawnedCall* out);
 
   Call* find(uint64_t id);
   ChildStack& child_stack() { return stack_; }
@@ -66,11 +70,13 @@ class Registry : public CallHost, public ReactorClient {
   // ReactorClient
   void on_process_exit(uint64_t call_id) override;
   void on_cgroup_events(uint64_t call_id) override;
+  void on_control(uint64_t call_id) override;
   void on_batch_done() override { wake(); }
   void on_call_disposed() override;
 
  private:
   SysError ensure_open();
+  SysError adopt(Call* call, SpawnedCall* out);
   void update_ref();
   void remove_idle_groups();
   void flush();

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -70,6 +71,9 @@ enum Stage : int {
   kStageSetgid,
   kStageSetuid,
   kStageExecve,
+  kStageUserns,
+  kStagePdeathsig,
+  kStagePassFd,
 };
 
 const char* stage_syscall(int stage) {
@@ -82,6 +86,9 @@ const char* stage_syscall(int stage) {
     case kStageSetgroups: return "setgroups";
     case kStageSetgid: return "setgid";
     case kStageSetuid: return "setuid";
+    case kStageUserns: return "uid_map";
+    case kStagePdeathsig: return "prctl";
+    case kStagePassFd: return "dup3";
     default: return "execve";
   }
 }
@@ -104,7 +111,22 @@ struct ChildArgs {
   bool set_uid, set_gid;
   uid_t uid;
   gid_t gid;
+  int pass_fd;
+  int pdeathsig;
+  const char* uid_map;  // "<uid> <uid> 1\n" when in a new user namespace
+  const char* gid_map;
 };
+
+// open + write + close with raw syscalls; 0 or -errno.
+long write_proc_file(const char* path, const char* text) {
+  long fd = raw::syscall4(__NR_openat, AT_FDCWD, reinterpret_cast<long>(path), O_WRONLY | O_CLOEXEC, 0);
+  if (fd < 0) return fd;
+  long len = 0;
+  while (text[len]) ++len;
+  long r = raw::syscall3(__NR_write, fd, reinterpret_cast<long>(text), len);
+  raw::syscall1(__NR_close, fd);
+  return r < 0 ? r : 0;
+}
 
 [[noreturn]] void child_fail(const ChildArgs* a, int stage, long neg_err) {
   ChildReport r{stage, static_cast<int>(-neg_err)};
@@ -121,6 +143,18 @@ bool exec_error_is_not_found(long e) {
 int child_main(void* arg) {
   const ChildArgs* a = static_cast<const ChildArgs*>(arg);
   long r;
+
+  // A new user namespace starts with no mapping: map our own ids 1:1 (the
+  // one mapping an unprivileged process may write for itself), setgroups
+  // denied first as the kernel requires for gid_map.
+  if (a->uid_map) {
+    r = write_proc_file("/proc/self/setgroups", "deny");
+    if (r < 0 && r != -ENOENT) child_fail(a, kStageUserns, r);
+    r = write_proc_file("/proc/self/uid_map", a->uid_map);
+    if (r < 0) child_fail(a, kStageUserns, r);
+    r = write_proc_file("/proc/self/gid_map", a->gid_map);
+    if (r < 0) child_fail(a, kStageUserns, r);
+  }
 
   // Fallback path (no CLONE_INTO_CGROUP): join the call's cgroup before any of
   // the command's code runs. Writing "0" moves the writer itself.
@@ -171,9 +205,20 @@ int child_main(void* arg) {
     if (r < 0) child_fail(a, kStageSetuid, r);
   }
 
+  if (a->pdeathsig) {
+    r = raw::syscall2(__NR_prctl, PR_SET_PDEATHSIG, a->pdeathsig);
+    if (r < 0) child_fail(a, kStagePdeathsig, r);
+  }
+
   // Nothing of the harness but 0..2 may reach the command. CLOEXEC rather than
   // close keeps the report pipe usable until exec succeeds.
   raw::syscall3(__NR_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
+  if (a->pass_fd >= 0) {
+    // dup3 without O_CLOEXEC leaves fd 3 open across exec.
+    r = a->pass_fd == 3 ? raw::syscall3(__NR_fcntl, 3, F_SETFD, 0)
+                        : raw::syscall3(__NR_dup3, a->pass_fd, 3, 0);
+    if (r < 0) child_fail(a, kStagePassFd, r);
+  }
 
   uint64_t empty_mask = 0;
   raw::syscall4(__NR_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&empty_mask), 0, 8);
@@ -278,15 +323,25 @@ SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* 
   args.set_gid = req.set_gid;
   args.uid = req.uid;
   args.gid = req.gid;
+  args.pass_fd = req.pass_fd;
+  args.pdeathsig = req.pdeathsig;
+  std::string uid_map, gid_map;
+  if (req.ns_flags & CLONE_NEWUSER) {
+    uid_map = std::to_string(geteuid()) + " " + std::to_string(geteuid()) + " 1\n";
+    gid_map = std::to_string(getegid()) + " " + std::to_string(getegid()) + " 1\n";
+    args.uid_map = uid_map.c_str();
+    args.gid_map = gid_map.c_str();
+  }
 
   int pidfd = -1;
   long pid = -ENOSYS;
+  Fd late_procs;
   CloneMethod method = CloneMethod::kClone3;
   {
     AllSignalsBlocked blocked;
     if (g_clone3_works.load(std::memory_order_relaxed)) {
       CloneArgs ca{};
-      ca.flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD;
+      ca.flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | req.ns_flags;
       ca.pidfd = reinterpret_cast<uint64_t>(&pidfd);
       ca.exit_signal = SIGCHLD;
       ca.stack = reinterpret_cast<uint64_t>(stack.base());
@@ -296,17 +351,30 @@ SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* 
         ca.cgroup = static_cast<uint64_t>(req.cgroup_dir);
       }
       pid = proctree_clone3(&ca, sizeof ca, child_main, &args);
-      // ENOSYS: seccomp (Docker's default profile) or qemu-user; E2BIG: a
-      // kernel that predates the cgroup field. Both mean: use clone().
-      if (pid == -ENOSYS || pid == -E2BIG) g_clone3_works.store(false, std::memory_order_relaxed);
+      // ENOSYS: seccomp (Docker's default profile) or qemu-user; EPERM
+      // without namespace flags: a seccomp filter that answers clone3 with
+      // EPERM instead; E2BIG: a kernel that predates the cgroup field. All
+      // mean: use clone().
+      if (pid == -ENOSYS || pid == -E2BIG || (pid == -EPERM && req.ns_flags == 0)) {
+        g_clone3_works.store(false, std::memory_order_relaxed);
+        pid = -ENOSYS;
+      }
+    } else {
+      pid = -ENOSYS;
     }
-    if (pid == -ENOSYS || pid == -E2BIG) {
+    if (pid == -ENOSYS) {
       // clone() cannot place the child into a cgroup: the child joins it
       // itself, before running anything of the command.
       method = CloneMethod::kClone;
-      args.procs_fd = req.cgroup_dir >= 0 ? req.cgroup_procs : -1;
+      // The first spawn that finds clone3 missing has no cgroup.procs open
+      // yet (the registry opens it only once clone3 is known to be gone).
+      if (req.cgroup_dir >= 0 && req.cgroup_procs < 0) {
+        late_procs.reset(openat(req.cgroup_dir, "cgroup.procs", O_WRONLY | O_CLOEXEC));
+        if (!late_procs) return SysError::from_errno("open", "cgroup.procs");
+      }
+      args.procs_fd = req.cgroup_dir >= 0 ? (req.cgroup_procs >= 0 ? req.cgroup_procs : late_procs.get()) : -1;
       void* top = static_cast<char*>(stack.base()) + stack.size();
-      int flags = CLONE_VM | CLONE_VFORK | SIGCHLD;
+      int flags = CLONE_VM | CLONE_VFORK | SIGCHLD | static_cast<int>(req.ns_flags);
       if (g_clone_pidfd_works.load(std::memory_order_relaxed)) {
         pid = clone(child_main, top, flags | CLONE_PIDFD, &args, &pidfd);
         if (pid < 0 && errno == EINVAL) {

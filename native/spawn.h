@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,15 @@ struct SpawnRequest {
   int cgroup_dir = -1;      // O_DIRECTORY fd of the call's cgroup, -1 = none
   int cgroup_procs = -1;    // that cgroup's cgroup.procs, opened for writing
   bool new_session = true;
+  // Placed at fd 3 in the child without FD_CLOEXEC: the control socket of a
+  // pidns/subreaper shim. -1 = none.
+  int pass_fd = -1;
+  // PR_SET_PDEATHSIG for the child, armed after any uid change (a uid change
+  // clears it). Its "parent" is the thread that calls spawn_process.
+  int pdeathsig = 0;
+  // Extra clone flags: CLONE_NEWPID, optionally with CLONE_NEWUSER (then the
+  // child maps its own uid and gid 1:1 before it execs).
+  uint64_t ns_flags = 0;
 };
 
 // How the child was created, for capabilities() and the smoke tests.

@@ -55,7 +55,9 @@ export const advice: Readonly<Record<string, Advice>> = {
     byErrno: { EPERM: 'user namespaces are blocked here (sysctl, AppArmor `kernel.apparmor_restrict_unprivileged_userns=0`, or a seccomp profile): allow them, or use the cgroup tier' },
   },
   userns: { fix: 'allow unprivileged user namespaces (`sysctl kernel.unprivileged_userns_clone=1`, `user.max_user_namespaces`>0)' },
-  subreaper: { fix: 'prctl(PR_SET_CHILD_SUBREAPER) needs Linux >= 3.4' },
+  subreaper: { fix: 'prctl(PR_SET_CHILD_SUBREAPER) needs Linux >= 3.4, and the proctree-helper executable next to the addon' },
+  pidfdSendSignal: { fix: 'Linux >= 5.1 (pidfd_send_signal); a seccomp profile that blocks it must allow it' },
+  helper: { fix: `the proctree-helper executable must sit next to proctree.node (it ships in each prebuild folder): ${rebuild}` },
   pgroup: { fix: 'process groups are always available; this tier cannot catch setsid escapes' },
 };
 
@@ -128,7 +130,7 @@ export function adviceFor(name: string, probe: ProbeEntry): string | undefined {
 export function tierUsable(caps: Readonly<Record<string, unknown>>): boolean {
   const tier = caps.tier;
   if (typeof tier !== 'string' || tier === '') return false;
-  const needed = tier === 'cgroup' ? [tier, 'cgroup2'] : [tier];
+  const needed = tier === 'cgroup' ? [tier, 'cgroup2', 'delegation'] : [tier];
   return !rows(caps).some((r) => r.kind === 'probe' && needed.includes(r.name) && !r.probe.ok);
 }
 

@@ -1,14 +1,21 @@
-// proctree-helper: the small executable that ships next to the addon. Its
-// one job today is the guardian (see guardian.h).
+// proctree-helper: the small executable that ships next to the addon: the
+// guardian (see guardian.h), and the per-call shims of the pidns and
+// subreaper tiers (see helper/shim.cc).
 #include <cstdio>
 #include <cstring>
 
 #include "../guardian.h"
+#include "shim.h"
 
 int main(int argc, char** argv) {
   if (argc == 4 && strcmp(argv[1], "guardian") == 0) {
     return proctree::guardian_main(argv[2], argv[3]);
   }
-  fprintf(stderr, "usage: proctree-helper guardian <cgroup-dir> <subtree-prefix>\n");
+  if (argc >= 2 && (strcmp(argv[1], "init") == 0 || strcmp(argv[1], "subreaper") == 0)) {
+    return proctree::shim_main(strcmp(argv[1], "init") == 0, argc - 2, argv + 2);
+  }
+  fprintf(stderr,
+          "usage: proctree-helper guardian <cgroup-dir> <subtree-prefix>\n"
+          "       proctree-helper init|subreaper <n> <candidate>... -- <argv>...\n");
   return 2;
 }

@@ -1,0 +1,72 @@
+// The cgroup tier: the call's tree is its cgroup leaf. The ladder freezes it,
+// signals every member once by pidfd, thaws, waits grace, then cgroup.kill;
+// cgroup.events' populated 0 proves it empty. Kernels without cgroup.kill
+// (< 5.14) get freeze + SIGKILL each member + thaw, repeated until populated
+// 0; kernels without cgroup.freeze (< 5.2) get signal-and-rescan rounds.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "call.h"
+#include "cgroup.h"
+
+namespace proctree {
+
+class CgroupCall : public Call {
+ public:
+  CgroupCall(CallHost* host, uint64_t id, CgroupDir cgroup, std::string cgroup_rel, SpawnResult proc);
+
+  SysError start() override;
+  Tier tier() const override { return Tier::kCgroup; }
+  const std::string& cgroup_path() const { return cgroup_.path(); }
+
+  void handle_process_exit() override;
+  void handle_cgroup_events() override;
+  bool terminate(int grace_ms, int sig, const std::string& reason) override;
+  int signal_all(int sig) override;
+  std::vector<pid_t> members() const override;
+  void kill_now() override;
+  void finish_sync() override;
+  bool populated_now() const override;
+
+ private:
+  enum class Phase { kIdle, kFreezing, kGrace, kKilling, kDone };
+
+  void unwatch() override;
+  void on_timeout() override;
+  void refresh_events();
+  void signal_members_and_thaw();
+  void start_kill();
+  // cgroup.kill, or where it is missing, SIGKILL every member (frozen first
+  // when cgroup.freeze exists, so none can fork between read and kill).
+  void kill_round();
+  void ladder_done();
+  void ladder_gave_up();
+  void maybe_finish();
+  // pidfd_open + membership check + signal; false if not ours or gone.
+  bool signal_member(pid_t pid, int sig, bool count_escape);
+
+  CgroupDir cgroup_;
+  std::string cgroup_rel_;  // hierarchy-relative path, as in /proc/<pid>/cgroup
+  int wd_ = -1;
+  bool has_kill_ = true;
+  bool has_freeze_ = true;
+
+  bool exited_ = false;
+  bool exit_posted_ = false;
+  bool populated_ = true;
+  bool frozen_ = false;
+
+  Phase phase_ = Phase::kIdle;
+  bool ladder_started_ = false;
+  bool report_ready_ = false;
+  bool report_posted_ = false;
+  int grace_ms_ = 0;
+  int term_signal_ = 15;
+  int kill_rounds_ = 0;
+  uint64_t ladder_start_ns_ = 0;
+  CleanupReport report_;
+};
+
+}  // namespace proctree

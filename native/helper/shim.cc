@@ -1,0 +1,189 @@
+// The per-call shim of the pidns and subreaper tiers: `proctree-helper init`
+// runs as PID 1 of a new PID namespace, `proctree-helper subreaper` as a
+// PR_SET_CHILD_SUBREAPER process. Either way it starts the command in a new
+// session, reaps every process of the tree (all orphans are reparented to
+// it), reports the command's exit on the control socket, and exits once it
+// has no child left (wait: ECHILD), which the harness sees on its pidfd as
+// "the tree is empty". It is single-threaded, so fork() here is safe.
+#include "shim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "../descendants.h"
+#include "../pidfd.h"
+#include "../shim_protocol.h"
+
+namespace proctree {
+namespace {
+
+void send_message(int32_t kind, int32_t a, int32_t b) {
+  shim::Message m{kind, a, b, 0};
+  // MSG_NOSIGNAL: a harness that is gone must not kill us with SIGPIPE
+  // before we have killed the tree.
+  send(shim::kControlFd, &m, sizeof m, MSG_NOSIGNAL);
+}
+
+// The pid of our one child as the harness's /proc numbers it: inside a new
+// PID namespace fork() returns the inner pid, but /proc is still the
+// harness's mount, where /proc/thread-self is us in its numbering.
+pid_t outer_pid_of_child(pid_t inner) {
+  char buf[64];
+  int fd = open("/proc/thread-self/children", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return inner;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return inner;
+  buf[n] = '\0';
+  long v = strtol(buf, nullptr, 10);
+  return v > 0 ? static_cast<pid_t>(v) : inner;
+}
+
+// The harness is gone: SIGKILL everything below us until nothing is left to
+// signal. Bounded; whatever it misses is still reaped by the loop after.
+void kill_tree() {
+  for (int round = 0; round < 200; ++round) {
+    std::vector<pid_t> pids = live_descendants(getpid());
+    if (pids.empty()) return;
+    for (pid_t pid : pids) {
+      Fd fd = pidfd_open(pid);
+      if (fd) pidfd_signal(fd.get(), SIGKILL);
+    }
+    usleep(1000);
+  }
+}
+
+const int kIgnored[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2, SIGTSTP, SIGTTIN, SIGTTOU};
+
+}  // namespace
+
+int shim_main(bool as_init, int argc, char** argv) {
+  // argv: <n> <candidate>... -- <arg0> <args>...
+  if (argc < 3) return 2;
+  int n = atoi(argv[0]);
+  if (n < 1 || n + 2 > argc || strcmp(argv[n + 1], "--") != 0) return 2;
+  char** candidates = argv + 1;
+  char** cmd_argv = argv + n + 2;
+  candidates[n] = nullptr;  // overwrites "--": the list ends there
+
+  // The command must not inherit the control socket.
+  fcntl(shim::kControlFd, F_SETFD, FD_CLOEXEC);
+
+  if (!as_init && prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    send_message(shim::kExecFailed, errno, shim::kStageFork);
+    return 1;
+  }
+
+  // The ladder's signals go to the tree, never to us: the harness signals
+  // members by pidfd and ends a pidns by SIGKILL to us.
+  for (int sig : kIgnored) signal(sig, SIG_IGN);
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, nullptr);
+  int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) {
+    send_message(shim::kExecFailed, errno, shim::kStageFork);
+    return 1;
+  }
+  pid_t child = fork();
+  if (child < 0) {
+    send_message(shim::kExecFailed, errno, shim::kStageFork);
+    return 1;
+  }
+  if (child == 0) {
+    close(report[0]);
+    // Ignored signals stay ignored across exec: give the command defaults.
+    for (int sig : kIgnored) signal(sig, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    int32_t fail[2] = {shim::kStageSetsid, 0};
+    if (setsid() < 0) {
+      fail[1] = errno;
+      (void)!write(report[1], fail, sizeof fail);
+      _exit(127);
+    }
+    bool eacces = false;
+    for (char** c = candidates; *c; ++c) {
+      execv(*c, cmd_argv);
+      if (errno == EACCES) {
+        eacces = true;
+      } else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ENODEV &&
+                 errno != ETIMEDOUT) {
+        break;
+      }
+    }
+    fail[0] = shim::kStageExecve;
+    fail[1] = (errno == ENOENT || errno == ENOTDIR) && eacces ? EACCES : errno;
+    (void)!write(report[1], fail, sizeof fail);
+    _exit(127);
+  }
+  close(report[1]);
+  int32_t fail[2];
+  ssize_t got;
+  do {
+    got = read(report[0], fail, sizeof fail);
+  } while (got < 0 && errno == EINTR);
+  close(report[0]);
+  if (got == static_cast<ssize_t>(sizeof fail)) {
+    waitpid(child, nullptr, 0);
+    send_message(shim::kExecFailed, fail[1], fail[0]);
+    return 0;
+  }
+  send_message(shim::kExecOk, as_init ? outer_pid_of_child(child) : child, 0);
+
+  bool harness_gone = false;
+  for (;;) {
+    // Reap everything that has exited; ECHILD: the tree is empty, we are done.
+    for (;;) {
+      int status = 0;
+      pid_t r = waitpid(-1, &status, WNOHANG);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return 0;  // ECHILD
+      if (r == 0) break;
+      if (r == child) {
+        if (WIFEXITED(status)) {
+          send_message(shim::kExit, WEXITSTATUS(status), 0);
+        } else {
+          send_message(shim::kExit, -1, WTERMSIG(status));
+        }
+      }
+    }
+    pollfd fds[2] = {{sfd, POLLIN, 0}, {harness_gone ? -1 : shim::kControlFd, POLLIN, 0}};
+    int r = poll(fds, 2, harness_gone ? 20 : -1);
+    if (r < 0 && errno != EINTR) return 1;
+    if (fds[0].revents) {
+      signalfd_siginfo si;
+      while (read(sfd, &si, sizeof si) > 0) {
+      }
+    }
+    if (!harness_gone && fds[1].revents) {
+      char buf[64];
+      ssize_t m = recv(shim::kControlFd, buf, sizeof buf, MSG_DONTWAIT);
+      if (m == 0 || (m < 0 && errno != EAGAIN && errno != EINTR)) {
+        harness_gone = true;
+        // PID 1 exiting kills the namespace, atomically: nothing to walk.
+        if (as_init) return 0;
+        kill_tree();
+      }
+    }
+    if (harness_gone && !as_init) kill_tree();
+  }
+}
+
+}  // namespace proctree

@@ -1,0 +1,42 @@
+// The control socket between the harness and a call's shim (the pidns init or
+// the subreaper), a SOCK_SEQPACKET pair: the shim holds its end at fd 3.
+// Shim -> harness: one kExecOk or kExecFailed right after the command was
+// started, then kExit when the command's main process ends. Harness -> shim:
+// nothing but EOF, which means the harness is gone: the shim then kills its
+// whole tree (the init by exiting: the kernel kills the namespace).
+#pragma once
+
+#include <cstdint>
+
+namespace proctree::shim {
+
+enum Kind : int32_t {
+  kExecOk = 1,      // a = the command's pid as the harness sees it
+  kExecFailed = 2,  // a = errno, b = Stage
+  kExit = 3,        // a = exit code or -1, b = terminating signal or 0
+};
+
+enum Stage : int32_t {
+  kStageFork = 1,
+  kStageSetsid = 2,
+  kStageExecve = 3,
+};
+
+struct Message {
+  int32_t kind;
+  int32_t a;
+  int32_t b;
+  int32_t c;
+};
+
+inline const char* stage_syscall(int32_t stage) {
+  switch (stage) {
+    case kStageFork: return "fork";
+    case kStageSetsid: return "setsid";
+    default: return "execve";
+  }
+}
+
+constexpr int kControlFd = 3;
+
+}  // namespace proctree::shim
