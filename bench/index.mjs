@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// proctree's benchmarks: `npm run bench` (about 10 minutes on 2 cores) or
+// proctree's benchmarks: `npm run bench` (a few minutes, at most 10, on 2 cores) or
 // `npm run bench -- --quick` (under a minute, for CI: numbers are printed,
 // never asserted).
 //
@@ -10,7 +10,7 @@
 // every process any method starts lives below the outer cgroup and is
 // counted from the kernel's membership. The orchestrator stays outside and
 // removes the outer cgroup on every way out.
-import { fork } from 'node:child_process';
+import { execFileSync, fork } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -77,6 +77,7 @@ async function orchestrate(argv) {
   const cfg = Object.fromEntries(Object.entries(base).map(([k, v]) => [k, { ...v, ...override[k] }]));
   const t0 = performance.now();
   const startedAt = new Date().toISOString();
+  const loadAtStart = os.loadavg();
 
   let proctree;
   try {
@@ -119,16 +120,23 @@ async function orchestrate(argv) {
     const sectionCfg = cfg[section.name];
     raw[section.name] = [];
     const ts = performance.now();
-    for (const job of section.jobs(sectionCfg)) {
-      raw[section.name].push(await runWorker(section, job, { outer, bin }));
+    try {
+      for (const job of section.jobs(sectionCfg)) {
+        raw[section.name].push(await runWorker(section, job, { outer, bin }));
+      }
+      reports[section.name] = { title: mod.title, ...mod.report(raw[section.name], { job: sectionCfg }) };
+    } catch (err) {
+      // One broken section must not cost the others' numbers; the run still fails.
+      console.error(`[bench] ${section.name} failed: ${err.stack ?? err}`);
+      reports[section.name] = { title: mod.title, markdown: `**Failed:** ${err.message}` };
+      process.exitCode = 1;
     }
     console.error(`[bench] ${section.name}: ${((performance.now() - ts) / 1000).toFixed(1)} s`);
-    reports[section.name] = { title: mod.title, ...mod.report(raw[section.name], { job: sectionCfg }) };
   }
   outer.destroy();
 
   const wallMs = performance.now() - t0;
-  const machine = machineInfo(proctree);
+  const machine = { ...machineInfo(proctree), loadAverage: { start: loadAtStart, end: os.loadavg() } };
   const command = quick ? 'npm run bench -- --quick' : 'npm run bench';
   const { writeOutputs } = await import('./lib/output.mjs');
   await writeOutputs({
@@ -164,7 +172,23 @@ function machineInfo(proctree) {
     pidMax: Number(read('/proc/sys/kernel/pid_max')),
     transparentHugepage: read('/sys/kernel/mm/transparent_hugepage/enabled')?.match(/\[(\w+)\]/)?.[1] ?? null,
     cloneMethod: caps.clone,
+    proctree: buildRevision(),
   };
+}
+
+// What was measured: the checkout's commit, and whether the sources the build
+// comes from differed from it.
+function buildRevision() {
+  const git = (args) => {
+    try {
+      return execFileSync('git', args, { cwd: benchDir, stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim();
+    } catch {
+      return null;
+    }
+  };
+  const commit = git(['rev-parse', '--short', 'HEAD']);
+  const changed = git(['status', '--porcelain', '--', '../lib', '../native', '../binding.gyp']);
+  return { commit, uncommittedSourceChanges: changed === null ? null : changed.split('\n').filter(Boolean).length };
 }
 
 function runWorker(section, job, { outer, bin }) {
@@ -183,8 +207,11 @@ function runWorker(section, job, { outer, bin }) {
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     let result = null;
-    // A stuck worker must not stall the run forever.
-    const timer = setTimeout(() => child.kill('SIGKILL'), 8 * 60 * 1000);
+    // A stuck worker must not stall the run forever: say where it is stuck, then end it.
+    const timer = setTimeout(() => {
+      console.error(`[bench] ${section.name} worker stuck; its threads:\n${threadStates(child.pid)}`);
+      child.kill('SIGKILL');
+    }, 5 * 60 * 1000);
     child.on('message', (m) => {
       if (m.progress && process.env.PROCTREE_BENCH_VERBOSE) console.error(`  ${section.name}: ${m.progress}`);
       if (m.result) result = m.result;
@@ -195,6 +222,21 @@ function runWorker(section, job, { outer, bin }) {
       else reject(new Error(`${section.name} worker ended with ${signal ?? `code ${code}`} and no result`));
     });
   });
+}
+
+function threadStates(pid) {
+  try {
+    return fs
+      .readdirSync(`/proc/${pid}/task`)
+      .map((tid) => {
+        const at = (f) => fs.readFileSync(`/proc/${pid}/task/${tid}/${f}`, 'utf8').trim();
+        const stat = at('stat');
+        return `  ${tid} ${at('comm')} state=${stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0]} wchan=${at('wchan')}`;
+      })
+      .join('\n');
+  } catch (err) {
+    return `  (unreadable: ${err.message})`;
+  }
 }
 
 async function workerMain(spec) {

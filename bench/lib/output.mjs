@@ -55,7 +55,8 @@ function markdown({ command, startedAt, wallMs, machine, checks, reports, images
   out.push(
     `Made by \`${command}\` on ${startedAt.slice(0, 10)}: Linux ${machine.kernel} ${machine.arch}, ` +
       `${machine.cores} cores (${machine.cpuModel}), ${machine.memTotalGiB} GiB, Node ${machine.node}, ` +
-      `pid_max ${machine.pidMax}, transparent huge pages \`${machine.transparentHugepage}\`, proctree spawning with ${machine.cloneMethod}. ` +
+      `pid_max ${machine.pidMax}, transparent huge pages \`${machine.transparentHugepage}\`, load average ${machine.loadAverage.start[0].toFixed(1)} at start and ${machine.loadAverage.end[0].toFixed(1)} at end; ` +
+      `proctree at ${machine.proctree.commit ?? '?'}${machine.proctree.uncommittedSourceChanges ? ` with ${machine.proctree.uncommittedSourceChanges} uncommitted source file(s)` : ''}, spawning with ${machine.cloneMethod}. ` +
       `Wall time ${(wallMs / 1000).toFixed(0)} s. Raw samples: [results/${jsonFile}](results/${jsonFile}).`,
   );
   out.push('');

@@ -168,7 +168,7 @@ export function report(results, { job }) {
   };
   const reps = job.sizes.map((s) => `${job.reps[s]} at ${s}`).join(', ');
   const markdown = [
-    `From the start of cleanup to the tree's cgroup verified empty (cgroup.events \`populated 0\`). Trees of fan-out ${FANOUT}, all processes waiting in pause(); repetitions: ${reps}. Grace ${job.grace} ms. proctree: \`terminate({ grace })\`, which resolves once its own ladder saw the cgroup empty. killpg and tree-kill: SIGTERM, then SIGKILL if the tree is still populated when grace runs out, then the bench waits for \`populated 0\` of the trial cgroup they were started in.`,
+    `From the start of cleanup to the tree's cgroup verified empty (cgroup.events \`populated 0\`). Trees of fan-out ${FANOUT}, all processes waiting in pause(); repetitions: ${reps}. Grace ${job.grace} ms. proctree: \`terminate({ grace })\`, which resolves once its own ladder saw the cgroup empty. killpg and tree-kill: SIGTERM, then SIGKILL if the tree is still populated when grace runs out (the bench tells them, which favours them), then the bench waits for \`populated 0\` of the trial cgroup they were started in, polling every 1 ms besides inotify. proctree's ladder advances on inotify events of \`cgroup.events\`, which the kernel sends at most once per file per \`CGROUP_FILE_NOTIFY_MIN_INTV\` (10 ms, rounded up to jiffies); it waits for two of them (frozen, then empty), which is most of its time for small trees.`,
     '',
     table(header, rows),
     ...(Object.keys(job.skip ?? {}).length
