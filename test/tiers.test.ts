@@ -1,0 +1,189 @@
+// The escape suite of test/escape.test.ts, run in every confinement tier with
+// the outcome each tier promises (docs/tiers.md):
+//   cgroup, pidns — zero survivors in every case;
+//   subreaper     — zero survivors whenever the escapee stays a descendant of
+//                   the shim, which is every case here (setsid does not change
+//                   who reaps an orphan);
+//   pgroup        — a descendant that leaves the session is a known miss: it
+//                   survives, is not in leftovers (the tier cannot see it) and
+//                   verified is 'none'. The test then kills it itself, by the
+//                   pids its own token scan found.
+// Checked from the kernel's side: a /proc scan for each test's unique token.
+import { spawn as cpSpawn } from 'node:child_process';
+import fs from 'node:fs';
+
+import { afterAll, describe, expect, it } from 'vitest';
+
+import { type Confinement, spawn, type ToolCall } from '../dist/cjs/index.js';
+import { killCgroup, liveWith, token, waitForLive } from './helpers';
+
+const tiers: Confinement[] = ['cgroup', 'pidns', 'subreaper', 'pgroup'];
+const calls: ToolCall[] = [];
+const tokens: string[] = [];
+
+function track(call: ToolCall): ToolCall {
+  calls.push(call);
+  call.on('error', () => {});
+  return call;
+}
+
+afterAll(() => {
+  for (const c of calls) killCgroup(c.cgroup);
+  for (const t of tokens) for (const pid of liveWith(t)) process.kill(pid, 'SIGKILL');
+});
+
+const verified = { cgroup: 'cgroup.events', pidns: 'pidns', subreaper: 'subreaper', pgroup: 'none' } as const;
+
+function start(tier: Confinement, script: string, t: string, extra: object = {}): ToolCall {
+  tokens.push(t);
+  const call = track(spawn('bash', ['-c', script], { stdio: 'ignore', confinement: tier, ...extra }));
+  expect(call.confinement).toBe(tier);
+  return call;
+}
+
+/** Kills what a known miss left behind (pgroup only), and returns how many there were. */
+function reapMisses(t: string): number {
+  const left = liveWith(t, 'sleep');
+  for (const pid of left) process.kill(pid, 'SIGKILL');
+  return left.length;
+}
+
+describe.each(tiers)('confinement %s', (tier) => {
+  const escapeProof = tier !== 'pgroup';
+
+  it('double-fork + setsid', async () => {
+    const t = token();
+    const call = start(tier, `(setsid sleep ${t} &) ; sleep ${t}`, t);
+    expect((await waitForLive(t, 2, 'sleep')).length).toBe(2);
+    const report = await call.terminate({ grace: 1000 });
+    await call.done;
+    expect(report.confinement).toBe(tier);
+    expect(report.verified).toBe(verified[tier]);
+    expect(report.leftovers).toEqual([]);
+    if (escapeProof) {
+      expect(report.signaled).toBe(2);
+      expect(report.escaped).toBe(1);
+      expect(liveWith(t)).toEqual([]);
+    } else {
+      // Known miss: only the main sleep was visible and signalled.
+      expect(report.signaled).toBe(1);
+      expect(reapMisses(t)).toBe(1);
+    }
+  });
+
+  it('setpgid into a group of its own', async () => {
+    const t = token();
+    const py = `import os; os.setpgid(0, 0); os.execvp("sleep", ["sleep", "${t}"])`;
+    const call = start(tier, `python3 -c '${py}' & sleep ${t}`, t);
+    await waitForLive(t, 2, 'sleep');
+    const report = await call.terminate({ grace: 1000 });
+    await call.done;
+    // Still in the session: even pgroup sees it (by its session id).
+    expect(report.escaped).toBe(1);
+    expect(report.leftovers).toEqual([]);
+    expect(liveWith(t)).toEqual([]);
+  });
+
+  it('nohup … & disown', async () => {
+    const t = token();
+    const call = start(tier, `nohup sleep ${t} >/dev/null 2>&1 & disown; sleep ${t}`, t);
+    await waitForLive(t, 2, 'sleep');
+    const report = await call.terminate({ grace: 1000 });
+    await call.done;
+    expect(report.signaled).toBe(2);
+    expect(liveWith(t)).toEqual([]);
+  });
+
+  it('SIGTERM ignored: killed once grace runs out', async () => {
+    const t = token();
+    const call = start(tier, `trap '' TERM; sleep ${t} & setsid sleep ${t} & wait`, t);
+    await waitForLive(t, 2, 'sleep');
+    const grace = 400;
+    const report = await call.terminate({ grace });
+    await call.done;
+    expect(report.durationMs).toBeGreaterThanOrEqual(grace);
+    expect(call.signalCode).toBe('SIGKILL');
+    if (escapeProof) {
+      expect(report.signaled).toBe(3);
+      expect(report.killed).toBe(3);
+      expect(liveWith(t)).toEqual([]);
+    } else {
+      expect(report.signaled).toBe(2);
+      expect(report.killed).toBe(2);
+      expect(reapMisses(t)).toBe(1);
+    }
+  });
+
+  it('a descendant that keeps forking during the ladder', async () => {
+    const t = token(30);
+    // Bounded: at most 3000 forks, one every 2 ms.
+    const call = start(tier, `for i in $(seq 1 3000); do (setsid sleep ${t} &); sleep 0.002; done`, t);
+    await waitForLive(t, 20, 'sleep');
+    const report = await call.terminate({ grace: 300 });
+    await call.done;
+    if (escapeProof) {
+      expect(report.signaled).toBeGreaterThan(20);
+      expect(report.leftovers).toEqual([]);
+      expect(liveWith(t)).toEqual([]);
+    } else {
+      // Every setsid'd sleeper is a miss; none is reported, none was signalled.
+      expect(report.leftovers).toEqual([]);
+      expect(reapMisses(t)).toBeGreaterThanOrEqual(20);
+    }
+  });
+
+  it('main exits leaving a daemon', async () => {
+    const t = token();
+    const call = start(tier, `(setsid sleep ${t} &); exec sleep 0.2`, t, { grace: 500 });
+    await waitForLive(t, 1, 'sleep');
+    const result = await call.done;
+    expect(result.exitCode).toBe(0);
+    if (escapeProof) {
+      expect(result.cleanup?.reason).toBe('leftovers');
+      expect(result.cleanup?.verified).toBe(verified[tier]);
+      expect(result.cleanup?.signaled).toBe(1);
+      expect(liveWith(t)).toEqual([]);
+    } else {
+      // The daemon left the session: the call looks empty to this tier.
+      expect(result.cleanup).toBeNull();
+      expect(reapMisses(t)).toBe(1);
+    }
+  });
+
+  it('spawn errors surface as they do in the cgroup tier', async () => {
+    const call = track(spawn('/nonexistent/proctree-no-such-command', [], { confinement: tier }));
+    const err = await new Promise<Error & { code?: string; syscall?: string }>((resolve) => call.once('error', resolve));
+    expect(err.code).toBe('ENOENT');
+    expect(call.pid).toBeUndefined();
+  });
+});
+
+describe('the harness stays an ordinary parent', () => {
+  it('is not a subreaper: orphans of its own child_process children still go elsewhere', async () => {
+    const t = token();
+    tokens.push(t);
+    const call = track(spawn('sleep', [t], { confinement: 'subreaper', stdio: 'ignore' }));
+    await waitForLive(t, 1, 'sleep');
+    const t2 = token();
+    tokens.push(t2);
+    const child = cpSpawn('bash', ['-c', `(sleep ${t2} &); exit 0`], { stdio: 'ignore' });
+    await new Promise((r) => child.once('exit', r));
+    const [orphan] = await waitForLive(t2, 1, 'sleep');
+    const stat = fs.readFileSync(`/proc/${orphan}/stat`, 'utf8');
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    expect(ppid).not.toBe(process.pid);
+    process.kill(orphan, 'SIGKILL');
+    await call.terminate({ grace: 100 });
+  });
+
+  it('exit codes and stdout pass through the shims', async () => {
+    for (const tier of ['pidns', 'subreaper', 'pgroup'] as const) {
+      const call = track(spawn('sh', ['-c', 'echo out; exit 7'], { confinement: tier }));
+      const res = await call.done;
+      expect(res.exitCode).toBe(7);
+      expect(res.stdout).toBe('out\n');
+      expect(res.confinement).toBe(tier);
+      expect(res.cgroup).toBe('');
+    }
+  });
+});
