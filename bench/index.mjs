@@ -40,9 +40,14 @@ const FULL = {
 };
 
 const QUICK = {
-  completeness: { ...FULL.completeness, reps: 1, grace: 200 },
+  completeness: { ...FULL.completeness, reps: 1, grace: 150, settleMs: 50 },
   spawnLatency: { tiersMB: [50, 1024], samples: { 50: 30, 1024: 30 }, warmup: 5, floorSamples: 100 },
-  cleanupLatency: { ...FULL.cleanupLatency, sizes: [1, 10, 100], reps: { 1: 2, 10: 2, 100: 2 } },
+  cleanupLatency: {
+    ...FULL.cleanupLatency,
+    sizes: [1, 10, 100],
+    reps: { 1: 2, 10: 2, 100: 1 },
+    skip: { 'tree-kill': [100] },
+  },
   throughput: { calls: 200, concurrency: [1, 8, 64], reps: 1 },
   memory: { calls: 200, methods: ['proctree', 'child_process'] },
 };

@@ -176,7 +176,7 @@ export function report(results, { job }) {
           '',
           `¹ Not run: ${Object.entries(job.skip)
             .map(([m, sizes]) => `${METHODS[m].label} at ${sizes.join(', ')}`)
-            .join('; ')}. tree-kill runs one \`ps --ppid\` per process of the tree, all at once, each reading all of /proc, so its time grows about quadratically (compare 10 and 100); at 1000 processes one repetition takes minutes.`,
+            .join('; ')}. tree-kill runs one \`ps --ppid\` per process of the tree, all at once, each reading all of /proc, so its time grows about quadratically with the tree (a full run shows 10 and 100); at 1000 processes one repetition takes minutes.`,
         ]
       : []),
   ].join('\n');
