@@ -154,17 +154,10 @@ class Execa extends Baseline {
     return h;
   }
 
+  // execa escalates by itself (forceKillAfterDelay), so no generic ladder.
   async cleanup(grace) {
     this.sub.kill();
     await bounded(this.sub, grace + 2000);
-  }
-
-  async term() {
-    this.sub.kill('SIGTERM');
-  }
-
-  async kill() {
-    this.sub.kill('SIGKILL');
   }
 }
 

@@ -40,10 +40,6 @@ export function cell(summary) {
   return `${num(summary.median)} (${num(summary.min)}–${num(summary.max)})`;
 }
 
-export function ratio(a, b) {
-  return a / b;
-}
-
 export function ratioCell(r) {
   return Number.isFinite(r) ? `${num(r)}×` : '–';
 }
