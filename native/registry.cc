@@ -50,6 +50,10 @@ SysError Registry::ensure_open() {
   uv_timer_init(loop_, flush_timer_);
   flush_timer_->data = this;
   uv_unref(reinterpret_cast<uv_handle_t*>(flush_timer_));
+  idle_timer_ = new uv_timer_t;
+  uv_timer_init(loop_, idle_timer_);
+  idle_timer_->data = this;
+  uv_unref(reinterpret_cast<uv_handle_t*>(idle_timer_));
   return SysError::none();
 }
 
@@ -262,12 +266,26 @@ void Registry::reap_finished() {
   remove_idle_groups();
 }
 
-// Remove every directory we made as soon as it is empty: a harness that dies
-// later without running any hook then leaves nothing in the tree.
+// Remove every directory we made once it has been empty for a moment: a
+// harness that dies later without running any hook then leaves nothing in the
+// tree, and a harness running calls one after another does not pay a mkdir
+// and an rmdir of its subtree for each. The timer is unreferenced: at exit the
+// 'exit' hook (or the guardian) removes the subtree instead.
 void Registry::remove_idle_groups() {
-  if (!calls_.empty()) return;
-  for (auto& kv : groups_) kv.second.remove();
-  groups_.clear();
+  if (!calls_.empty() || groups_.empty()) return;
+  if (!idle_timer_ || closing_) {
+    for (auto& kv : groups_) kv.second.remove();
+    groups_.clear();
+    return;
+  }
+  uv_timer_start(idle_timer_, on_idle_timer, kGroupLingerMs, 0);
+}
+
+void Registry::on_idle_timer(uv_timer_t* t) {
+  Registry* self = static_cast<Registry*>(t->data);
+  if (!self->calls_.empty()) return;
+  for (auto& kv : self->groups_) kv.second.remove();
+  self->groups_.clear();
 }
 
 void Registry::on_process_exit(uint64_t call_id) {
@@ -327,15 +345,16 @@ void Registry::close_handles(void (*done)(void*), void* arg) {
   }
   ++handles_open_;
   reactor_.close([](void* self) { static_cast<Registry*>(self)->handle_closed(); }, this);
-  if (flush_timer_) {
+  for (uv_timer_t** timer : {&flush_timer_, &idle_timer_}) {
+    if (!*timer) continue;
     ++handles_open_;
-    uv_timer_stop(flush_timer_);
-    uv_close(reinterpret_cast<uv_handle_t*>(flush_timer_), [](uv_handle_t* h) {
+    uv_timer_stop(*timer);
+    uv_close(reinterpret_cast<uv_handle_t*>(*timer), [](uv_handle_t* h) {
       Registry* self = static_cast<Registry*>(h->data);
       delete reinterpret_cast<uv_timer_t*>(h);
       self->handle_closed();
     });
-    flush_timer_ = nullptr;
+    *timer = nullptr;
   }
   handle_closed();
 }

@@ -79,6 +79,7 @@ class Registry : public CallHost, public ReactorClient {
   SysError adopt(Call* call, SpawnedCall* out);
   void update_ref();
   void remove_idle_groups();
+  static void on_idle_timer(uv_timer_t* t);
   void flush();
   void reap_finished();
   static void on_flush_timer(uv_timer_t* t);
@@ -99,6 +100,8 @@ class Registry : public CallHost, public ReactorClient {
   std::deque<CallEvent> pending_;
   bool flushing_ = false;
   uv_timer_t* flush_timer_ = nullptr;
+  uv_timer_t* idle_timer_ = nullptr;
+  static constexpr uint64_t kGroupLingerMs = 1000;
   int handles_open_ = 0;
   void (*closed_cb_)(void*) = nullptr;
   void* closed_arg_ = nullptr;

@@ -118,3 +118,9 @@ export function zombieChildren(): number[] {
   }
   return out;
 }
+
+/** Polls `check` every 20 ms until it holds or `timeoutMs` passes. */
+export async function waitUntil(check: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+}

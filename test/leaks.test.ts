@@ -7,7 +7,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 
 import { run, spawn } from '../dist/cjs/index.js';
-import { openFdCount, zombieChildren } from './helpers';
+import { openFdCount, zombieChildren, waitUntil } from './helpers';
 
 describe('resources', () => {
   it('500 calls leave no zombie, fd or cgroup', async () => {
@@ -29,7 +29,10 @@ describe('resources', () => {
     await new Promise((r) => setTimeout(r, 100));
     expect(zombieChildren()).toEqual([]);
     expect(openFdCount()).toBeLessThanOrEqual(fdsBefore);
-    // The subtree itself goes once its last call is gone.
+    // No leaf is left, and the subtree itself goes a moment after its last call.
+    const leaves = fs.existsSync(subtree) ? fs.readdirSync(subtree).filter((n) => /^c\d+$/.test(n)) : [];
+    expect(leaves).toEqual([]);
+    await waitUntil(() => !fs.existsSync(subtree), 5000);
     expect(fs.existsSync(subtree)).toBe(false);
   });
 
