@@ -69,8 +69,10 @@ void CgroupCall::handle_process_exit() {
   proc_.pidfd.reset();
   host_->post(CallEvent{CallEvent::kExit, id_, st, {}, {}});
   exit_posted_ = true;
-  refresh_events();
-  maybe_finish();
+  // The exit may be the tree's last: re-read cgroup.events now and let the
+  // ladder move on, rather than wait for the kernel's next notification of
+  // that file, which it rate-limits to one per 10 ms or so.
+  handle_cgroup_events();
 }
 
 void CgroupCall::handle_cgroup_events() {
@@ -139,7 +141,7 @@ bool CgroupCall::terminate(int grace_ms, int sig, const std::string& reason) {
   return true;
 }
 
-bool CgroupCall::signal_member(pid_t pid, int sig, bool count_escape) {
+bool CgroupCall::signal_member(pid_t pid, int sig, bool count_escape, Fd* keep) {
   Fd fd = pidfd_open(pid);
   if (!fd) return false;
   // The number came from cgroup.procs; make sure the process the pidfd holds
@@ -156,6 +158,7 @@ bool CgroupCall::signal_member(pid_t pid, int sig, bool count_escape) {
   if (pidfd_signal(fd.get(), sig) != 0) return false;
   if (have_stat && (info.sid != proc_.pid || info.pgid != proc_.pid)) ++report_.escaped;
   if (sig != SIGCONT && sig != SIGKILL) pidfd_signal(fd.get(), SIGCONT);
+  if (keep) *keep = std::move(fd);
   return true;
 }
 
@@ -171,7 +174,14 @@ void CgroupCall::signal_members_and_thaw() {
       if (std::find(done.begin(), done.end(), pid) != done.end()) continue;
       fresh = true;
       done.push_back(pid);
-      if (signal_member(pid, term_signal_, true)) ++report_.signaled;
+      Fd fd;
+      if (!signal_member(pid, term_signal_, true, &fd)) continue;
+      ++report_.signaled;
+      // Watch (a bounded number of) the members we signalled: the last one's
+      // exit ends the grace wait at once.
+      if (member_fds_.size() < kMaxWatchedMembers && !host_->reactor().watch_member(fd.get(), id_)) {
+        member_fds_.push_back(std::move(fd));
+      }
     }
     if (!fresh) break;
   }
@@ -219,6 +229,7 @@ void CgroupCall::kill_round() {
 }
 
 void CgroupCall::ladder_done() {
+  member_fds_.clear();
   phase_ = Phase::kDone;
   report_.duration_ms = static_cast<double>(now_ns() - ladder_start_ns_) / 1e6;
   report_ready_ = true;
@@ -232,6 +243,7 @@ void CgroupCall::ladder_gave_up() {
     ProcessInfo info;
     if (read_process_info(pid, &info)) report_.leftovers.push_back(info);
   }
+  member_fds_.clear();
   phase_ = Phase::kDone;
   report_.duration_ms = static_cast<double>(now_ns() - ladder_start_ns_) / 1e6;
   report_ready_ = true;

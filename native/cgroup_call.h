@@ -44,8 +44,9 @@ class CgroupCall : public Call {
   void ladder_done();
   void ladder_gave_up();
   void maybe_finish();
-  // pidfd_open + membership check + signal; false if not ours or gone.
-  bool signal_member(pid_t pid, int sig, bool count_escape);
+  // pidfd_open + membership check + signal; false if not ours or gone. With
+  // keep, the pidfd is handed back for watching.
+  bool signal_member(pid_t pid, int sig, bool count_escape, Fd* keep = nullptr);
 
   CgroupDir cgroup_;
   std::string cgroup_rel_;  // hierarchy-relative path, as in /proc/<pid>/cgroup
@@ -67,6 +68,8 @@ class CgroupCall : public Call {
   int kill_rounds_ = 0;
   uint64_t ladder_start_ns_ = 0;
   CleanupReport report_;
+  static constexpr size_t kMaxWatchedMembers = 256;
+  std::vector<Fd> member_fds_;  // pidfds of signalled members, in the reactor
 };
 
 }  // namespace proctree

@@ -13,6 +13,7 @@ namespace {
 constexpr uint64_t kInotifyTag = ~uint64_t{0};
 // Call ids count up from 1 and never reach bit 62: it marks control sockets.
 constexpr uint64_t kControlBit = uint64_t{1} << 62;
+constexpr uint64_t kMemberBit = uint64_t{1} << 61;
 
 }  // namespace
 
@@ -50,6 +51,16 @@ SysError Reactor::watch_process(int pidfd, uint64_t call_id) {
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = call_id;
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, pidfd, &ev) != 0) return SysError::from_errno("epoll_ctl");
+  return SysError::none();
+}
+
+SysError Reactor::watch_member(int pidfd, uint64_t call_id) {
+  epoll_event ev{};
+  // One-shot: a dead member's pidfd stays readable, and one wake-up is all
+  // it is for. Closing the pidfd takes it out of the set.
+  ev.events = EPOLLIN | EPOLLONESHOT;
+  ev.data.u64 = call_id | kMemberBit;
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, pidfd, &ev) != 0) return SysError::from_errno("epoll_ctl");
   return SysError::none();
 }
@@ -155,11 +166,18 @@ void Reactor::dispatch() {
       inotify_ready = true;
     } else if (evs[i].data.u64 & kControlBit) {
       control.push_back(evs[i].data.u64 & ~kControlBit);
+    } else if (evs[i].data.u64 & kMemberBit) {
+      // handled below, with the cgroup.events changes
     } else {
       exited.push_back(evs[i].data.u64);
     }
   }
   std::unordered_map<uint64_t, bool> changed;
+  for (int i = 0; i < n; ++i) {
+    if (evs[i].data.u64 != kInotifyTag && (evs[i].data.u64 & kMemberBit)) {
+      changed[evs[i].data.u64 & ~kMemberBit] = true;
+    }
+  }
   if (inotify_ready) drain_inotify(&changed);
   // A shim reports the command's exit before it exits itself.
   for (uint64_t id : control) client_->on_control(id);

@@ -38,6 +38,9 @@ class Reactor {
   // Removes any fd added by watch_process or watch_control.
   void unwatch_process(int pidfd);
   SysError watch_control(int fd, uint64_t call_id);
+  // A member's pidfd: when it exits, the call re-reads its cgroup.events
+  // (whose own notifications the kernel rate-limits).
+  SysError watch_member(int pidfd, uint64_t call_id);
   SysError watch_cgroup(const std::string& events_path, uint64_t call_id, int* wd);
   void unwatch_cgroup(int wd);
 
