@@ -1,6 +1,8 @@
 // The one file that loads the addon, and the exact shape of what it exports.
 import path from 'node:path';
 
+import type { ProcessInfo } from './types';
+
 export type NativeStdio = 'pipe' | 'ignore' | 'inherit' | number;
 
 export interface NativeSpawnSpec {
@@ -35,14 +37,8 @@ export interface NativeSpawned {
   stdio: [number, number, number];
 }
 
-export interface NativeProcessInfo {
-  pid: number;
-  ppid: number;
-  pgid: number;
-  sid: number;
-  comm: string;
-  cmdline: string;
-}
+/** The addon builds ProcessInfo objects itself (native/binding.cc). */
+export type NativeProcessInfo = ProcessInfo;
 
 export interface NativeReport {
   reason: string;

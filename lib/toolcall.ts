@@ -9,7 +9,6 @@ import {
   native,
   NativeEventKind,
   type NativeErrorShape,
-  type NativeProcessInfo,
   type NativeReport,
   type NativeStdio,
 } from './native';
@@ -39,9 +38,6 @@ export const terminateFor = Symbol('proctree.terminateFor');
 /** Fails a call that is still queued, so it never starts. @internal */
 export const dropQueued = Symbol('proctree.dropQueued');
 
-function toProcessInfo(p: NativeProcessInfo): ProcessInfo {
-  return { pid: p.pid, ppid: p.ppid, pgid: p.pgid, sid: p.sid, comm: p.comm, cmdline: p.cmdline };
-}
 
 const verification: Record<Confinement, Verification> = {
   cgroup: 'cgroup.events',
@@ -411,7 +407,7 @@ export class ToolCall extends EventEmitter {
     if (this.#ladder || this.#empty || this.#killedAll) return;
     const pids = native.members(this.#id);
     if (pids.length === 0) return;
-    const infos = native.processInfo(pids).map(toProcessInfo);
+    const infos = native.processInfo(pids);
     if (infos.length > 0) this.emit('leftover', infos);
     if (this.#opts.leftovers === 'kill' && !this.#ladder) void this.#startLadder('leftovers', this.#opts.grace);
   }
@@ -423,7 +419,7 @@ export class ToolCall extends EventEmitter {
       signaled: r.signaled,
       killed: r.killed,
       escaped: r.escaped,
-      leftovers: r.leftovers.map(toProcessInfo),
+      leftovers: r.leftovers,
       verified: r.verified,
       durationMs: r.durationMs,
     };
