@@ -48,7 +48,9 @@ describe('events and results', () => {
 
   it('main exits leaving a daemon: leftover names it, then it is killed', async () => {
     const t = token();
-    const call = track(spawn('bash', ['-c', `setsid sleep ${t} & disown; exit 0`], { stdio: 'ignore', grace: 500 }));
+    // The pause lets the daemon exec sleep first: /proc/<pid>/cmdline reads
+    // empty while a process is in the middle of execve.
+    const call = track(spawn('bash', ['-c', `setsid sleep ${t} & disown; sleep 0.2; exit 0`], { stdio: 'ignore', grace: 500 }));
     const seen = recordEvents(call);
     const leftovers = new Promise<{ comm: string; cmdline: string; sid: number; pid: number }[]>((resolve) =>
       call.once('leftover', resolve),
