@@ -345,6 +345,10 @@ void Registry::close_handles(void (*done)(void*), void* arg) {
   }
   ++handles_open_;
   reactor_.close([](void* self) { static_cast<Registry*>(self)->handle_closed(); }, this);
+  // An idle subtree waiting for its timer goes now (rmdir fails harmlessly
+  // on one that still holds calls).
+  for (auto& kv : groups_) kv.second.remove();
+  groups_.clear();
   for (uv_timer_t** timer : {&flush_timer_, &idle_timer_}) {
     if (!*timer) continue;
     ++handles_open_;

@@ -50,6 +50,9 @@ class Registry : public CallHost, public ReactorClient {
   // shim of pidns and subreaper).
   SysError spawn_tier(Tier tier, const std::string& helper, SpawnRequest req, SpawnedCall* out);
 
+  // How long an empty subtree is kept before it is removed.
+  static constexpr uint64_t kGroupLingerMs = 1000;
+
   Call* find(uint64_t id);
   ChildStack& child_stack() { return stack_; }
   void set_referenced(uint64_t id, bool ref);
@@ -101,7 +104,6 @@ class Registry : public CallHost, public ReactorClient {
   bool flushing_ = false;
   uv_timer_t* flush_timer_ = nullptr;
   uv_timer_t* idle_timer_ = nullptr;
-  static constexpr uint64_t kGroupLingerMs = 1000;
   int handles_open_ = 0;
   void (*closed_cb_)(void*) = nullptr;
   void* closed_arg_ = nullptr;

@@ -155,6 +155,14 @@ void escape_scenario() {
   std::vector<pid_t> survivors = live_with(tok);
   for (pid_t p : survivors) kill(p, SIGKILL);  // only what this test started
   bool cgroup_gone = !exists(call.cgroup);
+  // The idle subtree lingers for a moment (its timer does not hold the loop):
+  // keep the loop alive a little longer than that and it is gone.
+  uv_timer_t linger;
+  uv_timer_init(&loop.loop, &linger);
+  uv_timer_start(&linger, [](uv_timer_t*) {}, Registry::kGroupLingerMs + 300, 0);
+  uv_run(&loop.loop, UV_RUN_DEFAULT);
+  uv_close(reinterpret_cast<uv_handle_t*>(&linger), nullptr);
+  uv_run(&loop.loop, UV_RUN_DEFAULT);
   bool group_gone = !exists(loc.own_path + "/" + group);
   bool closed = false;
   close_registry(reg, &loop, &closed);
