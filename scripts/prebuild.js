@@ -6,7 +6,7 @@
 // architecture for every Node version; arm64 is cross-compiled with Debian's
 // g++-aarch64-linux-gnu, installed with apt-get when missing and we are root.
 //
-//   npm run prebuilds                        both architectures
+//   npm run prebuild                        both architectures
 //   node scripts/prebuild.js                 the same
 //   node scripts/prebuild.js --arch x64      one
 //   node scripts/prebuild.js --if-missing    skip an architecture whose
@@ -15,9 +15,9 @@
 // Each architecture builds in its own copy of the sources under .cache/ so
 // that the developer's build/ (which node-gyp-build prefers) is never touched.
 //
-// The npm script is "prebuilds", not "prebuild": npm runs a script named
-// pre<name> before <name>, so "prebuild" would run all of this (and need the
-// cross compiler) before every `npm run build`.
+// npm runs a script named pre<name> before <name>: that is why the package
+// has no "build" script (it is "compile"), or `npm run build` would run all
+// of this, cross compiler included, first.
 'use strict';
 const { execFileSync, spawnSync } = require('node:child_process');
 const fs = require('node:fs');

@@ -33,7 +33,7 @@ function missing(): string | null {
   if (process.arch !== 'x64') return `the host is ${process.arch}; this check emulates arm64 on x64`;
   if (!qemu) return 'qemu-aarch64-static is not installed (apt-get install qemu-user-static)';
   if (!fs.existsSync(armNode)) return 'no arm64 Node sysroot (bash scripts/arm64-sysroot.sh)';
-  if (!fs.existsSync(path.join(prebuild, 'proctree.node'))) return 'no arm64 prebuild (npm run prebuilds)';
+  if (!fs.existsSync(path.join(prebuild, 'proctree.node'))) return 'no arm64 prebuild (npm run prebuild)';
   if (!fs.existsSync(path.join(root, 'dist', 'cjs', 'index.js'))) return 'no dist/ (npm run build:ts)';
   return null;
 }
@@ -50,7 +50,7 @@ afterAll(() => {
 });
 
 describe('arm64 prebuild under qemu-user', () => {
-  const noPrebuild = fs.existsSync(path.join(prebuild, 'proctree.node')) ? null : 'no arm64 prebuild (npm run prebuilds)';
+  const noPrebuild = fs.existsSync(path.join(prebuild, 'proctree.node')) ? null : 'no arm64 prebuild (npm run prebuild)';
   it.skipIf(noPrebuild !== null && !required)(
     `node-gyp-build on arm64 picks prebuilds/linux-arm64/proctree.node${noPrebuild ? ` (${required ? 'cannot run' : 'skipped'}: ${noPrebuild})` : ''}`,
     () => {
