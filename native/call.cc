@@ -70,4 +70,24 @@ void Call::dispose() {
   });
 }
 
+void Ladder::begin(const std::string& reason, int grace, int sig, uint64_t now) {
+  started = true;
+  start_ns = now;
+  report = CleanupReport{};
+  report.reason = reason;
+  grace_ms = grace > 0 ? grace : 0;
+  term_signal = sig;
+}
+
+void Ladder::finish(uint64_t now) {
+  report.duration_ms = static_cast<double>(now - start_ns) / 1e6;
+  report_ready = true;
+}
+
+void Call::post_report_once() {
+  if (!ladder_.report_ready || ladder_.report_posted) return;
+  ladder_.report_posted = true;
+  host_->post(CallEvent{CallEvent::kCleanup, id_, {}, ladder_.report, {}});
+}
+
 }  // namespace proctree

@@ -43,6 +43,21 @@ struct CallEvent {
 
 class Reactor;
 
+// What every tier's kill ladder keeps: started once, one report, posted once.
+struct Ladder {
+  bool started = false;
+  bool report_ready = false;
+  bool report_posted = false;
+  int grace_ms = 0;
+  int term_signal = 15;
+  uint64_t start_ns = 0;
+  CleanupReport report;
+
+  void begin(const std::string& reason, int grace, int sig, uint64_t now);
+  // The ladder is over: the report is ready, its duration measured.
+  void finish(uint64_t now);
+};
+
 class CallHost {
  public:
   virtual ~CallHost() = default;
@@ -107,12 +122,17 @@ class Call {
   static void on_timer(uv_timer_t* t);
   static uint64_t now_ns() { return uv_hrtime(); }
 
+  // Posts the ladder's report as the 'cleanup' event, once it is ready.
+  void post_report_once();
+
   CallHost* host_;
   uint64_t id_;
   SpawnResult proc_;
   uv_timer_t* timer_ = nullptr;
   bool finished_ = false;
   bool ref_ = true;
+  bool exit_posted_ = false;
+  Ladder ladder_;
 };
 
 }  // namespace proctree

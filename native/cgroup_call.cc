@@ -84,7 +84,7 @@ void CgroupCall::handle_cgroup_events() {
         ladder_done();
       } else if (frozen_) {
         stop_timer();
-        report_.froze = true;
+        ladder_.report.froze = true;
         signal_members_and_thaw();
       }
       break;
@@ -102,20 +102,15 @@ void CgroupCall::handle_cgroup_events() {
 }
 
 bool CgroupCall::terminate(int grace_ms, int sig, const std::string& reason) {
-  if (ladder_started_ || finished_) return ladder_started_;
-  ladder_started_ = true;
-  ladder_start_ns_ = now_ns();
-  report_ = CleanupReport{};
-  report_.reason = reason;
-  grace_ms_ = std::max(grace_ms, 0);
-  term_signal_ = sig;
+  if (ladder_.started || finished_) return ladder_.started;
+  ladder_.begin(reason, grace_ms, sig, now_ns());
   refresh_events();
   if (!populated_) {
     ladder_done();
     maybe_finish();
     return true;
   }
-  if (grace_ms_ == 0) {
+  if (ladder_.grace_ms == 0) {
     start_kill();
     maybe_finish();
     return true;
@@ -132,10 +127,10 @@ bool CgroupCall::terminate(int grace_ms, int sig, const std::string& reason) {
   phase_ = Phase::kFreezing;
   refresh_events();
   if (frozen_) {
-    report_.froze = true;
+    ladder_.report.froze = true;
     signal_members_and_thaw();
   } else {
-    start_timer(std::min(grace_ms_, kMaxFreezeWaitMs));
+    start_timer(std::min(ladder_.grace_ms, kMaxFreezeWaitMs));
   }
   maybe_finish();
   return true;
@@ -156,7 +151,7 @@ bool CgroupCall::signal_member(pid_t pid, int sig, bool count_escape, Fd* keep) 
   // Success here proves the process was alive all along, so the cgroup and
   // stat we read were its own.
   if (pidfd_signal(fd.get(), sig) != 0) return false;
-  if (have_stat && (info.sid != proc_.pid || info.pgid != proc_.pid)) ++report_.escaped;
+  if (have_stat && (info.sid != proc_.pid || info.pgid != proc_.pid)) ++ladder_.report.escaped;
   if (sig != SIGCONT && sig != SIGKILL) pidfd_signal(fd.get(), SIGCONT);
   if (keep) *keep = std::move(fd);
   return true;
@@ -175,8 +170,8 @@ void CgroupCall::signal_members_and_thaw() {
       fresh = true;
       done.push_back(pid);
       Fd fd;
-      if (!signal_member(pid, term_signal_, true, &fd)) continue;
-      ++report_.signaled;
+      if (!signal_member(pid, ladder_.term_signal, true, &fd)) continue;
+      ++ladder_.report.signaled;
       // Watch (a bounded number of) the members we signalled: the last one's
       // exit ends the grace wait at once.
       if (member_fds_.size() < kMaxWatchedMembers && !host_->reactor().watch_member(fd.get(), id_)) {
@@ -191,7 +186,7 @@ void CgroupCall::signal_members_and_thaw() {
   if (!populated_) {
     ladder_done();
   } else {
-    start_timer(grace_ms_);
+    start_timer(ladder_.grace_ms);
   }
 }
 
@@ -200,7 +195,7 @@ void CgroupCall::start_kill() {
   if (has_freeze_) cgroup_.write_file("cgroup.freeze", "0");
   std::vector<pid_t> pids;
   cgroup_.read_procs(&pids);
-  report_.killed = static_cast<int>(pids.size());
+  ladder_.report.killed = static_cast<int>(pids.size());
   phase_ = Phase::kKilling;
   kill_rounds_ = 0;
   kill_round();
@@ -231,8 +226,7 @@ void CgroupCall::kill_round() {
 void CgroupCall::ladder_done() {
   member_fds_.clear();
   phase_ = Phase::kDone;
-  report_.duration_ms = static_cast<double>(now_ns() - ladder_start_ns_) / 1e6;
-  report_ready_ = true;
+  ladder_.finish(now_ns());
 }
 
 void CgroupCall::ladder_gave_up() {
@@ -241,20 +235,16 @@ void CgroupCall::ladder_gave_up() {
   cgroup_.read_procs(&pids);
   for (pid_t pid : pids) {
     ProcessInfo info;
-    if (read_process_info(pid, &info)) report_.leftovers.push_back(info);
+    if (read_process_info(pid, &info)) ladder_.report.leftovers.push_back(info);
   }
   member_fds_.clear();
   phase_ = Phase::kDone;
-  report_.duration_ms = static_cast<double>(now_ns() - ladder_start_ns_) / 1e6;
-  report_ready_ = true;
+  ladder_.finish(now_ns());
 }
 
 void CgroupCall::maybe_finish() {
   if (!exited_ || finished_) return;
-  if (report_ready_ && !report_posted_) {
-    report_posted_ = true;
-    host_->post(CallEvent{CallEvent::kCleanup, id_, {}, report_, {}});
-  }
+  post_report_once();
   if (populated_) return;
   if (phase_ != Phase::kIdle && phase_ != Phase::kDone) return;
   stop_timer();

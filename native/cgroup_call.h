@@ -55,19 +55,11 @@ class CgroupCall : public Call {
   bool has_freeze_ = true;
 
   bool exited_ = false;
-  bool exit_posted_ = false;
   bool populated_ = true;
   bool frozen_ = false;
 
   Phase phase_ = Phase::kIdle;
-  bool ladder_started_ = false;
-  bool report_ready_ = false;
-  bool report_posted_ = false;
-  int grace_ms_ = 0;
-  int term_signal_ = 15;
   int kill_rounds_ = 0;
-  uint64_t ladder_start_ns_ = 0;
-  CleanupReport report_;
   static constexpr size_t kMaxWatchedMembers = 256;
   std::vector<Fd> member_fds_;  // pidfds of signalled members, in the reactor
 };

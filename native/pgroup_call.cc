@@ -62,7 +62,7 @@ int PgroupCall::signal_rounds(int sig, std::vector<pid_t>* done, bool count_esca
       if (pidfd_signal(fd.get(), sig) != 0) continue;
       ++n;
       // In the session but another group: what killpg would have missed.
-      if (count_escape && info.pgid != proc_.pid) ++report_.escaped;
+      if (count_escape && info.pgid != proc_.pid) ++ladder_.report.escaped;
       if (sig != SIGCONT && sig != SIGKILL) pidfd_signal(fd.get(), SIGCONT);
     }
     if (!fresh) break;
@@ -71,23 +71,18 @@ int PgroupCall::signal_rounds(int sig, std::vector<pid_t>* done, bool count_esca
 }
 
 bool PgroupCall::terminate(int grace_ms, int sig, const std::string& reason) {
-  if (ladder_started_ || finished_) return ladder_started_;
-  ladder_started_ = true;
-  ladder_start_ns_ = now_ns();
-  report_ = CleanupReport{};
-  report_.reason = reason;
+  if (ladder_.started || finished_) return ladder_.started;
+  ladder_.begin(reason, grace_ms, sig, now_ns());
   // Nothing here can prove the tree is empty: escapees are invisible.
-  report_.verified = "none";
-  grace_ms_ = std::max(grace_ms, 0);
-  term_signal_ = sig;
-  if (grace_ms_ == 0) {
+  ladder_.report.verified = "none";
+  if (ladder_.grace_ms == 0) {
     start_kill();
   } else {
     std::vector<pid_t> done;
-    report_.signaled = signal_rounds(term_signal_, &done, true);
+    ladder_.report.signaled = signal_rounds(ladder_.term_signal, &done, true);
     phase_ = Phase::kGrace;
-    phase_end_ns_ = now_ns() + static_cast<uint64_t>(grace_ms_) * 1000000ULL;
-    start_timer(std::min(grace_ms_, kPollMs));
+    phase_end_ns_ = now_ns() + static_cast<uint64_t>(ladder_.grace_ms) * 1000000ULL;
+    start_timer(std::min(ladder_.grace_ms, kPollMs));
   }
   maybe_finish();
   return true;
@@ -96,7 +91,7 @@ bool PgroupCall::terminate(int grace_ms, int sig, const std::string& reason) {
 void PgroupCall::start_kill() {
   phase_ = Phase::kKilling;
   std::vector<pid_t> done;
-  report_.killed = signal_rounds(SIGKILL, &done, false);
+  ladder_.report.killed = signal_rounds(SIGKILL, &done, false);
   phase_end_ns_ = now_ns() + static_cast<uint64_t>(kKillWaitMs) * 1000000ULL;
   start_timer(1);
 }
@@ -120,7 +115,7 @@ void PgroupCall::on_timeout() {
       } else if (now >= phase_end_ns_) {
         for (pid_t pid : members()) {
           ProcessInfo info;
-          if (read_process_info(pid, &info)) report_.leftovers.push_back(info);
+          if (read_process_info(pid, &info)) ladder_.report.leftovers.push_back(info);
         }
         ladder_done();
       } else {
@@ -137,18 +132,14 @@ void PgroupCall::on_timeout() {
 
 void PgroupCall::ladder_done() {
   phase_ = Phase::kDone;
-  report_.duration_ms = static_cast<double>(now_ns() - ladder_start_ns_) / 1e6;
-  report_ready_ = true;
+  ladder_.finish(now_ns());
 }
 
 void PgroupCall::maybe_finish() {
   if (!exit_posted_ || finished_) return;
-  if (report_ready_ && !report_posted_) {
-    report_posted_ = true;
-    host_->post(CallEvent{CallEvent::kCleanup, id_, {}, report_, {}});
-  }
+  post_report_once();
   if (phase_ == Phase::kGrace || phase_ == Phase::kKilling) return;
-  if (!members().empty() && report_.leftovers.empty()) {
+  if (!members().empty() && ladder_.report.leftovers.empty()) {
     // Members remain (leftovers: 'wait', or the ladder has not started yet):
     // look again later.
     if (timer_ && !uv_is_active(reinterpret_cast<uv_handle_t*>(timer_))) start_timer(kPollMs);

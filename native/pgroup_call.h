@@ -41,16 +41,8 @@ class PgroupCall : public Call {
   void maybe_finish();
 
   bool exited_ = false;
-  bool exit_posted_ = false;
   Phase phase_ = Phase::kIdle;
-  bool ladder_started_ = false;
-  bool report_ready_ = false;
-  bool report_posted_ = false;
-  int grace_ms_ = 0;
-  int term_signal_ = 15;
-  uint64_t ladder_start_ns_ = 0;
   uint64_t phase_end_ns_ = 0;
-  CleanupReport report_;
 };
 
 }  // namespace proctree

@@ -103,7 +103,7 @@ bool ShimCall::signal_member(pid_t pid, int sig, const std::unordered_set<pid_t>
   if (!read_process_stat(pid, &info)) return false;
   if (info.ppid != proc_.pid && tree.count(info.ppid) == 0) return false;
   if (pidfd_signal(fd.get(), sig) != 0) return false;
-  if (count_escape && (info.sid != command_ || info.pgid != command_)) ++report_.escaped;
+  if (count_escape && (info.sid != command_ || info.pgid != command_)) ++ladder_.report.escaped;
   if (sig != SIGCONT && sig != SIGKILL) pidfd_signal(fd.get(), SIGCONT);
   return true;
 }
@@ -125,26 +125,21 @@ int ShimCall::signal_rounds(int sig, std::unordered_set<pid_t>* done, bool count
 }
 
 bool ShimCall::terminate(int grace_ms, int sig, const std::string& reason) {
-  if (ladder_started_ || finished_) return ladder_started_;
-  ladder_started_ = true;
-  ladder_start_ns_ = now_ns();
-  report_ = CleanupReport{};
-  report_.reason = reason;
-  report_.verified = tier_ == Tier::kPidns ? "pidns" : "subreaper";
-  grace_ms_ = std::max(grace_ms, 0);
-  term_signal_ = sig;
+  if (ladder_.started || finished_) return ladder_.started;
+  ladder_.begin(reason, grace_ms, sig, now_ns());
+  ladder_.report.verified = tier_ == Tier::kPidns ? "pidns" : "subreaper";
   if (shim_exited_) {
     ladder_done();
     maybe_finish();
     return true;
   }
-  if (grace_ms_ == 0) {
+  if (ladder_.grace_ms == 0) {
     start_kill();
   } else {
     std::unordered_set<pid_t> done;
-    report_.signaled = signal_rounds(term_signal_, &done, true);
+    ladder_.report.signaled = signal_rounds(ladder_.term_signal, &done, true);
     phase_ = Phase::kGrace;
-    start_timer(grace_ms_);
+    start_timer(ladder_.grace_ms);
   }
   maybe_finish();
   return true;
@@ -153,7 +148,7 @@ bool ShimCall::terminate(int grace_ms, int sig, const std::string& reason) {
 void ShimCall::start_kill() {
   phase_ = Phase::kKilling;
   kill_start_ns_ = now_ns();
-  report_.killed = static_cast<int>(live_descendants(proc_.pid).size());
+  ladder_.report.killed = static_cast<int>(live_descendants(proc_.pid).size());
   if (tier_ == Tier::kPidns) {
     // PID 1 gone: the kernel SIGKILLs every process of the namespace and
     // refuses new forks in it; the init's exit follows once all are gone.
@@ -190,26 +185,21 @@ void ShimCall::on_timeout() {
 
 void ShimCall::ladder_done() {
   phase_ = Phase::kDone;
-  report_.duration_ms = static_cast<double>(now_ns() - ladder_start_ns_) / 1e6;
-  report_ready_ = true;
+  ladder_.finish(now_ns());
 }
 
 void ShimCall::ladder_gave_up() {
   for (pid_t pid : live_descendants(proc_.pid)) {
     ProcessInfo info;
-    if (read_process_info(pid, &info)) report_.leftovers.push_back(info);
+    if (read_process_info(pid, &info)) ladder_.report.leftovers.push_back(info);
   }
   phase_ = Phase::kDone;
-  report_.duration_ms = static_cast<double>(now_ns() - ladder_start_ns_) / 1e6;
-  report_ready_ = true;
+  ladder_.finish(now_ns());
 }
 
 void ShimCall::maybe_finish() {
   if (!exit_posted_ || finished_) return;
-  if (report_ready_ && !report_posted_) {
-    report_posted_ = true;
-    host_->post(CallEvent{CallEvent::kCleanup, id_, {}, report_, {}});
-  }
+  post_report_once();
   if (!shim_exited_) return;
   if (phase_ != Phase::kIdle && phase_ != Phase::kDone) return;
   stop_timer();

@@ -55,17 +55,9 @@ class ShimCall : public Call {
   pid_t command_;
   bool control_watched_ = false;
   bool shim_exited_ = false;
-  bool exit_posted_ = false;
 
   Phase phase_ = Phase::kIdle;
-  bool ladder_started_ = false;
-  bool report_ready_ = false;
-  bool report_posted_ = false;
-  int grace_ms_ = 0;
-  int term_signal_ = 15;
-  uint64_t ladder_start_ns_ = 0;
   uint64_t kill_start_ns_ = 0;
-  CleanupReport report_;
 };
 
 }  // namespace proctree
