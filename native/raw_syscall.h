@@ -6,7 +6,7 @@
 namespace proctree::raw {
 
 #if defined(__x86_64__)
-inline long syscall6(long n, long a, long b, long c, long d, long e, long f) {
+__attribute__((always_inline)) inline long syscall6(long n, long a, long b, long c, long d, long e, long f) {
   long ret;
   register long r10 __asm__("r10") = d;
   register long r8 __asm__("r8") = e;
@@ -18,7 +18,7 @@ inline long syscall6(long n, long a, long b, long c, long d, long e, long f) {
   return ret;
 }
 #elif defined(__aarch64__)
-inline long syscall6(long n, long a, long b, long c, long d, long e, long f) {
+__attribute__((always_inline)) inline long syscall6(long n, long a, long b, long c, long d, long e, long f) {
   register long x8 __asm__("x8") = n;
   register long x0 __asm__("x0") = a;
   register long x1 __asm__("x1") = b;
@@ -36,11 +36,11 @@ inline long syscall6(long n, long a, long b, long c, long d, long e, long f) {
 #error "proctree supports x86_64 and aarch64 only"
 #endif
 
-inline long syscall0(long n) { return syscall6(n, 0, 0, 0, 0, 0, 0); }
-inline long syscall1(long n, long a) { return syscall6(n, a, 0, 0, 0, 0, 0); }
-inline long syscall2(long n, long a, long b) { return syscall6(n, a, b, 0, 0, 0, 0); }
-inline long syscall3(long n, long a, long b, long c) { return syscall6(n, a, b, c, 0, 0, 0); }
-inline long syscall4(long n, long a, long b, long c, long d) {
+__attribute__((always_inline)) inline long syscall0(long n) { return syscall6(n, 0, 0, 0, 0, 0, 0); }
+__attribute__((always_inline)) inline long syscall1(long n, long a) { return syscall6(n, a, 0, 0, 0, 0, 0); }
+__attribute__((always_inline)) inline long syscall2(long n, long a, long b) { return syscall6(n, a, b, 0, 0, 0, 0); }
+__attribute__((always_inline)) inline long syscall3(long n, long a, long b, long c) { return syscall6(n, a, b, c, 0, 0, 0); }
+__attribute__((always_inline)) inline long syscall4(long n, long a, long b, long c, long d) {
   return syscall6(n, a, b, c, d, 0, 0);
 }
 

@@ -128,19 +128,25 @@ long write_proc_file(const char* path, const char* text) {
   return r < 0 ? r : 0;
 }
 
-[[noreturn]] void child_fail(const ChildArgs* a, int stage, long neg_err) {
+// The child side runs on a private stack sharing our memory: no sanitizer
+// code may run there (shadow-memory writes, no-return hooks), so sanitizer
+// builds can still check everything else in this file.
+#define PROCTREE_CHILD_SIDE __attribute__((no_sanitize("address", "undefined"), always_inline))
+#define PROCTREE_CHILD_ENTRY __attribute__((no_sanitize("address", "undefined")))
+
+[[noreturn]] PROCTREE_CHILD_ENTRY void child_fail(const ChildArgs* a, int stage, long neg_err) {
   ChildReport r{stage, static_cast<int>(-neg_err)};
   raw::syscall3(__NR_write, a->report_fd, reinterpret_cast<long>(&r), sizeof r);
   for (;;) raw::syscall1(__NR_exit, 127);
 }
 
-bool exec_error_is_not_found(long e) {
+inline PROCTREE_CHILD_SIDE bool exec_error_is_not_found(long e) {
   return e == -ENOENT || e == -ENOTDIR || e == -ESTALE || e == -ENODEV || e == -ETIMEDOUT;
 }
 
 // The child side. Raw system calls only: this runs on the harness's memory
 // (CLONE_VM) while the parent thread is suspended.
-int child_main(void* arg) {
+PROCTREE_CHILD_ENTRY int child_main(void* arg) {
   const ChildArgs* a = static_cast<const ChildArgs*>(arg);
   long r;
 
