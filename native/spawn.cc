@@ -117,8 +117,14 @@ struct ChildArgs {
   const char* gid_map;
 };
 
+// The child side runs on a private stack sharing our memory: no sanitizer
+// code may run there (shadow-memory writes, no-return hooks), so sanitizer
+// builds can still check everything else in this file.
+#define PROCTREE_CHILD_SIDE __attribute__((no_sanitize("address", "undefined"), always_inline))
+#define PROCTREE_CHILD_ENTRY __attribute__((no_sanitize("address", "undefined")))
+
 // open + write + close with raw syscalls; 0 or -errno.
-long write_proc_file(const char* path, const char* text) {
+inline PROCTREE_CHILD_SIDE long write_proc_file(const char* path, const char* text) {
   long fd = raw::syscall4(__NR_openat, AT_FDCWD, reinterpret_cast<long>(path), O_WRONLY | O_CLOEXEC, 0);
   if (fd < 0) return fd;
   long len = 0;
@@ -127,12 +133,6 @@ long write_proc_file(const char* path, const char* text) {
   raw::syscall1(__NR_close, fd);
   return r < 0 ? r : 0;
 }
-
-// The child side runs on a private stack sharing our memory: no sanitizer
-// code may run there (shadow-memory writes, no-return hooks), so sanitizer
-// builds can still check everything else in this file.
-#define PROCTREE_CHILD_SIDE __attribute__((no_sanitize("address", "undefined"), always_inline))
-#define PROCTREE_CHILD_ENTRY __attribute__((no_sanitize("address", "undefined")))
 
 [[noreturn]] PROCTREE_CHILD_ENTRY void child_fail(const ChildArgs* a, int stage, long neg_err) {
   ChildReport r{stage, static_cast<int>(-neg_err)};
