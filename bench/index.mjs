@@ -37,6 +37,8 @@ const FULL = {
   },
   throughput: { calls: 1000, concurrency: [1, 8, 64], reps: 3 },
   memory: { calls: 1000, methods: ['proctree', 'child_process'] },
+  // Issue 5: 100 calls × 10 processes, every one honouring SIGTERM.
+  shutdown: { trees: 100, perTree: 10, lifetimeS: 120, reps: 5, grace: 1000, methods: ['proctree', 'killpg'] },
 };
 
 const QUICK = {
@@ -50,6 +52,7 @@ const QUICK = {
   },
   throughput: { calls: 200, concurrency: [1, 8, 64], reps: 1 },
   memory: { calls: 200, methods: ['proctree', 'child_process'] },
+  shutdown: { ...FULL.shutdown, reps: 2 },
 };
 
 // Each section: a module with run(job, ctx) (in a worker) and report(results,
@@ -64,10 +67,8 @@ const SECTIONS = [
   { name: 'cleanupLatency', module: 'cleanup-latency.mjs', jobs: (c) => [c] },
   { name: 'throughput', module: 'throughput.mjs', jobs: (c) => [c] },
   { name: 'memory', module: 'memory.mjs', jobs: (c) => c.methods.map((method) => ({ ...c, method })) },
-  // HOOK(issue 5): "shutdown: 100 calls × 10 processes vs a killpg loop".
-  // Add sections/shutdown.mjs (run + report, as above) and its FULL/QUICK
-  // config entry; it is listed here so it runs and reports in this order.
-  { name: 'shutdown', module: null, issue: 5, jobs: () => [] },
+  // Issue 5: "shutdown: 100 calls × 10 processes vs a killpg loop".
+  { name: 'shutdown', module: 'shutdown.mjs', jobs: (c) => [c] },
 ];
 
 // ---------------------------------------------------------------------------
@@ -88,7 +89,7 @@ async function orchestrate(argv) {
   try {
     proctree = await import('proctree');
   } catch (err) {
-    console.error(`proctree is not built (${err.message}). Run \`npm run build\` first.`);
+    console.error(`proctree is not built (${err.message}). Run \`npm run compile\` first.`);
     process.exit(1);
   }
   const { buildHelpers } = await import('./lib/build-helpers.mjs');

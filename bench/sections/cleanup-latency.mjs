@@ -7,7 +7,7 @@ import { liveMembers } from '../lib/cgroup.mjs';
 import { waitEmpty, which } from '../lib/harness.mjs';
 import { METHODS, settleHarnessHelpers } from '../lib/methods.mjs';
 import { methodColors } from '../lib/plot.mjs';
-import { cell, ratioCell, sleep, summarize, table } from '../lib/stats.mjs';
+import { cell, num, ratioCell, sleep, summarize, table } from '../lib/stats.mjs';
 
 export const title = 'Cleanup latency vs tree size';
 
@@ -41,6 +41,7 @@ async function waitTree(dir, size, mode, timeoutMs) {
 async function trial(size, mode, methodName, job, ctx) {
   const { harness } = ctx;
   const Method = METHODS[methodName];
+  const started = performance.now();
   const handle = Method.start(harness, ctx.bin.tree, ['tree', String(size), String(FANOUT), mode], {
     grace: job.grace,
   });
@@ -62,6 +63,8 @@ async function trial(size, mode, methodName, job, ctx) {
       mode,
       method: methodName,
       started: live.length,
+      // From the method's start call to the start of cleanup.
+      startToCleanupMs: t0 - started,
       ready,
       ms,
       verified,
@@ -167,8 +170,14 @@ export function report(results, { job }) {
     title: 'Cleanup latency vs tree size',
   };
   const reps = job.sizes.map((s) => `${job.reps[s]} at ${s}`).join(', ');
+  const startToCleanup = job.sizes
+    .map((size) => {
+      const ss = samples.filter((s) => s.method === 'proctree' && s.mode === 'term' && s.size === size);
+      return `${num(summarize(ss.map((s) => s.startToCleanupMs)).median)} ms at ${size}`;
+    })
+    .join(', ');
   const markdown = [
-    `From the start of cleanup to the tree's cgroup verified empty (cgroup.events \`populated 0\`). Trees of fan-out ${FANOUT}, all processes waiting in pause(); repetitions: ${reps}. Grace ${job.grace} ms. proctree: \`terminate({ grace })\`, which resolves once its own ladder saw the cgroup empty. killpg and tree-kill: SIGTERM, then SIGKILL if the tree is still populated when grace runs out (the bench tells them, which favours them), then the bench waits for \`populated 0\` of the trial cgroup they were started in, polling every 1 ms besides inotify. proctree's ladder advances on inotify events of \`cgroup.events\`, which the kernel sends at most once per file per \`CGROUP_FILE_NOTIFY_MIN_INTV\` (10 ms, rounded up to jiffies); it waits for two of them (frozen, then empty), which is most of its time for small trees.`,
+    `From the start of cleanup to the tree's cgroup verified empty (cgroup.events \`populated 0\`). Trees of fan-out ${FANOUT}, all processes waiting in pause(); repetitions: ${reps}. Grace ${job.grace} ms. proctree: \`terminate({ grace })\`, which resolves once its own ladder saw the cgroup empty. killpg and tree-kill: SIGTERM, then SIGKILL if the tree is still populated when grace runs out (the bench tells them, which favours them), then the bench waits for \`populated 0\` of the trial cgroup they were started in, polling every 1 ms besides inotify. proctree's ladder freezes the tree, signals each member through a pidfd, thaws, and sees the tree empty when the main process and the members it signalled exit (it watches the pidfds of up to 256 of them; beyond that it waits for inotify events of \`cgroup.events\`). A freeze completes a moment after the write (each member has to run to stop) and the ladder learns of it from the \`frozen\` notification of \`cgroup.events\`, which the kernel sends at most once per file per \`CGROUP_FILE_NOTIFY_MIN_INTV\` (10 ms, rounded up to jiffies) and has just sent for the call's start (\`populated 1\`). The bench starts cleanup as soon as the whole tree exists (median time from start to cleanup, proctree, honours TERM: ${startToCleanup}), so when that is under about 10 ms most of proctree's time is this wait.`,
     '',
     table(header, rows),
     ...(Object.keys(job.skip ?? {}).length
@@ -176,7 +185,7 @@ export function report(results, { job }) {
           '',
           `¹ Not run: ${Object.entries(job.skip)
             .map(([m, sizes]) => `${METHODS[m].label} at ${sizes.join(', ')}`)
-            .join('; ')}. tree-kill runs one \`ps --ppid\` per process of the tree, all at once, each reading all of /proc, so its time grows about quadratically with the tree (a full run shows 10 and 100); at 1000 processes one repetition takes minutes.`,
+            .join('; ')}. tree-kill runs one \`ps --ppid\` per process of the tree, nearly all at once, each reading all of /proc, so its time grows faster than the tree (a full run shows 10 and 100); at 1000 processes one repetition takes tens of seconds.`,
         ]
       : []),
   ].join('\n');
