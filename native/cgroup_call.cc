@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "reactor.h"
 
@@ -130,56 +131,70 @@ bool CgroupCall::terminate(int grace_ms, int sig, const std::string& reason) {
     ladder_.report.froze = true;
     signal_members_and_thaw();
   } else {
-    start_timer(std::min(ladder_.grace_ms, kMaxFreezeWaitMs));
+    freeze_deadline_ns_ = now_ns() + static_cast<uint64_t>(std::min(ladder_.grace_ms, kMaxFreezeWaitMs)) * 1000000ULL;
+    freeze_recheck_ms_ = 1;
+    start_timer(freeze_recheck_ms_);
   }
   maybe_finish();
   return true;
 }
 
-bool CgroupCall::signal_member(pid_t pid, int sig, bool count_escape, Fd* keep) {
-  Fd fd = pidfd_open(pid);
-  if (!fd) return false;
-  // The number came from cgroup.procs; make sure the process the pidfd holds
-  // is still in our tree (it could have died and the number been reused).
-  std::string where;
-  if (!read_pid_cgroup(pid, &where)) return false;
-  if (where != cgroup_rel_ && where.compare(0, cgroup_rel_.size() + 1, cgroup_rel_ + "/") != 0) {
-    return false;
+int CgroupCall::signal_listed(const std::vector<pid_t>& pids, int sig, bool graceful) {
+  // Hold every listed process by pidfd first, then read cgroup.procs once
+  // more: a number listed again while we hold its pidfd is that process
+  // (a number is reused only after its holder is reaped, and a pidfd to a
+  // reaped process signals nothing). One read proves membership for all,
+  // instead of one /proc/<pid>/cgroup read each.
+  std::vector<std::pair<pid_t, Fd>> held;
+  held.reserve(pids.size());
+  for (pid_t pid : pids) {
+    Fd fd = pidfd_open(pid);
+    if (fd) held.emplace_back(pid, std::move(fd));
   }
-  ProcessInfo info;
-  bool have_stat = count_escape && read_process_stat(pid, &info);
-  // Success here proves the process was alive all along, so the cgroup and
-  // stat we read were its own.
-  if (pidfd_signal(fd.get(), sig) != 0) return false;
-  if (have_stat && (info.sid != proc_.pid || info.pgid != proc_.pid)) ++ladder_.report.escaped;
-  if (sig != SIGCONT && sig != SIGKILL) pidfd_signal(fd.get(), SIGCONT);
-  if (keep) *keep = std::move(fd);
-  return true;
+  std::vector<pid_t> listed;
+  cgroup_.read_procs(&listed);
+  std::sort(listed.begin(), listed.end());
+  int n = 0;
+  for (auto& [pid, fd] : held) {
+    if (!std::binary_search(listed.begin(), listed.end(), pid)) continue;
+    ProcessInfo info;
+    bool have_stat = graceful && read_process_stat(pid, &info);
+    if (pidfd_signal(fd.get(), sig) != 0) continue;  // gone meanwhile
+    ++n;
+    if (!graceful) continue;
+    if (have_stat && (info.sid != proc_.pid || info.pgid != proc_.pid)) ++ladder_.report.escaped;
+    // SIGCONT too: a stopped member must run to act on the graceful signal.
+    if (sig != SIGCONT && sig != SIGKILL) pidfd_signal(fd.get(), SIGCONT);
+    // Watch (a bounded number of) the members we signalled: the last one's
+    // exit ends the grace wait at once.
+    if (member_fds_.size() < kMaxWatchedMembers && !host_->reactor().watch_member(fd.get(), id_)) {
+      member_fds_.push_back(std::move(fd));
+    }
+  }
+  return n;
+}
+
+int CgroupCall::signal_rounds(int sig, bool graceful, int max_rounds) {
+  // Each process once: re-read cgroup.procs until a read shows no one new
+  // (members forked while we signalled, when the cgroup is not frozen).
+  std::unordered_set<pid_t> done;
+  int n = 0;
+  for (int round = 0; round < max_rounds; ++round) {
+    std::vector<pid_t> pids, fresh;
+    cgroup_.read_procs(&pids);
+    for (pid_t pid : pids) {
+      if (done.insert(pid).second) fresh.push_back(pid);
+    }
+    if (fresh.empty()) break;
+    n += signal_listed(fresh, sig, graceful);
+  }
+  return n;
 }
 
 void CgroupCall::signal_members_and_thaw() {
-  // Frozen, one read is complete. Unfrozen (no freezer, or it timed out), a
-  // member may fork while we read: re-read until no new member shows up.
-  std::vector<pid_t> done;
-  for (int round = 0; round < (frozen_ ? 1 : 16); ++round) {
-    std::vector<pid_t> pids;
-    cgroup_.read_procs(&pids);
-    bool fresh = false;
-    for (pid_t pid : pids) {
-      if (std::find(done.begin(), done.end(), pid) != done.end()) continue;
-      fresh = true;
-      done.push_back(pid);
-      Fd fd;
-      if (!signal_member(pid, ladder_.term_signal, true, &fd)) continue;
-      ++ladder_.report.signaled;
-      // Watch (a bounded number of) the members we signalled: the last one's
-      // exit ends the grace wait at once.
-      if (member_fds_.size() < kMaxWatchedMembers && !host_->reactor().watch_member(fd.get(), id_)) {
-        member_fds_.push_back(std::move(fd));
-      }
-    }
-    if (!fresh) break;
-  }
+  // Frozen, one read is complete; unfrozen (no freezer, or it timed out), a
+  // member may fork while we read.
+  ladder_.report.signaled += signal_rounds(ladder_.term_signal, true, frozen_ ? 1 : 16);
   if (has_freeze_) cgroup_.write_file("cgroup.freeze", "0");
   phase_ = Phase::kGrace;
   refresh_events();
@@ -219,7 +234,7 @@ void CgroupCall::kill_round() {
   bool froze = has_freeze_ && !cgroup_.write_file("cgroup.freeze", "1");
   std::vector<pid_t> pids;
   cgroup_.read_procs(&pids);
-  for (pid_t pid : pids) signal_member(pid, SIGKILL, false);
+  signal_listed(pids, SIGKILL, false);
   if (froze) cgroup_.write_file("cgroup.freeze", "0");
 }
 
@@ -265,22 +280,9 @@ int CgroupCall::signal_all(int sig) {
   // Freeze so that no member forks between our read and our signal; re-read
   // until no new member appears (forks already in flight when we froze).
   bool froze = has_freeze_ && phase_ == Phase::kIdle && !cgroup_.write_file("cgroup.freeze", "1");
-  std::vector<pid_t> done;
-  for (int round = 0; round < 8; ++round) {
-    std::vector<pid_t> pids;
-    cgroup_.read_procs(&pids);
-    bool fresh = false;
-    for (pid_t pid : pids) {
-      if (std::find(done.begin(), done.end(), pid) != done.end()) continue;
-      fresh = true;
-      done.push_back(pid);
-      Fd fd = pidfd_open(pid);
-      if (fd && pidfd_signal(fd.get(), sig) != 0) done.pop_back();
-    }
-    if (!fresh) break;
-  }
+  int n = signal_rounds(sig, false, 8);
   if (froze) cgroup_.write_file("cgroup.freeze", "0");
-  return static_cast<int>(done.size());
+  return n;
 }
 
 std::vector<pid_t> CgroupCall::members() const {
@@ -310,7 +312,27 @@ void CgroupCall::finish_sync() {
 
 void CgroupCall::on_timeout() {
   switch (phase_) {
-    case Phase::kFreezing:
+    case Phase::kFreezing: {
+      // The kernel lets cgroup.events notify at most once per ~10 ms, and a
+      // young call has just used that up with 'populated 1': re-read the
+      // file at 1, 2, 4, 8 … ms (a handful of reads) besides waiting for the
+      // notification, until the freeze bound runs out.
+      refresh_events();
+      uint64_t now = now_ns();
+      if (!populated_) {
+        ladder_done();
+      } else if (frozen_) {
+        ladder_.report.froze = true;
+        signal_members_and_thaw();
+      } else if (now < freeze_deadline_ns_) {
+        freeze_recheck_ms_ *= 2;
+        uint64_t left_ms = (freeze_deadline_ns_ - now) / 1000000ULL + 1;
+        start_timer(static_cast<int>(std::min<uint64_t>(freeze_recheck_ms_, left_ms)));
+      } else {
+        start_kill();
+      }
+      break;
+    }
     case Phase::kGrace:
       start_kill();
       break;

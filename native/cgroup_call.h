@@ -44,9 +44,13 @@ class CgroupCall : public Call {
   void ladder_done();
   void ladder_gave_up();
   void maybe_finish();
-  // pidfd_open + membership check + signal; false if not ours or gone. With
-  // keep, the pidfd is handed back for watching.
-  bool signal_member(pid_t pid, int sig, bool count_escape, Fd* keep = nullptr);
+  // Signals each listed process that is (still) in the call's cgroup, by
+  // pidfd; graceful: also SIGCONT, escape counting and member watching.
+  // Returns how many got it.
+  int signal_listed(const std::vector<pid_t>& pids, int sig, bool graceful);
+  // signal_listed over cgroup.procs, re-read up to max_rounds times until no
+  // new member shows up; each process gets the signal once.
+  int signal_rounds(int sig, bool graceful, int max_rounds);
 
   CgroupDir cgroup_;
   std::string cgroup_rel_;  // hierarchy-relative path, as in /proc/<pid>/cgroup
@@ -60,6 +64,8 @@ class CgroupCall : public Call {
 
   Phase phase_ = Phase::kIdle;
   int kill_rounds_ = 0;
+  uint64_t freeze_deadline_ns_ = 0;
+  int freeze_recheck_ms_ = 1;
   static constexpr size_t kMaxWatchedMembers = 256;
   std::vector<Fd> member_fds_;  // pidfds of signalled members, in the reactor
 };
