@@ -43,6 +43,12 @@ struct CallEvent {
 
 class Reactor;
 
+// How long the kill phase of any tier may take before what is left is
+// reported as leftovers, and how often a SIGKILL round repeats where the
+// kernel offers no one-shot kill (no cgroup.kill; the subreaper's walk).
+constexpr int kKillWaitMs = 5000;
+constexpr int kKillRoundMs = 20;
+
 // What every tier's kill ladder keeps: started once, one report, posted once.
 struct Ladder {
   bool started = false;

@@ -13,10 +13,6 @@ namespace {
 // How long a freeze may take before the ladder goes straight to cgroup.kill
 // (a member in uninterruptible sleep can hold it up).
 constexpr int kMaxFreezeWaitMs = 1000;
-// How long cgroup.kill may take before what is left is reported as leftovers.
-constexpr int kKillWaitMs = 5000;
-// Without cgroup.kill: how often the SIGKILL round repeats until populated 0.
-constexpr int kKillRoundMs = 20;
 
 }  // namespace
 

@@ -12,7 +12,6 @@ namespace {
 
 // No event says "the session is empty": /proc is re-scanned this often.
 constexpr int kPollMs = 50;
-constexpr int kKillWaitMs = 5000;
 
 }  // namespace
 

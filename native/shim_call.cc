@@ -13,10 +13,6 @@
 namespace proctree {
 namespace {
 
-// How long the kill phase may take before what is left is reported.
-constexpr int kKillWaitMs = 5000;
-// Subreaper kill phase: how often the SIGKILL round repeats.
-constexpr int kKillRoundMs = 20;
 // Bound on walks per signal_rounds call: a tree that forks faster than we
 // walk still ends (the kill phase catches what this misses).
 constexpr int kMaxRounds = 16;
