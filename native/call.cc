@@ -84,6 +84,14 @@ void Ladder::finish(uint64_t now) {
   report_ready = true;
 }
 
+void Ladder::give_up(const std::vector<pid_t>& alive, uint64_t now) {
+  for (pid_t pid : alive) {
+    ProcessInfo info;
+    if (read_process_info(pid, &info)) report.leftovers.push_back(info);
+  }
+  finish(now);
+}
+
 void Call::post_report_once() {
   if (!ladder_.report_ready || ladder_.report_posted) return;
   ladder_.report_posted = true;

@@ -62,6 +62,9 @@ struct Ladder {
   void begin(const std::string& reason, int grace, int sig, uint64_t now);
   // The ladder is over: the report is ready, its duration measured.
   void finish(uint64_t now);
+  // The ladder ran out of time with `alive` still there: they become the
+  // report's leftovers (a failure), then finish.
+  void give_up(const std::vector<pid_t>& alive, uint64_t now);
 };
 
 class CallHost {

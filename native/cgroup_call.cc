@@ -244,13 +244,9 @@ void CgroupCall::ladder_gave_up() {
   // cgroup.kill did not empty the tree in time: report what is still there.
   std::vector<pid_t> pids;
   cgroup_.read_procs(&pids);
-  for (pid_t pid : pids) {
-    ProcessInfo info;
-    if (read_process_info(pid, &info)) ladder_.report.leftovers.push_back(info);
-  }
   member_fds_.clear();
   phase_ = Phase::kDone;
-  ladder_.finish(now_ns());
+  ladder_.give_up(pids, now_ns());
 }
 
 void CgroupCall::maybe_finish() {

@@ -112,11 +112,8 @@ void PgroupCall::on_timeout() {
       if (empty) {
         ladder_done();
       } else if (now >= phase_end_ns_) {
-        for (pid_t pid : members()) {
-          ProcessInfo info;
-          if (read_process_info(pid, &info)) ladder_.report.leftovers.push_back(info);
-        }
-        ladder_done();
+        phase_ = Phase::kDone;
+        ladder_.give_up(members(), now_ns());
       } else {
         std::vector<pid_t> done;
         signal_rounds(SIGKILL, &done, false);

@@ -185,12 +185,8 @@ void ShimCall::ladder_done() {
 }
 
 void ShimCall::ladder_gave_up() {
-  for (pid_t pid : live_descendants(proc_.pid)) {
-    ProcessInfo info;
-    if (read_process_info(pid, &info)) ladder_.report.leftovers.push_back(info);
-  }
   phase_ = Phase::kDone;
-  ladder_.finish(now_ns());
+  ladder_.give_up(live_descendants(proc_.pid), now_ns());
 }
 
 void ShimCall::maybe_finish() {
