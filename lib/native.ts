@@ -98,14 +98,12 @@ export interface NativeProbes {
 
 export interface NativeBinding {
   probe(helperPath: string): NativeProbes;
-  location(): NativeLocation;
   spawn(spec: NativeSpawnSpec, onEvent: NativeEventCallback): NativeSpawned | { error: NativeErrorShape };
   terminate(id: number, graceMs: number, signal: number, reason: string): boolean;
   kill(id: number, signal: number): number;
   members(id: number): number[];
   processInfo(pids: readonly number[]): NativeProcessInfo[];
   shutdown(waitMs: number): void;
-  cloneMethod(): 'clone3' | 'clone';
   pipe(): [number, number];
   setRef(id: number, ref: boolean): void;
   closeFd(fd: number): void;

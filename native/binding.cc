@@ -86,14 +86,12 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
  public:
   Addon(Napi::Env env, Napi::Object exports) : env_(env) {
     DefineAddon(exports, {
-                             InstanceMethod("location", &Addon::Location),
                              InstanceMethod("spawn", &Addon::Spawn),
                              InstanceMethod("terminate", &Addon::Terminate),
                              InstanceMethod("kill", &Addon::Kill),
                              InstanceMethod("members", &Addon::Members),
                              InstanceMethod("processInfo", &Addon::ProcessInfoOf),
                              InstanceMethod("shutdown", &Addon::Shutdown),
-                             InstanceMethod("cloneMethod", &Addon::CloneMethodNow),
                              InstanceMethod("pipe", &Addon::Pipe),
                              InstanceMethod("setRef", &Addon::SetRef),
                              InstanceMethod("closeFd", &Addon::CloseFd),
@@ -206,22 +204,6 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
   Napi::Value ThrowType(Napi::Env env, const char* message) {
     Napi::TypeError::New(env, message).ThrowAsJavaScriptException();
     return env.Undefined();
-  }
-
-  Napi::Value Location(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    if (!registry_) return ThrowSys(env, SysError::of(ECANCELED, "location"));
-    CgroupLocation loc;
-    if (SysError e = registry_->location(&loc)) return ThrowSys(env, e);
-    Napi::Object o = Napi::Object::New(env);
-    o.Set("mount", loc.mount);
-    o.Set("own", loc.own);
-    o.Set("ownPath", loc.own_path);
-    return o;
-  }
-
-  Napi::Value CloneMethodNow(const Napi::CallbackInfo& info) {
-    return Napi::String::New(info.Env(), clone3_available() ? "clone3" : "clone");
   }
 
   // spawn({ group, candidates, argv, env, cwd?, stdio, uid?, gid? }, onEvent)
