@@ -1,20 +1,19 @@
 // ToolCall: one spawned command and everything it starts, shaped like Node's
 // ChildProcess so it drops into harness code.
+//
+// This file is the call's lifecycle (queued, started, exited, empty, closed)
+// and the ladder it asks the addon for; its pipes live in stdio.ts and what
+// it ends with in result.ts.
 import { EventEmitter } from 'node:events';
-import net from 'node:net';
 import type { Readable, Writable } from 'node:stream';
 
-import { LeftoversError, spawnError } from './errors';
-import {
-  native,
-  NativeEventKind,
-  type NativeErrorShape,
-  type NativeReport,
-  type NativeStdio,
-} from './native';
+import { spawnError } from './errors';
+import { native, NativeEventKind, type NativeErrorShape, type NativeReport } from './native';
 import { checkGrace, type ResolvedRun, resolveRun, type ResolvedSpawn, signalName, signalNumber } from './options';
 import { helperPath, resolveTier } from './capabilities';
-import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, RunResult, Verification } from './types';
+import { cleanupReport, emptyReport, leftoversError, runResult } from './result';
+import { CallStdio, Collector } from './stdio';
+import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, RunResult } from './types';
 
 /**
  * What a call needs from the supervisor that owns it: where its cgroup goes,
@@ -38,50 +37,6 @@ export const terminateFor = Symbol('proctree.terminateFor');
 /** Fails a call that is still queued, so it never starts. @internal */
 export const dropQueued = Symbol('proctree.dropQueued');
 
-
-const verification: Record<Confinement, Verification> = {
-  cgroup: 'cgroup.events',
-  pidns: 'pidns',
-  subreaper: 'subreaper',
-  pgroup: 'none',
-};
-
-function emptyReport(reason: CleanupReason, confinement: Confinement): CleanupReport {
-  return { reason, confinement, signaled: 0, killed: 0, escaped: 0, leftovers: [], verified: verification[confinement], durationMs: 0 };
-}
-
-class Collector {
-  private readonly chunks: Buffer[] = [];
-  private size = 0;
-  truncated = false;
-
-  constructor(
-    stream: Readable | null,
-    private readonly max: number,
-  ) {
-    // Keep reading past the limit: a writer blocked on a full pipe would
-    // never exit.
-    stream?.on('data', (chunk: Buffer) => {
-      if (this.size >= this.max) {
-        if (chunk.length > 0) this.truncated = true;
-        return;
-      }
-      const room = this.max - this.size;
-      if (chunk.length > room) {
-        this.truncated = true;
-        chunk = chunk.subarray(0, room);
-      }
-      this.chunks.push(chunk);
-      this.size += chunk.length;
-    });
-  }
-
-  value(encoding: BufferEncoding | 'buffer'): string | Buffer {
-    const buf = Buffer.concat(this.chunks, this.size);
-    return encoding === 'buffer' ? buf : buf.toString(encoding);
-  }
-}
-
 export interface ToolCallEvents {
   spawn: [];
   exit: [code: number | null, signal: NodeJS.Signals | null];
@@ -99,9 +54,9 @@ export class ToolCall extends EventEmitter {
    * shim); undefined while queued or when it could not start.
    */
   pid: number | undefined;
-  readonly stdin: Writable | null = null;
-  readonly stdout: Readable | null = null;
-  readonly stderr: Readable | null = null;
+  readonly stdin: Writable | null;
+  readonly stdout: Readable | null;
+  readonly stderr: Readable | null;
   /** Exit code of the main process once it exited, else null. */
   exitCode: number | null = null;
   /** Signal that ended the main process, else null. */
@@ -121,11 +76,10 @@ export class ToolCall extends EventEmitter {
   readonly #createdAt = performance.now();
   #startedAt = 0;
   #started = false;
-  #childEnds: number[] = [];
+  readonly #stdio: CallStdio;
   #spawnError: Error | null = null;
   #empty = false;
   #closed = false;
-  #openStreams = 0;
   #report: CleanupReport | null = null;
   #ladder: Promise<CleanupReport> | null = null;
   #resolveLadder: ((r: CleanupReport) => void) | null = null;
@@ -148,24 +102,15 @@ export class ToolCall extends EventEmitter {
     // Before anything is created: an explicit tier this host cannot run throws here.
     this.confinement = resolveTier(opts.confinement);
 
-    // The pipes exist from the start, so a queued call already has its
-    // streams; the child's ends are handed over when it starts.
-    const stdio = opts.stdio.map((kind, i): NativeStdio => {
-      if (kind !== 'pipe') return kind;
-      const [readFd, writeFd] = native.pipe();
-      const [ours, theirs] = i === 0 ? [writeFd, readFd] : [readFd, writeFd];
-      this.#childEnds.push(theirs);
-      const sock = this.#socket(ours, i !== 0);
-      if (i === 0) (this as { stdin: Writable | null }).stdin = sock;
-      else if (i === 1) (this as { stdout: Readable | null }).stdout = sock;
-      else (this as { stderr: Readable | null }).stderr = sock;
-      return theirs;
-    }) as [NativeStdio, NativeStdio, NativeStdio];
+    this.#stdio = new CallStdio(opts.stdio, () => this.#maybeClose());
+    this.stdin = this.#stdio.stdin;
+    this.stdout = this.#stdio.stdout;
+    this.stderr = this.#stdio.stderr;
     if (run) this.#done = this.#collect(run);
-    owner.admit(this, () => this.#start(stdio));
+    owner.admit(this, () => this.#start());
   }
 
-  #start(stdio: [NativeStdio, NativeStdio, NativeStdio]): void {
+  #start(): void {
     if (this.#started) return;
     this.#started = true;
     this.#startedAt = performance.now();
@@ -179,7 +124,7 @@ export class ToolCall extends EventEmitter {
           candidates: opts.candidates,
           argv: opts.argv,
           env: opts.env,
-          stdio,
+          stdio: this.#stdio.forChild,
           tier: this.confinement,
           helper: helperPath(),
           ...(opts.cwd !== undefined ? { cwd: opts.cwd } : {}),
@@ -191,9 +136,7 @@ export class ToolCall extends EventEmitter {
     } catch (err) {
       res = { error: err as NativeErrorShape };
     }
-    // The child holds its own copies now; ours would keep the pipes open.
-    for (const fd of this.#childEnds) native.closeFd(fd);
-    this.#childEnds = [];
+    this.#stdio.closeChildEnds();
     if ('error' in res) {
       this.#fail(spawnError(res.error, opts.file, opts.spawnargs));
       return;
@@ -225,11 +168,7 @@ export class ToolCall extends EventEmitter {
   #fail(err: Error): void {
     this.#spawnError = err;
     this.#rejectDone?.(err);
-    for (const fd of this.#childEnds) native.closeFd(fd);
-    this.#childEnds = [];
-    this.stdin?.destroy();
-    this.stdout?.destroy();
-    this.stderr?.destroy();
+    this.#stdio.destroy();
     process.nextTick(() => {
       this.#owner.release(this);
       this.#emitError(err);
@@ -248,22 +187,6 @@ export class ToolCall extends EventEmitter {
   #emitError(err: Error): void {
     if (this.listenerCount('error') > 0) this.emit('error', err);
     else this.#owner.unhandledError(this, err);
-  }
-
-  #socket(fd: number, readable: boolean): net.Socket {
-    const sock = new net.Socket({ fd, readable, writable: !readable, allowHalfOpen: true });
-    if (!readable) {
-      // EPIPE once the command is gone is not fatal, as with ChildProcess;
-      // like ChildProcess, 'close' does not wait for stdin.
-      sock.on('error', () => {});
-      return sock;
-    }
-    this.#openStreams += 1;
-    sock.once('close', () => {
-      this.#openStreams -= 1;
-      this.#maybeClose();
-    });
-    return sock;
   }
 
   /** Live pids of the whole tree now: from the cgroup, the shim's descendants, or the session (pgroup). */
@@ -319,10 +242,7 @@ export class ToolCall extends EventEmitter {
   }
 
   #applyRef(): void {
-    for (const s of [this.stdin, this.stdout, this.stderr] as Array<net.Socket | null>) {
-      if (this.#ref) s?.ref();
-      else s?.unref();
-    }
+    this.#stdio.setRef(this.#ref);
     if (this.#timer) {
       if (this.#ref) this.#timer.ref();
       else this.#timer.unref();
@@ -413,23 +333,12 @@ export class ToolCall extends EventEmitter {
   }
 
   #onCleanup(r: NativeReport): void {
-    const report: CleanupReport = {
-      reason: r.reason as CleanupReason,
-      confinement: this.confinement,
-      signaled: r.signaled,
-      killed: r.killed,
-      escaped: r.escaped,
-      leftovers: r.leftovers,
-      verified: r.verified,
-      durationMs: r.durationMs,
-    };
+    const report = cleanupReport(r, this.confinement);
     this.#report = report;
     this.#resolveLadder?.(report);
     this.emit('cleanup', report);
-    if (report.leftovers.length > 0) {
-      const names = report.leftovers.map((p) => `${p.pid} (${p.comm})`).join(', ');
-      this.#emitError(new LeftoversError(`processes survived the kill ladder: ${names}`, report.leftovers));
-    }
+    const err = leftoversError(report);
+    if (err) this.#emitError(err);
   }
 
   #onEmpty(): void {
@@ -447,7 +356,7 @@ export class ToolCall extends EventEmitter {
   #maybeClose(): void {
     // Every writer of our pipes was in the tree, so once it is empty the
     // pipes reach EOF: 'close' cannot hang on a daemon holding stdout.
-    if (this.#closed || !this.#empty || this.#openStreams > 0) return;
+    if (this.#closed || !this.#empty || this.#stdio.openReadable > 0) return;
     this.#closed = true;
     this.#owner.release(this);
     this.emit('close', this.exitCode, this.signalCode);
@@ -467,22 +376,25 @@ export class ToolCall extends EventEmitter {
       }
       this.#rejectDone = reject;
       this.once('close', () => {
-        resolve({
-          exitCode: this.exitCode,
-          signal: this.signalCode,
-          stdout: out.value(run.encoding),
-          stderr: err.value(run.encoding),
-          stdoutTruncated: out.truncated,
-          stderrTruncated: err.truncated,
-          timedOut: this.#timedOut,
-          aborted: this.#aborted,
-          durationMs: performance.now() - this.#startedAt,
-          queuedMs: this.#startedAt - this.#createdAt,
-          cleanup: this.#report,
-          pid: this.pid ?? 0,
-          cgroup: this.cgroup ?? '',
-          confinement: this.confinement,
-        });
+        resolve(
+          runResult(
+            {
+              exitCode: this.exitCode,
+              signal: this.signalCode,
+              timedOut: this.#timedOut,
+              aborted: this.#aborted,
+              createdAt: this.#createdAt,
+              startedAt: this.#startedAt,
+              cleanup: this.#report,
+              pid: this.pid,
+              cgroup: this.cgroup,
+              confinement: this.confinement,
+            },
+            out,
+            err,
+            run.encoding,
+          ),
+        );
       });
     });
   }
