@@ -108,6 +108,8 @@ export interface NativeBinding {
   setRef(id: number, ref: boolean): void;
   closeFd(fd: number): void;
   ensureGuardian(helperPath: string, prefix: string): { pid: number; startedNow: boolean };
+  /** `proctree-<pid>-<12 hex digits>`: drawn once per process, shared by its workers. */
+  subtreePrefix(): string;
 }
 
 // node-gyp-build looks in build/Release first, then prebuilds/<platform>-<arch>.

@@ -11,7 +11,7 @@ import { type CallOwner, dropQueued, terminateFor, ToolCall } from './toolcall';
 import type { CleanupReport, RunOptions, RunResult, SpawnOptions } from './types';
 
 export interface SupervisorOptions {
-  /** Names the subtree `proctree-<pid>-<name>`. Letters, digits, `_`, `.`, `-`; unique in the process. */
+  /** Names the subtree `proctree-<pid>-<random>-<name>`. Letters, digits, `_`, `.`, `-`; unique in the process. */
   name?: string;
   /** Default `grace` of its calls and of shutdown(). Default: 2000. */
   grace?: number;
@@ -46,11 +46,12 @@ function installExitHook(): void {
 
 
 // One guardian per harness process; it watches every subtree whose name starts
-// with proctree-<pid>, workers' included.
+// with this process's prefix (proctree-<pid>-<random>), workers' included, and
+// no other harness's, even one with the same pid in another PID namespace.
 function ensureGuardian(): void {
   if (guardianFailed) return;
   try {
-    native.ensureGuardian(helperPath(), `proctree-${process.pid}`);
+    native.ensureGuardian(helperPath(), native.subtreePrefix());
   } catch (err) {
     guardianFailed = true;
     process.emitWarning(
@@ -91,7 +92,8 @@ export class Supervisor extends EventEmitter {
     this.#name = name;
     usedNames.add(name);
     const suffix = threadId === 0 ? '' : `-w${threadId}`;
-    this.group = name === 'default' ? `proctree-${process.pid}${suffix}` : `proctree-${process.pid}-${name}${suffix}`;
+    const prefix = native.subtreePrefix();
+    this.group = name === 'default' ? `${prefix}${suffix}` : `${prefix}-${name}${suffix}`;
     installExitHook();
     this.#owner = this.#makeOwner();
     if (options.handleSignals) this.#installSignalHandlers();

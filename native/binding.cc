@@ -96,6 +96,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
                              InstanceMethod("setRef", &Addon::SetRef),
                              InstanceMethod("closeFd", &Addon::CloseFd),
                              InstanceMethod("ensureGuardian", &Addon::EnsureGuardian),
+                             InstanceMethod("subtreePrefix", &Addon::SubtreePrefix),
                              InstanceMethod("probe", &Addon::ProbeHost),
                          });
     uv_loop_t* loop = nullptr;
@@ -350,6 +351,11 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
   Napi::Value CloseFd(const Napi::CallbackInfo& info) {
     if (info.Length() > 0 && info[0].IsNumber()) ::close(info[0].As<Napi::Number>().Int32Value());
     return info.Env().Undefined();
+  }
+
+  // subtreePrefix() -> "proctree-<pid>-<random>", the same in every worker.
+  Napi::Value SubtreePrefix(const Napi::CallbackInfo& info) {
+    return Napi::String::New(info.Env(), subtree_prefix());
   }
 
   // ensureGuardian(helperPath, prefix) -> { pid, startedNow }

@@ -21,9 +21,17 @@ struct GuardianInfo {
 
 // Starts the guardian once per process (later calls return the same pid).
 // helper: the proctree-helper executable; cgroup_dir: the harness's own
-// cgroup; prefix: the subtree name prefix ("proctree-<pid>").
+// cgroup; prefix: the subtree name prefix (subtree_prefix()).
 SysError ensure_guardian(const std::string& helper, const std::string& cgroup_dir,
                          const std::string& prefix, ChildStack& stack, GuardianInfo* out);
+
+// The name every subtree of this harness process starts with, the same for
+// every environment (worker) in it: "proctree-<pid>-<12 hex digits>". The pid
+// alone is not unique: two harnesses in different PID namespaces can share a
+// cgroup and a pid, and a dead harness's pid is reused. The random part is
+// drawn once per process, so no other harness's subtree, live or stale, can
+// carry this name, and the guardian and the exit path touch only ours.
+const std::string& subtree_prefix();
 
 // The guardian's own main loop (runs in the helper executable).
 int guardian_main(const char* cgroup_dir, const char* prefix);

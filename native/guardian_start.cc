@@ -1,7 +1,11 @@
 #include <fcntl.h>
+#include <errno.h>
 #include <poll.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <mutex>
 
 #include "fd.h"
@@ -19,15 +23,49 @@ pid_t g_guardian_pid = -1;
 int g_guardian_pipe = -1;
 int g_guardian_pidfd = -1;
 
+std::string make_subtree_prefix() {
+  unsigned char bytes[6] = {0};
+  ssize_t n;
+  do {
+    n = getrandom(bytes, sizeof bytes, GRND_NONBLOCK);
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(sizeof bytes)) {
+    // Early boot without entropy, or a seccomp filter: the clock still makes
+    // a name that no earlier process with this pid had.
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t v = static_cast<uint64_t>(ts.tv_sec) * 1000000007ull ^ static_cast<uint64_t>(ts.tv_nsec);
+    for (unsigned char& b : bytes) {
+      b = static_cast<unsigned char>(v);
+      v >>= 8;
+    }
+  }
+  char hex[sizeof bytes * 2 + 1];
+  for (size_t i = 0; i < sizeof bytes; ++i) snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
+  return "proctree-" + std::to_string(getpid()) + "-" + hex;
+}
+
 }  // namespace
+
+const std::string& subtree_prefix() {
+  static const std::string prefix = make_subtree_prefix();
+  return prefix;
+}
 
 SysError ensure_guardian(const std::string& helper, const std::string& cgroup_dir,
                          const std::string& prefix, ChildStack& stack, GuardianInfo* out) {
   std::lock_guard<std::mutex> lock(g_guardian_mutex);
   if (g_guardian_pid > 0) {
     // Still there? If someone killed it, reap it and start a new one.
+    // Only the pidfd turning readable means it exited: a signal arriving
+    // now (EINTR) must not be taken for a death, or we would close its pipe
+    // and it would kill every call of the harness.
     pollfd p{g_guardian_pidfd, POLLIN, 0};
-    if (poll(&p, 1, 0) == 0) {
+    int r;
+    do {
+      r = poll(&p, 1, 0);
+    } while (r < 0 && errno == EINTR);
+    if (r == 0 || (r < 0) || !(p.revents & (POLLIN | POLLHUP))) {
       out->pid = g_guardian_pid;
       out->started_now = false;
       return SysError::none();

@@ -66,8 +66,13 @@ SysError Registry::spawn(const std::string& group, SpawnRequest req, SpawnedCall
   auto g = groups_.find(group);
   if (g == groups_.end()) {
     CgroupDir dir;
-    // The delegation rule: only ever below the harness's own cgroup.
-    if (SysError e = CgroupDir::create(loc.own_path + "/" + group, true, &dir)) return e;
+    // The delegation rule: only ever below the harness's own cgroup. The
+    // name carries this process's random prefix, so a directory that exists
+    // already is another harness's (or nobody's business) unless we made it
+    // earlier and could not remove it: never share one.
+    bool ours = made_groups_.count(group) != 0;
+    if (SysError e = CgroupDir::create(loc.own_path + "/" + group, ours, &dir)) return e;
+    made_groups_.insert(group);
     g = groups_.emplace(group, std::move(dir)).first;
   }
 

@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -44,7 +45,7 @@ class Registry : public CallHost, public ReactorClient {
   SysError location(CgroupLocation* out);
 
   // group: the subtree directory name below the harness's cgroup
-  // ("proctree-<pid>"), created on first use.
+  // (subtree_prefix() and a suffix), created on first use.
   SysError spawn(const std::string& group, SpawnRequest req, SpawnedCall* out);
   // The other tiers: no cgroup. helper: the proctree-helper executable (the
   // shim of pidns and subreaper).
@@ -99,6 +100,8 @@ class Registry : public CallHost, public ReactorClient {
   bool located_ = false;
   ChildStack stack_;
   std::map<std::string, CgroupDir> groups_;
+  // Every subtree name this registry created: only those may be reopened.
+  std::set<std::string> made_groups_;
   std::unordered_map<uint64_t, Call*> calls_;
   std::deque<CallEvent> pending_;
   bool flushing_ = false;

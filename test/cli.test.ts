@@ -329,7 +329,7 @@ describe('proctree ps', () => {
     const mine = (JSON.parse(json.stdout) as CallEntry[]).filter((c) => c.harnessPid === child.pid);
     expect(mine).toHaveLength(1);
     const entry = mine[0];
-    expect(entry.call).toMatch(new RegExp(`proctree-${child.pid}/c\\d+$`));
+    expect(entry.call).toMatch(new RegExp(`proctree-${child.pid}-[0-9a-f]{12}/c\\d+$`));
     expect(entry.harnessAlive).toBe(true);
     expect(entry.members).toBe(3);
     expect(entry.command).toBe(`bash -c setsid sleep ${t} & sleep ${t}; wait`);

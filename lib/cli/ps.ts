@@ -9,7 +9,7 @@ import { parseFlags } from './args';
 export const psHelp = `Usage: proctree ps [--json]
 
 Lists the live calls that proctree harnesses on this host created: every
-cgroup proctree-<pid>[-<name>]/c<N> that still has processes.
+cgroup proctree-<pid>-<random>[-<name>]/c<N> that still has processes.
 
 Columns:
   CALL      the call's cgroup, relative to the cgroup2 mount
@@ -27,7 +27,7 @@ Options:
 `;
 
 export interface CallEntry {
-  /** The call's cgroup relative to the cgroup2 mount, e.g. `proctree-4242/c3`. */
+  /** The call's cgroup relative to the cgroup2 mount, e.g. `proctree-4242-5c0f3a9e21b4/c3`. */
   call: string;
   /** Absolute path of the call's cgroup. */
   cgroup: string;
@@ -170,7 +170,7 @@ function callEntry(mount: string, leaf: string, harnessPid: number, now: number)
   };
 }
 
-/** Walks every cgroup2 hierarchy for proctree-<pid>[-<name>]/c<N> with live members. */
+/** Walks every cgroup2 hierarchy for proctree-<pid>-<random>[-<name>]/c<N> with live members. */
 export function liveCalls(mounts = cgroup2Mounts()): CallEntry[] {
   const out: CallEntry[] = [];
   const now = Date.now();
