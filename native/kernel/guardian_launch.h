@@ -1,0 +1,28 @@
+// The harness side of the guardian (the helper side is helper/guardian.cc):
+// starts one proctree-helper process per harness that outlives it. It holds
+// the read end of a pipe whose write end only the harness holds, so it sees
+// EOF however the harness dies (SIGKILL, OOM, a crash in any addon) and then
+// kills and removes every proctree subtree the harness made.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "kernel/spawn.h"
+#include "kernel/sys_error.h"
+
+namespace proctree {
+
+struct GuardianInfo {
+  pid_t pid = -1;
+  bool started_now = false;
+};
+
+// Starts the guardian once per process (later calls return the same pid).
+// helper: the proctree-helper executable; cgroup_dir: the harness's own
+// cgroup; prefix: the subtree name prefix ("proctree-<pid>").
+SysError ensure_guardian(const std::string& helper, const std::string& cgroup_dir,
+                         const std::string& prefix, ChildStack& stack, GuardianInfo* out);
+
+}  // namespace proctree
