@@ -2,7 +2,6 @@
 // JavaScript object per environment (main thread or worker) and delivers call
 // events through napi_make_callback on the environment's own loop.
 #include <napi.h>
-#include <uv.h>
 
 #include <string>
 #include <unordered_map>
@@ -11,17 +10,18 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "guardian.h"
-#include "probe.h"
-#include "procfs.h"
-#include "registry.h"
-#include "stdio.h"
+#include "kernel/guardian_launch.h"
+#include "kernel/probe.h"
+#include "kernel/procfs.h"
+#include "loop/errno_name.h"
+#include "loop/registry.h"
+#include "kernel/stdio_pipes.h"
 
 namespace proctree {
 namespace {
 
 Napi::Object make_error(Napi::Env env, const SysError& e) {
-  const char* code = uv_err_name(-e.err);
+  const char* code = errno_name(e.err);
   std::string message = std::string(e.syscall) + " " + code;
   if (!e.path.empty()) message += " '" + e.path + "'";
   Napi::Error err = Napi::Error::New(env, message);
@@ -99,7 +99,8 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
                              InstanceMethod("subtreePrefix", &Addon::SubtreePrefix),
                              InstanceMethod("probe", &Addon::ProbeHost),
                          });
-    uv_loop_t* loop = nullptr;
+    // node_api.h declares the loop type; only loop/ includes uv.h.
+    struct uv_loop_s* loop = nullptr;
     napi_get_uv_event_loop(env, &loop);
     registry_ = new Registry(loop, this);
     napi_value resource_name = Napi::String::New(env, "proctree:call");
@@ -383,7 +384,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     Napi::Object o = Napi::Object::New(env);
     o.Set("ok", p.ok);
     if (!p.ok) {
-      o.Set("errno", uv_err_name(-p.err));
+      o.Set("errno", errno_name(p.err));
       if (p.syscall[0]) o.Set("syscall", p.syscall);
     }
     if (!p.detail.empty()) o.Set("detail", p.detail);

@@ -9,7 +9,15 @@ const path = require('node:path');
 const root = path.resolve(__dirname, '..');
 const addon = path.join(root, 'build', 'Release', 'proctree.node');
 const mtime = (p) => (fs.existsSync(p) ? fs.statSync(p).mtimeMs : 0);
-const newest = (dir) => Math.max(0, ...fs.readdirSync(dir).map((f) => mtime(path.join(dir, f))));
+// native/ has one folder per layer: look inside them too.
+const newest = (dir) =>
+  Math.max(
+    0,
+    ...fs.readdirSync(dir, { withFileTypes: true }).map((e) => {
+      const p = path.join(dir, e.name);
+      return e.isDirectory() ? newest(p) : mtime(p);
+    }),
+  );
 
 if (mtime(addon) < Math.max(newest(path.join(root, 'native')), mtime(path.join(root, 'binding.gyp')))) {
   const gyp = require.resolve('node-gyp/bin/node-gyp.js');

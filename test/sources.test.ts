@@ -1,6 +1,8 @@
-// One list of native sources: CMakeLists.txt globs native/*.cc, and
-// binding.gyp must name the same files, or the node-gyp build (what users and
-// prebuilds get) and the cmake build (what the unit tests check) drift apart.
+// One list of native sources, and the layering the folders promise
+// (native/README.md). CMakeLists.txt globs native/binding.cc and
+// native/{kernel,ladder,loop}/*.cc, and binding.gyp must name the same files,
+// or the node-gyp build (what users and prebuilds get) and the cmake build
+// (what the unit tests check) drift apart.
 import fs from 'node:fs';
 import path from 'node:path';
 
@@ -24,39 +26,82 @@ function readGyp(): { targets: GypTarget[] } {
   return new Function(`return (${text});`)() as { targets: GypTarget[] };
 }
 
-function ccFiles(dir: string): string[] {
+function files(dir: string, ext: RegExp): string[] {
+  const abs = path.join(root, dir);
+  if (!fs.existsSync(abs)) return [];
   return fs
-    .readdirSync(path.join(root, dir))
-    .filter((f) => f.endsWith('.cc'))
+    .readdirSync(abs)
+    .filter((f) => ext.test(f))
     .map((f) => `${dir}/${f}`)
     .sort();
+}
+
+// The addon's layers; helper/ is the helper executable's.
+const addonDirs = ['native/kernel', 'native/ladder', 'native/loop'];
+
+function includes(file: string): string[] {
+  return fs
+    .readFileSync(path.join(root, file), 'utf8')
+    .split('\n')
+    .map((line) => /^\s*#\s*include\s*([<"][^>"]+[>"])/.exec(line)?.[1])
+    .filter((inc): inc is string => inc !== undefined);
 }
 
 describe('native sources', () => {
   const gyp = readGyp();
   const addon = gyp.targets.find((t) => t.target_name === 'proctree');
 
-  it('binding.gyp builds the addon from exactly native/*.cc', () => {
+  it('binding.gyp builds the addon from exactly native/binding.cc and native/{kernel,ladder,loop}/*.cc', () => {
     expect(addon, 'binding.gyp has no "proctree" target').toBeDefined();
-    expect([...(addon?.sources ?? [])].sort()).toEqual(ccFiles('native'));
+    const expected = ['native/binding.cc', ...addonDirs.flatMap((d) => files(d, /\.cc$/))].sort();
+    expect([...(addon?.sources ?? [])].sort()).toEqual(expected);
   });
 
-  it('CMakeLists.txt takes the addon sources from the same glob', () => {
+  it('CMakeLists.txt takes the addon sources from the same globs', () => {
     const cmake = fs.readFileSync(path.join(root, 'CMakeLists.txt'), 'utf8');
-    expect(cmake).toMatch(/file\(GLOB PROCTREE_SOURCES CONFIGURE_DEPENDS "\$\{CMAKE_CURRENT_SOURCE_DIR\}\/native\/\*\.cc"\)/);
+    expect(cmake).toMatch(/file\(GLOB PROCTREE_PURE_SOURCES CONFIGURE_DEPENDS "\$\{_native\}\/kernel\/\*\.cc" "\$\{_native\}\/ladder\/\*\.cc"\)/);
+    expect(cmake).toMatch(/file\(GLOB PROCTREE_UV_SOURCES CONFIGURE_DEPENDS "\$\{_native\}\/loop\/\*\.cc"\)/);
+    expect(cmake).toMatch(/set\(PROCTREE_SOURCES "\$\{_native\}\/binding\.cc" \$\{PROCTREE_PURE_SOURCES\} \$\{PROCTREE_UV_SOURCES\}\)/);
     expect(cmake).toMatch(/add_library\(proctree SHARED \$\{PROCTREE_SOURCES\}/);
   });
 
-  it('every other binding.gyp target names files that exist, and covers native/*/ sources', () => {
-    const others = gyp.targets.filter((t) => t !== addon);
-    const named = new Set(others.flatMap((t) => t.sources ?? []));
+  it('the helper target is native/helper/*.cc plus kernel files that exist', () => {
+    const helper = gyp.targets.find((t) => t.target_name === 'proctree-helper');
+    expect(helper, 'binding.gyp has no "proctree-helper" target').toBeDefined();
+    const named = helper?.sources ?? [];
     for (const src of named) expect(fs.existsSync(path.join(root, src)), `${src} is missing`).toBe(true);
-    const subdirs = fs
-      .readdirSync(path.join(root, 'native'), { withFileTypes: true })
-      .filter((e) => e.isDirectory())
-      .map((e) => `native/${e.name}`);
-    for (const dir of subdirs) {
-      for (const src of ccFiles(dir)) expect(named.has(src), `${src} is in no binding.gyp target`).toBe(true);
+    for (const src of files('native/helper', /\.cc$/)) expect(named, `${src} is not in the helper`).toContain(src);
+    for (const src of named) expect(src, `${src}: the helper takes helper/ and kernel/ only`).toMatch(/^native\/(helper|kernel)\//);
+  });
+
+  it('no native file outside the layer folders', () => {
+    const top = fs.readdirSync(path.join(root, 'native')).filter((f) => /\.(cc|h)$/.test(f));
+    expect(top).toEqual(['binding.cc']);
+  });
+
+  it('the folder tells the layer: N-API only in binding.cc, libuv only in loop/', () => {
+    const all = [
+      ...['native/kernel', 'native/ladder', 'native/loop', 'native/helper'].flatMap((d) => files(d, /\.(cc|h)$/)),
+      'native/binding.cc',
+    ];
+    for (const file of all) {
+      const inc = includes(file);
+      const napi = inc.some((i) => /^<(napi|node_api)\.h>$/.test(i));
+      const uv = inc.some((i) => i === '<uv.h>');
+      expect(napi, `${file} includes N-API`).toBe(file === 'native/binding.cc');
+      if (!file.startsWith('native/loop/')) expect(uv, `${file} includes uv.h`).toBe(false);
+      // Lower layers never reach up: kernel/ sees only kernel/ (and the
+      // helper's protocol), ladder/ only kernel/ and ladder/.
+      const local = inc.filter((i) => i.startsWith('"')).map((i) => i.slice(1, -1));
+      if (file.startsWith('native/kernel/')) {
+        for (const i of local) expect(i, `${file} includes ${i}`).toMatch(/^(kernel\/|helper\/shim_protocol\.h$)/);
+      }
+      if (file.startsWith('native/ladder/')) {
+        for (const i of local) expect(i, `${file} includes ${i}`).toMatch(/^(kernel|ladder)\//);
+      }
+      if (file.startsWith('native/helper/')) {
+        for (const i of local) expect(i, `${file} includes ${i}`).toMatch(/^(kernel|helper)\//);
+      }
     }
   });
 });

@@ -1,11 +1,11 @@
 // proctree-helper: the small executable that ships next to the addon: the
-// guardian (see guardian.h), and the per-call shims of the pidns and
+// guardian (see helper/guardian.h), and the per-call shims of the pidns and
 // subreaper tiers (see helper/shim.cc).
 #include <cstdio>
 #include <cstring>
 
-#include "../guardian.h"
-#include "shim.h"
+#include "helper/guardian.h"
+#include "helper/shim.h"
 
 int main(int argc, char** argv) {
   if (argc == 4 && strcmp(argv[1], "guardian") == 0) {

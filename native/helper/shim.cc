@@ -5,7 +5,7 @@
 // it), reports the command's exit on the control socket, and exits once it
 // has no child left (wait: ECHILD), which the harness sees on its pidfd as
 // "the tree is empty". It is single-threaded, so fork() here is safe.
-#include "shim.h"
+#include "helper/shim.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,9 +22,9 @@
 #include <cstring>
 #include <vector>
 
-#include "../descendants.h"
-#include "../pidfd.h"
-#include "../shim_protocol.h"
+#include "kernel/proc_scan.h"
+#include "kernel/pidfd.h"
+#include "helper/shim_protocol.h"
 
 namespace proctree {
 namespace {

@@ -2,7 +2,7 @@
 // (never assuming /sys/fs/cgroup: hybrid hosts mount it at .../unified), and
 // the directory type a call lives in: events, members (nested ones too), and
 // removal of what the command created inside it.
-#include "cgroup.h"
+#include "kernel/cgroup.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -18,8 +18,8 @@
 #include <cstdio>
 #include <string>
 
-#include "cgroup.h"
-#include "pidfd.h"
+#include "kernel/cgroup.h"
+#include "kernel/pidfd.h"
 
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000

@@ -1,6 +1,6 @@
 // procfs.cc: the identity fields of a process, read from /proc/<pid>/stat and
 // /proc/<pid>/cmdline, compared with what the kernel reports by system call.
-#include "procfs.h"
+#include "kernel/procfs.h"
 
 #include <signal.h>
 #include <sys/prctl.h>

@@ -3,7 +3,7 @@
 // through the cgroup and stopped; the events come in order (exit, cleanup,
 // empty); every directory is removed; and every libuv handle is closed, so
 // uv_loop_close succeeds (under the sanitizer build, leaks fail the test too).
-#include "registry.h"
+#include "loop/registry.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -17,8 +17,8 @@
 
 #include "check.h"
 #include "fixtures.h"
-#include "procfs.h"
-#include "stdio.h"
+#include "kernel/procfs.h"
+#include "kernel/stdio_pipes.h"
 
 using proctree::CallEvent;
 using proctree::Registry;

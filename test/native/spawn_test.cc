@@ -3,7 +3,7 @@
 // fallbacks. The fallbacks run in a forked copy of the test under a seccomp
 // filter that refuses clone3 with ENOSYS (as Docker's default profile and
 // qemu-user do) and, for the second one, CLONE_PIDFD with EINVAL (qemu < 8.0).
-#include "spawn.h"
+#include "kernel/spawn.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -15,8 +15,8 @@
 
 #include "check.h"
 #include "fixtures.h"
-#include "procfs.h"
-#include "stdio.h"
+#include "kernel/procfs.h"
+#include "kernel/stdio_pipes.h"
 
 using proctree::ChildStack;
 using proctree::CloneMethod;

@@ -2,7 +2,7 @@
 // dup sequence in the child must not clobber one with another, and nothing
 // may leak into the command), pipes point the right way, and a harness with
 // 0..2 closed still gets descriptors above them.
-#include "stdio.h"
+#include "kernel/stdio_pipes.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "probe.h"
+#include "kernel/probe.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -12,10 +12,10 @@
 #include <atomic>
 #include <cstring>
 
-#include "clone_trampoline.h"
-#include "fd.h"
-#include "pidfd.h"
-#include "raw_syscall.h"
+#include "kernel/clone_trampoline.h"
+#include "kernel/fd.h"
+#include "kernel/pidfd.h"
+#include "kernel/raw_syscall.h"
 
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000

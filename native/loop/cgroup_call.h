@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "call.h"
-#include "cgroup.h"
+#include "loop/call.h"
+#include "kernel/cgroup.h"
 
 namespace proctree {
 

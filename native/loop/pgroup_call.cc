@@ -1,11 +1,11 @@
-#include "pgroup_call.h"
+#include "loop/pgroup_call.h"
 
 #include <signal.h>
 
 #include <algorithm>
 
-#include "descendants.h"
-#include "reactor.h"
+#include "kernel/proc_scan.h"
+#include "loop/reactor.h"
 
 namespace proctree {
 namespace {

@@ -10,8 +10,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "fd.h"
-#include "sys_error.h"
+#include "kernel/fd.h"
+#include "kernel/sys_error.h"
 
 namespace proctree {
 

@@ -1,4 +1,4 @@
-#include "spawn.h"
+#include "kernel/spawn.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "clone_trampoline.h"
-#include "raw_syscall.h"
+#include "kernel/clone_trampoline.h"
+#include "kernel/raw_syscall.h"
 
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000

@@ -1,4 +1,4 @@
-#include "shim_call.h"
+#include "loop/shim_call.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -6,9 +6,9 @@
 
 #include <algorithm>
 
-#include "descendants.h"
-#include "reactor.h"
-#include "shim_protocol.h"
+#include "kernel/proc_scan.h"
+#include "loop/reactor.h"
+#include "helper/shim_protocol.h"
 
 namespace proctree {
 namespace {

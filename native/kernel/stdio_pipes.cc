@@ -1,4 +1,4 @@
-#include "stdio.h"
+#include "kernel/stdio_pipes.h"
 
 #include <fcntl.h>
 #include <unistd.h>

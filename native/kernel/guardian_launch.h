@@ -1,6 +1,7 @@
-// The guardian: one small process per harness that outlives it. It holds the
-// read end of a pipe whose write end only the harness holds, so it sees EOF
-// however the harness dies (SIGKILL, OOM, a crash in any addon) and then
+// The harness side of the guardian (the helper side is helper/guardian.cc):
+// starts one proctree-helper process per harness that outlives it. It holds
+// the read end of a pipe whose write end only the harness holds, so it sees
+// EOF however the harness dies (SIGKILL, OOM, a crash in any addon) and then
 // kills and removes every proctree subtree the harness made.
 #pragma once
 
@@ -8,11 +9,10 @@
 
 #include <string>
 
-#include "sys_error.h"
+#include "kernel/spawn.h"
+#include "kernel/sys_error.h"
 
 namespace proctree {
-
-class ChildStack;
 
 struct GuardianInfo {
   pid_t pid = -1;
@@ -32,13 +32,5 @@ SysError ensure_guardian(const std::string& helper, const std::string& cgroup_di
 // drawn once per process, so no other harness's subtree, live or stale, can
 // carry this name, and the guardian and the exit path touch only ours.
 const std::string& subtree_prefix();
-
-// The guardian's own main loop (runs in the helper executable).
-int guardian_main(const char* cgroup_dir, const char* prefix);
-
-// rmdir-ready cleanup used by the guardian and tested on its own: cgroup.kill
-// every subtree of `dir` named `prefix` or `prefix-*`, wait up to wait_ms for
-// them to empty, then remove them, deepest first. Returns how many it removed.
-int kill_and_remove_subtrees(const std::string& dir, const std::string& prefix, int wait_ms);
 
 }  // namespace proctree

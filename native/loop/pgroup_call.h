@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "call.h"
+#include "loop/call.h"
 
 namespace proctree {
 

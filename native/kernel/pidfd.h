@@ -4,8 +4,8 @@
 
 #include <sys/types.h>
 
-#include "fd.h"
-#include "sys_error.h"
+#include "kernel/fd.h"
+#include "kernel/sys_error.h"
 
 namespace proctree {
 

@@ -1,7 +1,7 @@
 // Architecture-specific entry for clone3 with a child stack (see the header).
 // In the child the kernel has switched to the new stack; registers other than
 // the return value are those of the parent, so fn and arg survive the call.
-#include "clone_trampoline.h"
+#include "kernel/clone_trampoline.h"
 
 #if defined(__x86_64__)
 // rdi = cl_args, rsi = size, rdx = fn, rcx = arg. syscall clobbers rcx and

@@ -1,11 +1,11 @@
-#include "cgroup_call.h"
+#include "loop/cgroup_call.h"
 
 #include <signal.h>
 
 #include <algorithm>
 #include <unordered_set>
 
-#include "reactor.h"
+#include "loop/reactor.h"
 
 namespace proctree {
 namespace {

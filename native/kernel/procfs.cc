@@ -1,4 +1,4 @@
-#include "procfs.h"
+#include "kernel/procfs.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "fd.h"
+#include "kernel/fd.h"
 
 namespace proctree {
 namespace {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "fd.h"
-#include "sys_error.h"
+#include "kernel/fd.h"
+#include "kernel/sys_error.h"
 
 namespace proctree {
 

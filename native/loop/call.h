@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "pidfd.h"
-#include "procfs.h"
-#include "spawn.h"
+#include "kernel/pidfd.h"
+#include "kernel/procfs.h"
+#include "kernel/spawn.h"
 
 namespace proctree {
 

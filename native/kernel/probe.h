@@ -7,8 +7,8 @@
 
 #include <string>
 
-#include "cgroup.h"
-#include "spawn.h"
+#include "kernel/cgroup.h"
+#include "kernel/spawn.h"
 
 namespace proctree {
 

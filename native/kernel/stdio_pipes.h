@@ -2,8 +2,8 @@
 // harness's own, or a descriptor the caller passes.
 #pragma once
 
-#include "fd.h"
-#include "sys_error.h"
+#include "kernel/fd.h"
+#include "kernel/sys_error.h"
 
 namespace proctree {
 

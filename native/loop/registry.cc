@@ -1,4 +1,4 @@
-#include "registry.h"
+#include "loop/registry.h"
 
 #include <poll.h>
 #include <sched.h>
@@ -7,10 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cgroup_call.h"
-#include "pgroup_call.h"
-#include "shim_call.h"
-#include "shim_protocol.h"
+#include "loop/cgroup_call.h"
+#include "loop/pgroup_call.h"
+#include "loop/shim_call.h"
+#include "helper/shim_protocol.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,4 +1,4 @@
-#include "guardian.h"
+#include "helper/guardian.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -11,8 +11,8 @@
 #include <cstring>
 #include <vector>
 
-#include "cgroup.h"
-#include "fd.h"
+#include "kernel/cgroup.h"
+#include "kernel/fd.h"
 
 namespace proctree {
 namespace {

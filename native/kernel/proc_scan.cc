@@ -1,4 +1,4 @@
-#include "descendants.h"
+#include "kernel/proc_scan.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -9,8 +9,8 @@
 #include <string>
 #include <unordered_set>
 
-#include "fd.h"
-#include "procfs.h"
+#include "kernel/fd.h"
+#include "kernel/procfs.h"
 
 namespace proctree {
 namespace {

@@ -12,8 +12,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "call.h"
-#include "fd.h"
+#include "loop/call.h"
+#include "kernel/fd.h"
 
 namespace proctree {
 

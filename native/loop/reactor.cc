@@ -1,4 +1,4 @@
-#include "reactor.h"
+#include "loop/reactor.h"
 
 #include <poll.h>
 #include <sys/epoll.h>

@@ -13,10 +13,10 @@
 #include <string>
 #include <unordered_map>
 
-#include "call.h"
-#include "cgroup.h"
-#include "reactor.h"
-#include "spawn.h"
+#include "loop/call.h"
+#include "kernel/cgroup.h"
+#include "loop/reactor.h"
+#include "kernel/spawn.h"
 
 namespace proctree {
 

@@ -1,8 +1,8 @@
-#include "call.h"
+#include "loop/call.h"
 
 #include <algorithm>
 
-#include "reactor.h"
+#include "loop/reactor.h"
 
 namespace proctree {
 

@@ -1,4 +1,4 @@
-#include "cgroup.h"
+#include "kernel/cgroup.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -8,10 +8,10 @@
 #include <cstdio>
 #include <mutex>
 
-#include "fd.h"
-#include "guardian.h"
-#include "pidfd.h"
-#include "spawn.h"
+#include "kernel/fd.h"
+#include "kernel/guardian_launch.h"
+#include "kernel/pidfd.h"
+#include "kernel/spawn.h"
 
 namespace proctree {
 namespace {
@@ -79,7 +79,7 @@ SysError ensure_guardian(const std::string& helper, const std::string& cgroup_di
   int p[2];
   if (pipe2(p, O_CLOEXEC) != 0) return SysError::from_errno("pipe2");
   Fd read_end(p[0]), write_end(p[1]);
-  // The child side must not sit on 0..2 (see stdio.cc).
+  // The child side must not sit on 0..2 (see stdio_pipes.cc).
   Fd child_in(fcntl(read_end.get(), F_DUPFD_CLOEXEC, 3));
   Fd devnull(open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!child_in || !devnull) return SysError::from_errno("open");

@@ -1,4 +1,4 @@
-#include "pidfd.h"
+#include "kernel/pidfd.h"
 
 #include <signal.h>
 #include <sys/syscall.h>
