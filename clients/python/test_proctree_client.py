@@ -39,8 +39,10 @@ def token(seconds: int = 300) -> str:
     return f"{seconds}.{random.randrange(1 << 32)}"
 
 
-def live_with(needle: str) -> List[int]:
-    """Live (non-zombie) processes whose command line contains ``needle``."""
+def live_with(needle: str, comm: str = "") -> List[int]:
+    """Live (non-zombie) processes whose command line contains ``needle``;
+    with ``comm``, only those already running that program (a shell whose
+    script names the token, or ``setsid`` before it execs, do not count)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
@@ -52,7 +54,8 @@ def live_with(needle: str) -> List[int]:
                 continue
             with open(f"/proc/{entry}/stat") as f:
                 stat = f.read()
-            if stat[stat.rindex(")") + 2] != "Z":
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            if stat[stat.rindex(")") + 2] != "Z" and (not comm or name == comm):
                 found.append(int(entry))
         except (OSError, ValueError):
             continue  # gone while we looked
@@ -142,7 +145,7 @@ class ClientTest(unittest.TestCase):
     def test_double_fork_setsid_leaves_zero_survivors(self) -> None:
         t = self.new_token()
         call = self.pt.spawn(["bash", "-c", f"(setsid sleep {t} &) ; sleep {t}"])
-        self.assertTrue(wait_until(lambda: len(live_with(t)) >= 2, 5), "both sleeps started")
+        self.assertTrue(wait_until(lambda: len(live_with(t, "sleep")) >= 2, 5), "both sleeps started")
         report = call.terminate(grace=1)
         self.assertEqual(report["escaped"], 1)
         self.assertEqual(report["leftovers"], [])
@@ -152,7 +155,7 @@ class ClientTest(unittest.TestCase):
         t = self.new_token()
         script = f"nohup sleep {t} >/dev/null 2>&1 & disown; sleep {t}"
         call = self.pt.spawn(["bash", "-c", script])
-        self.assertTrue(wait_until(lambda: len(live_with(t)) >= 2, 5), "both sleeps started")
+        self.assertTrue(wait_until(lambda: len(live_with(t, "sleep")) >= 2, 5), "both sleeps started")
         report = call.terminate(grace=1)
         self.assertEqual(report["leftovers"], [])
         self.assertEqual(live_with(t), [])
@@ -188,7 +191,7 @@ class ClientDeathTest(unittest.TestCase):
         child = subprocess.Popen([sys.executable, "-c", harness], stdout=subprocess.PIPE, text=True)
         try:
             server_pid = int(child.stdout.readline())
-            self.assertTrue(wait_until(lambda: len(live_with(t)) >= 6, 5), "all six sleeps started")
+            self.assertTrue(wait_until(lambda: len(live_with(t, "sleep")) >= 6, 5), "all six sleeps started")
             os.kill(child.pid, signal.SIGKILL)
             child.wait()
             killed_at = time.monotonic()
