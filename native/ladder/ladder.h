@@ -30,7 +30,7 @@ struct LadderLimits {
   // Re-reads of the members in one unfrozen pass, until none is new.
   static constexpr int kMaxPassRounds = 16;
   // Member pidfds handed to the host to watch for an early end of grace.
-  static constexpr size_t kMaxWatchedMembers = 256;
+  static constexpr size_t kMaxWatchedMembers = 64;
 };
 
 struct CleanupReport {
