@@ -11,7 +11,8 @@ export interface NativeSpawnSpec {
   argv: string[];
   env: string[];
   cwd?: string;
-  stdio: [NativeStdio, NativeStdio, NativeStdio];
+  /** Entry i becomes fd i of the child (3 or more entries; those >= 3 without FD_CLOEXEC). */
+  stdio: NativeStdio[];
   uid?: number;
   gid?: number;
   tier: 'cgroup' | 'pidns' | 'subreaper' | 'pgroup';
@@ -28,13 +29,17 @@ export interface NativeErrorShape extends Error {
 
 export interface NativeSpawned {
   id: number;
-  pid: number;
+  /** Absent while `pending`: the command's pid comes with a Started event. */
+  pid?: number;
+  /** pidns/subreaper: the shim reports the command's start later (Started or StartFailed). */
+  pending?: boolean;
   cgroup: string;
   method: 'clone3' | 'clone' | 'clone+pidfd_open';
   tier: 'cgroup' | 'pidns' | 'subreaper' | 'pgroup';
   /** pidns/subreaper: the shim's pid (pid is the command's). */
   shim?: number;
-  stdio: [number, number, number];
+  /** One per spec.stdio entry: our end of a pipe the addon made, else -1. */
+  stdio: number[];
 }
 
 /** The addon builds ProcessInfo objects itself (native/binding.cc). */
@@ -56,6 +61,10 @@ export const enum NativeEventKind {
   Cleanup = 1,
   Empty = 2,
   Error = 3,
+  /** The command of a pending start runs: a = its pid. */
+  Started = 4,
+  /** The command of a pending start could not start: a = the error. */
+  StartFailed = 5,
 }
 
 export type NativeEventCallback = (
