@@ -1,6 +1,6 @@
 // Errors shaped like Node's own: the same codes, classes and messages as
 // child_process reports, so harness code that matches on them keeps working.
-import { inspect } from 'node:util';
+import { getSystemErrorName, inspect } from 'node:util';
 
 import type { NativeErrorShape } from './native';
 
@@ -144,11 +144,22 @@ export interface SpawnError extends Error {
   stepPath?: string;
 }
 
+// The errno's name as Node knows it, where the addon had none (ENOEXEC…).
+function errnoName(native: NativeErrorShape, errno: number): string {
+  if (typeof native.code === 'string' && /^E[A-Z0-9]+$/.test(native.code)) return native.code;
+  try {
+    return getSystemErrorName(errno);
+  } catch {
+    return String(native.code);
+  }
+}
+
 export function spawnError(native: NativeErrorShape, file: string, spawnargs: string[]): SpawnError {
   const errno = native.errno > 0 ? -native.errno : native.errno;
-  const err = new Error(`spawn ${file} ${native.code}`) as SpawnError;
+  const code = errnoName(native, errno);
+  const err = new Error(`spawn ${file} ${code}`) as SpawnError;
   err.errno = errno;
-  err.code = native.code;
+  err.code = code;
   err.syscall = `spawn ${file}`;
   err.path = file;
   err.spawnargs = spawnargs.slice(1);
@@ -160,7 +171,8 @@ export function spawnError(native: NativeErrorShape, file: string, spawnargs: st
 /** What Node throws synchronously for a start failure it does not emit (`spawn EPERM` for uid/gid). */
 export function spawnThrow(native: NativeErrorShape): Error & { code: string; errno: number; syscall: string } {
   const errno = native.errno > 0 ? -native.errno : native.errno;
-  const err = withCode(new Error(`spawn ${native.code}`), native.code) as Error & { code: string; errno: number; syscall: string; step?: string };
+  const code = errnoName(native, errno);
+  const err = withCode(new Error(`spawn ${code}`), code) as Error & { code: string; errno: number; syscall: string; step?: string };
   err.errno = errno;
   err.syscall = 'spawn';
   err.step = native.syscall;

@@ -8,7 +8,7 @@ import { EventEmitter } from 'node:events';
 import type { Readable, Writable } from 'node:stream';
 
 import { AbortError, spawnError, spawnThrow } from './errors';
-import { native, NativeEventKind, type NativeErrorShape, type NativeReport } from './native';
+import { native, NativeEventKind, type NativeErrorShape, type NativeReport, type NativeSpawnSpec } from './native';
 import { checkGrace, type ResolvedRun, resolveRun, type ResolvedSpawn, signalName, signalNumber } from './options';
 import { helperPath, resolveTier } from './capabilities';
 import { cleanupReport, emptyReport, leftoversError, runResult, verification } from './result';
@@ -150,10 +150,11 @@ export class ToolCall extends EventEmitter {
       this.#fail(spawnError(stdioError, opts.file, opts.argv));
       return;
     }
-    this.#watchSignal();
     this.#constructing = true;
     owner.admit(this, () => this.#start());
     this.#constructing = false;
+    // After admit: an already aborted signal acts a tick after 'spawn' was queued, as in Node.
+    if (!this.#throwNow) this.#watchSignal();
     if (this.#throwNow) {
       this.#removeAbortListener();
       this.#pipes.destroy();
@@ -201,8 +202,9 @@ export class ToolCall extends EventEmitter {
     let res;
     try {
       this.#owner.beforeStart(this.confinement);
-      res = native.spawn(
-        {
+      // No prototype: the addon reads optional fields (uid, gid, cwd) by
+      // name, and a polluted Object.prototype.uid must not reach them.
+      const spec: NativeSpawnSpec = Object.assign(Object.create(null) as NativeSpawnSpec, {
           group: this.#owner.group,
           candidates: opts.candidates,
           argv: opts.argv,
@@ -213,9 +215,8 @@ export class ToolCall extends EventEmitter {
           ...(opts.cwd !== undefined ? { cwd: opts.cwd } : {}),
           ...(opts.uid !== undefined ? { uid: opts.uid } : {}),
           ...(opts.gid !== undefined ? { gid: opts.gid } : {}),
-        },
-        (kind, a, b) => this.#onNative(kind, a, b),
-      );
+      });
+      res = native.spawn(spec, (kind, a, b) => this.#onNative(kind, a, b));
     } catch (err) {
       res = { error: err as NativeErrorShape };
     }
@@ -533,7 +534,7 @@ export class ToolCall extends EventEmitter {
         return;
       }
       this.#rejectDone = reject;
-      this.once('close', () => {
+      const settle = (): void => {
         if (this.#spawnError) return;
         resolve(
           runResult(
@@ -554,7 +555,10 @@ export class ToolCall extends EventEmitter {
             run.encoding,
           ),
         );
-      });
+      };
+      // Read after 'close': the result is complete but for the output nobody collected.
+      if (this.#closed) settle();
+      else this.once('close', settle);
     });
   }
 }
