@@ -650,3 +650,90 @@ describe('hardening (issue 18, JS side)', () => {
     expect((await run('echo', [, 'a'] as unknown as string[])).stdout).toBe('undefined a\n');
   });
 });
+
+// Each row of the README's "Differences from child_process" table, checked.
+describe('differences from child_process (README table)', () => {
+  it('kill() after the main process exited still reaches what is left of the tree', async () => {
+    const t = token();
+    const call = spawn('bash', ['-c', `setsid sleep ${t} & exit 0`], { stdio: 'ignore', leftovers: 'wait' });
+    await new Promise((r) => call.on('exit', r));
+    await waitForLive(t, 1, 'sleep');
+    expect(call.kill('SIGKILL')).toBe(true);
+    await within(new Promise((r) => call.on('close', r)), 5000, 'close');
+    expect(liveWith(t)).toEqual([]);
+  });
+
+  it('a detached call is still stopped when the harness exits', () => {
+    const t = token();
+    const script = `
+      const { spawn } = require(${JSON.stringify(path.join(root, 'dist/cjs/index.js'))});
+      const call = spawn('sleep', ['${t}'], { detached: true, stdio: 'ignore' });
+      call.unref();
+      call.on('spawn', () => setTimeout(() => process.exit(0), 200));
+    `;
+    const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 20_000 });
+    expect(r.status).toBe(0);
+    expect(liveWith(t)).toEqual([]);
+  });
+
+  it('no IPC: connected is false and there is no send()', () => {
+    const call = spawn('true', [], { stdio: 'ignore' });
+    expect(call.connected).toBe(false);
+    expect((call as unknown as { send?: unknown }).send).toBeUndefined();
+  });
+
+  it('not an instance of ChildProcess (duck-typed instead)', async () => {
+    const { ChildProcess } = await import('node:child_process');
+    const call = spawn('true', [], { stdio: 'ignore' });
+    expect(call instanceof ChildProcess).toBe(false);
+    for (const field of ['pid', 'stdin', 'stdout', 'stderr', 'stdio', 'exitCode', 'signalCode', 'killed', 'spawnfile', 'spawnargs', 'connected']) {
+      expect(field in call).toBe(true);
+    }
+  });
+
+  it("stdio pipes are pipes (Node's are unix sockets), and extra 'pipe' entries are read-only for the harness", async () => {
+    const r = await run('sh', ['-c', 'readlink /proc/self/fd/1']);
+    expect(r.stdout).toMatch(/^pipe:\[\d+\]\n$/);
+    const call = spawn('true', [], { stdio: ['ignore', 'ignore', 'ignore', 'pipe'] });
+    call.on('error', () => {});
+    const extra = call.stdio[3] as net.Socket;
+    expect(extra.readable).toBe(true);
+    expect(extra.writable).toBe(false);
+    await new Promise((r2) => call.on('close', r2));
+  });
+
+  it("start failures Node throws for (ENOTDIR cwd) are an 'error' event", async () => {
+    const file = path.join(tmp, 'a-file');
+    fs.writeFileSync(file, '');
+    const call = spawn('true', [], { cwd: file });
+    const seen = await within(eventsUntilClose(call), 5000, 'close');
+    expect(seen.map((e) => e[0])).toEqual(['error', 'close']);
+    expect(seen[0][1]).toMatchObject({ code: 'ENOTDIR', step: 'chdir' });
+  });
+
+  it("pid is a number at 'spawn' in every tier (pidns/subreaper may set it only then)", async () => {
+    for (const confinement of ['cgroup', 'subreaper', 'pgroup'] as const) {
+      let call: ToolCall;
+      try {
+        call = spawn('true', [], { confinement, stdio: 'ignore' });
+      } catch {
+        continue; // a tier this host cannot run
+      }
+      const pidAtSpawn = await new Promise<number | undefined>((r) => call.on('spawn', () => r(call.pid)));
+      expect(typeof pidAtSpawn).toBe('number');
+      await new Promise((r) => call.on('close', r));
+    }
+  });
+
+  it('a timeout beyond 2^31-1 ms means "not in this run", not 1 ms as Node', async () => {
+    const call = spawn('sleep', ['0.3'], { timeout: 2 ** 40, stdio: 'ignore' });
+    const [code] = await new Promise<[number | null]>((r) => call.on('close', (c) => r([c])));
+    expect(code).toBe(0);
+    expect(call.timedOut).toBe(false);
+  });
+
+  it('spawn and run only: no exec, execFile, fork or spawnSync', async () => {
+    const api = (await import('../dist/cjs/index.js')) as Record<string, unknown>;
+    for (const name of ['exec', 'execFile', 'fork', 'spawnSync', 'execSync', 'execFileSync']) expect(api[name]).toBeUndefined();
+  });
+});
