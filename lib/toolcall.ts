@@ -10,7 +10,7 @@ import type { Readable, Writable } from 'node:stream';
 import { AbortError, spawnError, spawnThrow } from './errors';
 import { native, NativeEventKind, type NativeErrorShape, type NativeReport, type NativeSpawnSpec } from './native';
 import { checkGrace, type ResolvedRun, resolveRun, type ResolvedSpawn, signalName, signalNumber } from './options';
-import { helperPath, resolveTier } from './capabilities';
+import { helperPath, resolveTier, warnNoGuardian } from './capabilities';
 import { cleanupReport, emptyReport, leftoversError, runResult, verification } from './result';
 import { CallStdio, Collector } from './stdio';
 import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, RunResult } from './types';
@@ -38,8 +38,6 @@ export interface CallOwner {
   release(call: ToolCall): void;
   /** An 'error' the call has no listener for. */
   unhandledError(call: ToolCall, err: Error): void;
-  /** Prepares what must exist before a process of this owner starts (the guardian of cgroup calls). */
-  beforeStart(tier: Confinement): void;
 }
 
 /** Runs the ladder with a reason other than 'terminate' (supervisor shutdown). @internal */
@@ -201,7 +199,6 @@ export class ToolCall extends EventEmitter {
     const opts = this.#opts;
     let res;
     try {
-      this.#owner.beforeStart(this.confinement);
       // No prototype: the addon reads optional fields (uid, gid, cwd) by
       // name, and a polluted Object.prototype.uid must not reach them.
       const spec: NativeSpawnSpec = Object.assign(Object.create(null) as NativeSpawnSpec, {
@@ -228,6 +225,7 @@ export class ToolCall extends EventEmitter {
     }
     this.#id = res.id;
     this.cgroup = res.cgroup === '' ? null : res.cgroup;
+    if (res.guardianError) warnNoGuardian(res.guardianError);
     if (!res.pending) {
       this.pid = res.pid;
       process.nextTick(() => this.emit('spawn'));
