@@ -125,11 +125,18 @@ export class CallStdio {
 
 function stopReading(stream: Readable | Writable): void {
   usedAsStdio.add(stream);
-  const s = stream as Readable & { _handle?: { readStop?: () => void; reading?: boolean } | null };
+  // What Node does to a 'wrap' stdio entry: the handle stops reading and the
+  // stream forgets the read it had in flight, so a later resume() starts a
+  // new one (else the stream waits forever for the read it thinks is pending).
+  const s = stream as Readable & {
+    _handle?: { readStop?: () => void; reading?: boolean } | null;
+    _readableState?: { reading: boolean };
+  };
   if (typeof s.pause === 'function' && s.readable) {
     s._handle?.readStop?.();
     if (s._handle) s._handle.reading = false;
     s.pause();
+    if (s._readableState) s._readableState.reading = false;
   }
 }
 

@@ -263,6 +263,21 @@ describe('4. stdio as in Node', () => {
   });
 });
 
+describe('4. (cont.) a stream handed to another call', () => {
+  it('is not read by us meanwhile, and can be read again once that call exited', async () => {
+    const cat = spawn('cat', [], { stdio: ['pipe', 'pipe', 'inherit'] });
+    const head = spawn('head', ['-n1'], { stdio: [cat.stdout as net.Socket, 'pipe', 'inherit'] });
+    cat.stdin?.write('first\n');
+    expect(await within(readAll(head.stdout), 5000, 'head')).toBe('first\n');
+    await new Promise((r) => head.on('close', r));
+    cat.stdin?.end('second\n');
+    // As with Node, the stream was paused when handed over: resume() to read it.
+    const rest = readAll(cat.stdout);
+    cat.stdout?.resume();
+    expect(await within(rest, 5000, 'cat')).toBe('second\n');
+  });
+});
+
 describe('5. Symbol.dispose and Symbol.asyncDispose', () => {
   it('asyncDispose stops the whole tree and waits for close', async () => {
     const t = token();
