@@ -59,7 +59,7 @@ describe('the guardian and the harness', () => {
     expect(info.got).toBeGreaterThan(0);
     // Every call is still alive, in its cgroup, after the storm.
     for (const g of info.cgroups) expect(cgroupMembers(g)).toHaveLength(3);
-    expect(liveWith(t, 'sleep')).toHaveLength(60);
+    expect(await waitForLive(t, 60, 'sleep')).toHaveLength(60);
     await sigkill(child);
     await waitUntil(() => liveWith(t, 'sleep').length === 0, 2000);
     expect(liveWith(t, 'sleep')).toEqual([]);
@@ -70,7 +70,7 @@ describe('the guardian and the harness', () => {
     const { child, info } = await harness<{ held: number; results: number[]; cgroups: string[] }>('hijack', t);
     expect(info.held).toBeGreaterThan(0);
     expect(info.results).toEqual(Array(30).fill(3));
-    expect(liveWith(t, 'sleep')).toHaveLength(18);
+    expect(await waitForLive(t, 18, 'sleep')).toHaveLength(18);
     await sigkill(child);
     await waitUntil(() => liveWith(t, 'sleep').length === 0 && liveWith(t, 'python3').length === 0, 2000);
     expect(liveWith(t, 'sleep')).toEqual([]);
@@ -149,7 +149,7 @@ describe('kernels without cgroup.kill (PROCTREE_TEST_NO_CGROUP_KILL=1)', () => {
     children.push(child);
     const line = await new Promise<string>((resolve) => child.stdout?.once('data', (d: Buffer) => resolve(d.toString())));
     for (const g of (JSON.parse(line) as { cgroups: string[] }).cgroups) cgroups.push(g);
-    expect(liveWith(t, 'sleep')).toHaveLength(60);
+    expect(await waitForLive(t, 60, 'sleep')).toHaveLength(60);
     await sigkill(child);
     await waitUntil(() => liveWith(t, 'sleep').length === 0, 3000);
     expect(liveWith(t, 'sleep')).toEqual([]);
