@@ -300,6 +300,22 @@ SysError CgroupDir::write_file(const char* name, const char* value) const {
   return SysError::none();
 }
 
+SysError CgroupDir::read_file(const char* name, std::string* out) const {
+  Fd fd(openat(dir_.get(), name, O_RDONLY | O_CLOEXEC));
+  if (!fd) return SysError::from_errno("open", path_ + "/" + name);
+  out->clear();
+  char buf[1024];
+  for (;;) {
+    ssize_t n = read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return SysError::from_errno("read", path_ + "/" + name);
+    }
+    if (n == 0) return SysError::none();
+    out->append(buf, static_cast<size_t>(n));
+  }
+}
+
 SysError CgroupDir::open_procs_for_write() {
   if (procs_) return SysError::none();
   procs_.reset(openat(dir_.get(), "cgroup.procs", O_WRONLY | O_CLOEXEC));
