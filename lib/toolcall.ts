@@ -8,7 +8,7 @@ import { EventEmitter } from 'node:events';
 import type { Readable, Writable } from 'node:stream';
 
 import { AbortError, spawnError, spawnThrow } from './errors';
-import { native, NativeEventKind, type NativeErrorShape, type NativeReport, type NativeSpawnSpec } from './native';
+import { native, NativeEventKind, type NativeErrorShape, type NativeReport, type NativeUsage, type NativeSpawnSpec } from './native';
 import { checkGrace, type ResolvedRun, resolveRun, type ResolvedSpawn, signalName, signalNumber } from './options';
 import { helperPath, resolveTier, warnNoGuardian } from './capabilities';
 import { cleanupReport, emptyReport, leftoversError, runResult, verification } from './result';
@@ -426,7 +426,7 @@ export class ToolCall extends EventEmitter {
     return true;
   }
 
-  #onNative(kind: NativeEventKind, a?: number | null | NativeReport | NativeErrorShape, b?: number): void {
+  #onNative(kind: NativeEventKind, a?: number | null | NativeReport | NativeErrorShape | NativeUsage, b?: number): void {
     switch (kind) {
       case NativeEventKind.Exit:
         this.#onExit(a as number | null, b ?? 0);
