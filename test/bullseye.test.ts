@@ -21,7 +21,7 @@ import { bullseyeFixture, inChroot, packTarball, parseScenarioOutput, requireOld
 const { fixture, why } = bullseyeFixture();
 if (why && !requireOldhosts) console.warn(`Debian 11 userland tests skipped: ${why}`);
 
-const scenarioNames = ['double-fork-setsid', 'nohup-disown', 'trapped-term', 'main-exits-leaving-daemon', 'harness-sigkill', 'harness-sigterm'];
+const scenarioNames = ['double-fork-setsid', 'nohup-disown', 'trapped-term', 'main-exits-leaving-daemon', 'harness-sigkill', 'harness-sigterm', 'harness-sigint'];
 
 let work = '';
 let tarballName = '';
