@@ -164,7 +164,7 @@ function proctreeSubtrees(dir: string): string[] {
 }
 
 /** cgroup.kill on a subtree that appeared during our run, then rmdir bottom-up. */
-function removeCgroupTree(dir: string): void {
+export function removeCgroupTree(dir: string): void {
   try {
     fs.writeFileSync(path.join(dir, 'cgroup.kill'), '1');
   } catch {
