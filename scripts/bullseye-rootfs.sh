@@ -16,7 +16,8 @@
 #   bash scripts/bullseye-rootfs.sh               build (or reuse) it; prints its folder
 #   bash scripts/bullseye-rootfs.sh --print-dir   only print the folder it would use
 #
-# Needs root (debootstrap), debootstrap, cpio, and npm on PATH.
+# Needs root (debootstrap), debootstrap, cpio, node and npm on PATH. About a
+# minute and 450 MB under .cache/ (of which the initramfs base is 190 MB).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -52,7 +53,7 @@ if [[ $(id -u) -ne 0 ]]; then
   log "debootstrap needs root"
   exit 1
 fi
-for cmd in debootstrap cpio npm dpkg-deb apt-get; do
+for cmd in debootstrap cpio node npm dpkg-deb apt-get; do
   command -v "$cmd" >/dev/null || { log "$cmd is missing (apt-get install debootstrap cpio)"; exit 1; }
 done
 
@@ -96,7 +97,7 @@ fetch_npm() {
   local file
   file="$(cd "$out" && npm pack "$spec" --silent --ignore-scripts)"
   local got
-  got="sha512-$(openssl dgst -sha512 -binary "$out/$file" | base64 -w0)"
+  got="$(node -e 'process.stdout.write("sha512-" + require("crypto").createHash("sha512").update(require("fs").readFileSync(process.argv[1])).digest("base64"))' "$out/$file")"
   if [[ "$got" != "$integrity" ]]; then
     log "$spec: integrity $got, expected $integrity"
     exit 1

@@ -199,6 +199,21 @@ describe('npm pack', () => {
     console.log(`symbol ceiling checked: ${checked.join(', ')}`);
   });
 
+  it.skipIf(process.getuid?.() !== 0)('the prebuilt helper runs in an empty root: no libc at all, so on musl too', () => {
+    const unpacked = path.join(work, 'empty-root');
+    fs.mkdirSync(unpacked);
+    execFileSync('tar', ['-xzf', tarball, '-C', unpacked, 'package/prebuilds/linux-x64/proctree-helper']);
+    const empty = path.join(work, 'empty');
+    fs.mkdirSync(empty);
+    fs.copyFileSync(path.join(unpacked, 'package', 'prebuilds', 'linux-x64', 'proctree-helper'), path.join(empty, 'proctree-helper'));
+    fs.chmodSync(path.join(empty, 'proctree-helper'), 0o755);
+    // Nothing else in that root: no loader, no libc, no libstdc++. Without
+    // arguments it prints its usage and exits 2.
+    const res = spawnSync('chroot', [empty, '/proctree-helper'], { encoding: 'utf8' });
+    expect(res.status, res.stderr).toBe(2);
+    expect(res.stderr).toMatch(/usage: proctree-helper/);
+  });
+
   it('node-gyp-build never picks the glibc prebuild on musl', () => {
     const unpacked = path.join(work, 'musl-pick');
     fs.mkdirSync(unpacked);

@@ -15,6 +15,8 @@
 // run in the tier `auto` picks there; without pidfds each tier that needs
 // them must say it is unavailable, and a call must never hang nor report a
 // clean stop while its tree runs on. Outcomes are proved by /proc scans.
+// Skipped, saying why, without root or the tools; not in CI
+// (PROCTREE_REQUIRE_OLDHOSTS=1).
 import { execFileSync, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
@@ -23,7 +25,7 @@ import path from 'node:path';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { ownCgroupDir, parseScenarioOutput, removeCgroupTree, root, type ScenarioEnv, type ScenarioResult } from './oldhosts';
+import { ownCgroupDir, parseScenarioOutput, removeCgroupTree, requireOldhosts, root, type ScenarioEnv, type ScenarioResult } from './oldhosts';
 
 // Docker's default capabilities (moby's oci/caps/defaults.go), as setpriv names them.
 const DOCKER_CAPS = [
@@ -45,7 +47,7 @@ function missing(): string | null {
   return null;
 }
 const why = missing();
-if (why) console.warn(`restricted-container tests skipped: ${why}`);
+if (why && !requireOldhosts) console.warn(`restricted-container tests skipped: ${why}`);
 
 // Runs in the test's own cgroup: $1 that cgroup, then the command. The
 // namespaces end with their init (the inner sh); unshare's --kill-child
@@ -107,8 +109,9 @@ function contained(names: string[], opts: { noPidfd: boolean; timeoutMs: number 
   };
 }
 
-describe.skipIf(why !== null)('in a restricted container (ro cgroup2, Docker capabilities and seccomp)', () => {
+describe.skipIf(why !== null && !requireOldhosts)('in a restricted container (ro cgroup2, Docker capabilities and seccomp)', () => {
   beforeAll(() => {
+    if (why) throw new Error(`PROCTREE_REQUIRE_OLDHOSTS=1, but ${why}`);
     work = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-restricted-'));
     seccomp = path.join(work, 'seccomp-container');
     execFileSync('cc', ['-O2', '-o', seccomp, path.join(root, 'test', 'fixtures', 'seccomp-container.c')]);
