@@ -217,7 +217,22 @@ function main() {
   }
 }
 
+// One prebuild at a time per checkout: test files that need the prebuild run
+// in parallel and each may ask for it (--if-missing); they share the stage
+// folders under .cache/. Re-run under flock(1) when it is there.
+function underLock() {
+  if (process.env.PROCTREE_PREBUILD_LOCKED === '1' || !onPath('flock')) return null;
+  fs.mkdirSync(path.join(root, '.cache'), { recursive: true });
+  const res = spawnSync('flock', [path.join(root, '.cache', 'prebuild.lock'), process.execPath, __filename, ...process.argv.slice(2)], {
+    stdio: 'inherit',
+    env: { ...process.env, PROCTREE_PREBUILD_LOCKED: '1' },
+  });
+  return res.status ?? 1;
+}
+
 try {
+  const status = underLock();
+  if (status !== null) process.exit(status);
   main();
 } catch (err) {
   console.error(`prebuild: ${err.message}`);
