@@ -25,6 +25,8 @@ import { bullseyeFixture, inChroot, packTarball, parseScenarioOutput, requireOld
 
 const escapes = ['double-fork-setsid', 'nohup-disown', 'trapped-term', 'main-exits-leaving-daemon'];
 const deaths = ['harness-sigkill', 'harness-sigterm', 'harness-sigint'];
+// The shim tiers on the same kernel: a double-forked setsid escape each.
+const tiers = ['tier-pidns', 'tier-subreaper'];
 const BOOT_LIMIT_MS = 360_000;
 
 function which(cmd: string): string | null {
@@ -115,7 +117,7 @@ describe.skipIf(why !== null && !requireOldhosts)(`on Debian 11's Linux 5.10 und
     fs.mkdirSync(dest, { recursive: true });
     fs.cpSync(path.join(work, 'app'), path.join(dest, 'app'), { recursive: true, verbatimSymlinks: true });
     fs.copyFileSync(path.join(root, 'test', 'fixtures', 'oldhosts', 'scenarios.cjs'), path.join(dest, 'scenarios.cjs'));
-    fs.writeFileSync(path.join(overlay, 'init'), INIT([...escapes, ...deaths]), { mode: 0o755 });
+    fs.writeFileSync(path.join(overlay, 'init'), INIT([...escapes, ...tiers, ...deaths]), { mode: 0o755 });
     // The kernel unpacks concatenated newc archives in order: the cached
     // root filesystem, then /init and the installed package.
     const initrd = path.join(work, 'initrd.cpio');
@@ -150,6 +152,13 @@ describe.skipIf(why !== null && !requireOldhosts)(`on Debian 11's Linux 5.10 und
     expect(r, `no result for ${name}:\n${console_.slice(-4000)}`).toBeDefined();
     expect(r?.ok, r?.detail).toBe(true);
     expect(r?.survivors ?? 0).toBe(0);
+  });
+
+  it.each(tiers)('%s: available on 5.10, and stops a double-forked setsid escape', (name) => {
+    const r = results.get(name);
+    expect(r, `no result for ${name}:\n${console_.slice(-4000)}`).toBeDefined();
+    expect(r?.ok, r?.detail).toBe(true);
+    expect(r?.confinement).toBe(name.replace('tier-', ''));
   });
 
   it.each(deaths)('%s with live escaping calls: every process of every call is gone within 2 s', (name) => {
