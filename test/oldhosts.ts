@@ -9,6 +9,7 @@
 // failure), the kernel drops those mounts and kills what is left when the
 // namespace's init dies; no umount step can be forgotten.
 import { execFileSync, spawnSync, type SpawnSyncReturns } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 
@@ -110,8 +111,10 @@ chroot "$R" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin HO
 `;
 
 /**
- * `command` (bash) in a chroot of `rootfs`, with `work` mounted at /mnt; its
- * own cgroup subtrees that proctree left (a failed run) are removed after.
+ * `command` (bash) in a chroot of `rootfs`, with `work` mounted at /mnt. It
+ * runs in a cgroup of its own below ours, so the harnesses in it make their
+ * subtrees there, and whatever a failed run left is killed and removed with
+ * it (never another harness's subtree beside ours).
  */
 export function inChroot(
   rootfs: string,
@@ -124,10 +127,13 @@ export function inChroot(
     .map(([k, v]) => `${k}=${v}`)
     .join(' ');
   const own = ownCgroupDir();
-  const before = new Set(own ? proctreeSubtrees(own) : []);
+  const leaf = own ? path.join(own, `ptest-chroot-${process.pid}-${randomBytes(4).toString('hex')}`) : null;
+  if (leaf) fs.mkdirSync(leaf);
+  const unshare = ['unshare', '--mount', '--propagation', 'private', '--pid', '--fork', '--kill-child=SIGKILL',
+    'sh', '-c', CHROOT_SETUP, 'chroot-setup', rootfs, work, hostNpmCache(), command];
   const res = spawnSync(
-    'unshare',
-    ['--mount', '--propagation', 'private', '--pid', '--fork', '--kill-child=SIGKILL', 'sh', '-c', CHROOT_SETUP, 'chroot-setup', rootfs, work, hostNpmCache(), command],
+    'sh',
+    ['-c', 'if [ -n "$1" ]; then echo $$ > "$1/cgroup.procs"; fi; shift; exec "$@"', 'enter', leaf ?? '', ...unshare],
     {
       encoding: 'utf8',
       timeout: options.timeoutMs,
@@ -136,7 +142,7 @@ export function inChroot(
       maxBuffer: 64 * 1024 * 1024,
     },
   );
-  if (own) for (const d of proctreeSubtrees(own)) if (!before.has(d)) removeCgroupTree(path.join(own, d));
+  if (leaf) removeCgroupTree(leaf);
   return res;
 }
 
@@ -155,15 +161,7 @@ export function ownCgroupDir(): string | null {
   return path.join(line.split(' ')[4], rel);
 }
 
-function proctreeSubtrees(dir: string): string[] {
-  try {
-    return fs.readdirSync(dir).filter((d) => d.startsWith('proctree-') && fs.statSync(path.join(dir, d)).isDirectory());
-  } catch {
-    return [];
-  }
-}
-
-/** cgroup.kill on a subtree that appeared during our run, then rmdir bottom-up. */
+/** cgroup.kill on a cgroup of ours, then rmdir bottom-up. */
 export function removeCgroupTree(dir: string): void {
   try {
     fs.writeFileSync(path.join(dir, 'cgroup.kill'), '1');
@@ -171,6 +169,7 @@ export function removeCgroupTree(dir: string): void {
     // a kernel without cgroup.kill, or gone
   }
   const deadline = Date.now() + 2000;
+  const nap = new Int32Array(new SharedArrayBuffer(4));
   const rm = (d: string): void => {
     for (const e of fs.readdirSync(d, { withFileTypes: true })) if (e.isDirectory()) rm(path.join(d, e.name));
     while (Date.now() < deadline) {
@@ -178,7 +177,8 @@ export function removeCgroupTree(dir: string): void {
         fs.rmdirSync(d);
         return;
       } catch {
-        // still populated for a moment
+        // still populated for a moment (EBUSY until the last member is gone)
+        Atomics.wait(nap, 0, 0, 10);
       }
     }
   };
