@@ -4,7 +4,6 @@ import { EventEmitter } from 'node:events';
 import { threadId } from 'node:worker_threads';
 
 import { invalidArgType, invalidArgValue } from './errors';
-import { helperPath } from './capabilities';
 import { native } from './native';
 import { checkGrace, resolveRun, resolveSpawn } from './options';
 import { type CallOwner, dropQueued, terminateFor, ToolCall } from './toolcall';
@@ -33,7 +32,6 @@ export interface SupervisorEvents {
 const usedNames = new Set<string>();
 let unnamed = 0;
 let exitHookInstalled = false;
-let guardianFailed = false;
 
 // Normal exit, process.exit() and an uncaught exception run 'exit' listeners:
 // one synchronous cgroup.kill per subtree, then the directories go. SIGKILL
@@ -44,22 +42,6 @@ function installExitHook(): void {
   process.on('exit', () => native.shutdown(1000));
 }
 
-
-// One guardian per harness process; it watches every subtree whose name starts
-// with this process's prefix (proctree-<pid>-<random>), workers' included, and
-// no other harness's, even one with the same pid in another PID namespace.
-function ensureGuardian(): void {
-  if (guardianFailed) return;
-  try {
-    native.ensureGuardian(helperPath(), native.subtreePrefix());
-  } catch (err) {
-    guardianFailed = true;
-    process.emitWarning(
-      `proctree: no guardian (${(err as Error).message}); calls are still stopped on a normal exit, but not if this process is killed with SIGKILL`,
-      { code: 'PROCTREE_NO_GUARDIAN' },
-    );
-  }
-}
 
 export class Supervisor extends EventEmitter {
   /** The cgroup subtree's directory name below the harness's cgroup. */
@@ -113,7 +95,7 @@ export class Supervisor extends EventEmitter {
   spawn(file: string, options?: SpawnOptions): ToolCall;
   spawn(file: string, args?: readonly string[] | SpawnOptions, options?: SpawnOptions): ToolCall {
     this.#checkOpen();
-    const resolved = resolveSpawn(file, args, this.#withGrace(Array.isArray(args) ? options : (args as SpawnOptions)));
+    const resolved = resolveSpawn(file, args, options, { grace: this.#grace });
     return this.#track(new ToolCall(resolved, this.#owner));
   }
 
@@ -122,7 +104,8 @@ export class Supervisor extends EventEmitter {
   run(file: string, args?: readonly string[], options?: RunOptions): Promise<RunResult<string | Buffer>> {
     try {
       this.#checkOpen();
-      const call = this.#track(new ToolCall(resolveSpawn(file, args, this.#withGrace(options)), this.#owner, resolveRun(options)));
+      const resolved = resolveSpawn(file, args, options, { grace: this.#grace, where: 'run' });
+      const call = this.#track(new ToolCall(resolved, this.#owner, resolveRun(options)));
       // A failed start is delivered as the rejection.
       call.on('error', () => {});
       return call.done;
@@ -159,12 +142,6 @@ export class Supervisor extends EventEmitter {
     }
   }
 
-  #withGrace<T extends SpawnOptions>(options: T | undefined): T | undefined {
-    if (options !== undefined && options !== null && typeof options !== 'object') return options;
-    if (options?.grace !== undefined) return options;
-    return { ...(options ?? ({} as T)), grace: this.#grace };
-  }
-
   #track(call: ToolCall): ToolCall {
     this.#calls.add(call);
     call.on('cleanup', (report) => this.emit('cleanup', report, call));
@@ -189,6 +166,10 @@ export class Supervisor extends EventEmitter {
           this.#queue.push({ call, start });
         }
       },
+      dequeue: (call) => {
+        const i = this.#queue.findIndex((q) => q.call === call);
+        if (i >= 0) this.#queue.splice(i, 1);
+      },
       release: (call) => {
         this.#calls.delete(call);
         if (!this.#running.delete(call)) return;
@@ -201,11 +182,6 @@ export class Supervisor extends EventEmitter {
       unhandledError: (call, err) => {
         // Like an EventEmitter with no 'error' listener: throws when nobody listens here either.
         this.emit('error', err, call);
-      },
-      // The guardian removes cgroup subtrees; the other tiers need none (a
-      // shim sees EOF on its control socket when the harness dies).
-      beforeStart: (tier) => {
-        if (tier === 'cgroup') ensureGuardian();
       },
     };
   }
