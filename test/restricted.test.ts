@@ -168,7 +168,7 @@ describe.skipIf(why !== null && !requireOldhosts)('in a restricted container (ro
         runs.set(name, r);
         const res = r.results.get(name);
         console.log(
-          `restricted, no pidfd, ${name} (auto: ${r.env?.tier ?? '?'}): ` +
+          `restricted, no pidfd, ${name} (auto: ${r.env ? String(r.env.tier) : 'no env line'}): ` +
             (res ? `${res.ok ? 'pass' : 'FAIL'} (${res.ms} ms) ${res.detail}` : `no outcome: harness ${r.signal ? `killed (${r.signal}) after 12 s` : `exited ${r.status}`}`),
         );
       }
