@@ -4,6 +4,7 @@
       "target_name": "proctree",
       "sources": [
         "native/binding.cc",
+        "native/compat/glibcxx_3_4_29.cc",
         "native/kernel/cgroup.cc",
         "native/kernel/child.cc",
         "native/kernel/clone.cc",
@@ -56,7 +57,8 @@
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-fno-exceptions", "-fstack-protector-strong", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
       "conditions": [
-        ["'<!(echo $PROCTREE_WERROR)'=='1'", { "cflags_cc": ["-Werror"] }]
+        ["'<!(echo $PROCTREE_WERROR)'=='1'", { "cflags_cc": ["-Werror"] }],
+        ["'<!(echo $PROCTREE_STATIC_HELPER)'=='1'", { "ldflags": ["-static"] }]
       ]
     }
   ]
