@@ -4,6 +4,8 @@
       "target_name": "proctree",
       "sources": [
         "native/binding.cc",
+        "native/kernel/broker_client.cc",
+        "native/kernel/broker_protocol.cc",
         "native/kernel/cgroup.cc",
         "native/kernel/clone_trampoline.cc",
         "native/kernel/guardian_launch.cc",
@@ -13,6 +15,7 @@
         "native/kernel/procfs.cc",
         "native/kernel/spawn.cc",
         "native/kernel/stdio_pipes.cc",
+        "native/kernel/systemd_probe.cc",
         "native/loop/call.cc",
         "native/loop/cgroup_call.cc",
         "native/loop/errno_name.cc",
@@ -37,13 +40,17 @@
       "type": "executable",
       "include_dirs": ["native"],
       "sources": [
+        "native/helper/broker.cc",
         "native/helper/guardian.cc",
         "native/helper/main.cc",
         "native/helper/shim.cc",
+        "native/kernel/broker_protocol.cc",
         "native/kernel/cgroup.cc",
+        "native/kernel/clone_trampoline.cc",
         "native/kernel/pidfd.cc",
         "native/kernel/proc_scan.cc",
-        "native/kernel/procfs.cc"
+        "native/kernel/procfs.cc",
+        "native/kernel/spawn.cc"
       ],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-fno-exceptions", "-fstack-protector-strong", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
