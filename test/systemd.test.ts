@@ -27,6 +27,11 @@ const fixture = path.join(root, 'test', 'fixtures', 'systemd-container.sh');
 const pkgInside = '/opt/proctree';
 const runnerInside = `${pkgInside}/test/fixtures/systemd-scenarios.cjs`;
 const cliInside = `${pkgInside}/bin/proctree.js`;
+// The broker checked on its own (test/native/broker_systemd_check.cc), from
+// the cmake build of `npm run test:native`, with that build's helper.
+const checkBuilt = fs.existsSync(path.join(root, 'build-cmake', 'addon', 'broker_systemd_check'));
+const checkInside = `${pkgInside}/build-cmake/addon/broker_systemd_check`;
+const helperInside = `${pkgInside}/build-cmake/addon/Release/proctree-helper`;
 
 const check = spawnSync(fixture, ['check'], { encoding: 'utf8' });
 const unavailable = check.status === 0 ? '' : check.stderr.trim() || `fixture check exited ${check.status ?? check.signal}`;
@@ -196,6 +201,96 @@ describe.skipIf(unavailable !== '' && !required)(`the systemd tier on a real sys
     expect(probe.uid).toBe(1500);
     expect(probe.cgroup).toMatch(/^\/sys\/fs\/cgroup\/user\.slice\/user-1500\.slice\/session-\d+\.scope$/);
     expect(probe.mkdir).toBe('EACCES');
+  });
+
+  describe('the broker on its own (native check, before the tier is wired)', () => {
+    interface CheckOutput {
+      probe: { ok: boolean; errno: number; detail: string };
+      unit?: string;
+      harness?: number;
+      ready?: boolean;
+      error?: string;
+      brokerPid?: number;
+      scope?: string;
+      cgroupKill?: boolean;
+      brokerLeafMembers?: number;
+      calls?: {
+        leaf: string;
+        pid: number;
+        pidCgroup: string;
+        members: number;
+        freeze?: number;
+        frozenMembers?: number;
+        kill?: number;
+        exitSignal?: number;
+        rmdir?: number;
+      }[];
+      brokerExit?: number;
+    }
+
+    const skipCheck = !checkBuilt && !required;
+    function check(options: string[], mode: 'exit' | 'sigkill'): { out: CheckOutput; tok: string } {
+      if (!checkBuilt) throw new Error('build-cmake/addon/broker_systemd_check is missing: run `npm run test:native` first');
+      const tok = token();
+      tokens.push(tok);
+      return { out: inSession<CheckOutput>(options, [checkInside, helperInside, tok, mode], mode === 'exit'), tok };
+    }
+
+    function expectScopeLayout(out: CheckOutput): void {
+      expect(out.probe).toMatchObject({ ok: true, detail: '/run/user/1500/systemd/private' });
+      expect(out.ready, out.error).toBe(true);
+      expect(out.unit).toMatch(/^proctree-\d+-[0-9a-f]{12}\.scope$/);
+      // The user manager's scope, named as asked, owned by the user; the
+      // broker alone in its own leaf of it.
+      expect(out.scope).toBe(`/sys/fs/cgroup/user.slice/user-1500.slice/user@1500.service/app.slice/${out.unit}`);
+      expect(out.brokerLeafMembers).toBe(1);
+      expect(out.cgroupKill).toBe(true);
+      for (const call of out.calls ?? []) {
+        expect(call.leaf.startsWith(`${out.scope}/call-`)).toBe(true);
+        // The main process was born in the leaf (clone3 into it), and so were its escapees.
+        expect(`/sys/fs/cgroup${call.pidCgroup}`).toBe(call.leaf);
+        expect(call.members).toBe(3);
+      }
+    }
+
+    it.skipIf(skipCheck)('starts through systemd-run from the session; the harness runs the ladder on the leaf itself', async () => {
+      const { out, tok } = check([], 'exit');
+      expectScopeLayout(out);
+      const call = out.calls?.[0];
+      // freeze, cgroup.procs, cgroup.kill, rmdir: all by the harness (errno 0).
+      expect(call).toMatchObject({ freeze: 0, frozenMembers: 3, kill: 0, exitSignal: 9, rmdir: 0 });
+      expect(out.brokerExit).toBe(0);
+      expect(liveWith(tok)).toEqual([]);
+      const scope = hostPath(out.scope as string);
+      await waitUntil(() => !fs.existsSync(scope), 1000);
+      expect(fs.existsSync(scope), scope).toBe(false);
+    });
+
+    it.skipIf(skipCheck)('under the seccomp filter (no user namespaces, no clone3) too', () => {
+      const { out, tok } = check(['--seccomp-no-userns'], 'exit');
+      expectScopeLayout(out);
+      expect(out.calls?.[0]).toMatchObject({ frozenMembers: 3, kill: 0, rmdir: 0 });
+      expect(liveWith(tok)).toEqual([]);
+    });
+
+    it.skipIf(skipCheck)('the harness SIGKILLed: every call and the scope are gone within a second', async () => {
+      const { out, tok } = check([], 'sigkill');
+      expectScopeLayout(out);
+      expect(out.calls).toHaveLength(2);
+      const scope = hostPath(out.scope as string);
+      const start = Date.now();
+      await waitUntil(() => liveWith(tok).length === 0 && !fs.existsSync(scope), 1000);
+      console.log(`broker check, harness SIGKILLed: calls and scope gone after ${Date.now() - start} ms`);
+      expect(liveWith(tok)).toEqual([]);
+      expect(fs.existsSync(scope), scope).toBe(false);
+    });
+
+    it.skipIf(skipCheck)('without a user manager the probe says why, and nothing is started', () => {
+      const { out } = check(['--no-user-manager'], 'exit');
+      expect(out.probe).toMatchObject({ ok: false, errno: 2 });
+      expect(out.probe.detail).toMatch(/no user manager/);
+      expect(out.ready).toBeUndefined();
+    });
   });
 
   it('doctor in the SSH-like session shows the systemd tier and its unit', () => {
