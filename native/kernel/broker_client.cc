@@ -58,7 +58,9 @@ std::vector<std::string> systemd_run_wrapper(const std::string& systemd_run, con
   return {systemd_run, "--user", "--scope", "-p", "Delegate=yes", "--unit=" + unit, "--quiet", "--collect", "--"};
 }
 
-std::string broker_unit_name() { return subtree_prefix() + ".scope"; }
+std::string broker_unit_name(const std::string& suffix) {
+  return subtree_prefix() + (suffix.empty() ? "" : "-" + suffix) + ".scope";
+}
 
 SysError BrokerClient::start(const BrokerLaunch& launch, ChildStack& stack, BrokerClient* out) {
   uint64_t start_time = 0;

@@ -50,9 +50,10 @@ struct BrokerLaunch {
 // `<systemd_run> --user --scope -p Delegate=yes --unit=<unit> --quiet --collect --`
 std::vector<std::string> systemd_run_wrapper(const std::string& systemd_run, const std::string& unit);
 
-// The transient unit of this harness process: "<subtree_prefix()>.scope",
-// unique across harnesses (kernel/guardian_launch.h).
-std::string broker_unit_name();
+// A transient unit name of this harness process: "<subtree_prefix()>.scope",
+// or "<subtree_prefix()>-<suffix>.scope" for a second broker (one per
+// environment, say); unique across harnesses (kernel/guardian_launch.h).
+std::string broker_unit_name(const std::string& suffix = {});
 
 struct BrokerSpawn {
   std::string leaf;  // relative to the scope; empty: the broker names it call-<n>

@@ -316,6 +316,55 @@ TEST(stdio_passed_in_arrives_and_cwd_and_env_apply) {
   fixtures::wait_exit(c.process_pidfd());
 }
 
+TEST(a_burst_of_requests_queues_without_blocking_and_all_complete) {
+  Scope scope;
+  NEED_BROKER(scope);
+  BrokerClient c;
+  BrokerEvent ready;
+  CHECK_EQ(start_broker(scope, &c, &ready).err, 0);
+  // More requests than a unix socket queues (net.unix.max_dgram_qlen, 10 by
+  // default), each with a 100 KiB environment: send_spawn never blocks, the
+  // rest waits in the client until the socket is writable again.
+  const int n = 40;
+  std::string big = "PROCTREE_BIG=" + std::string(100 * 1024, 'x');
+  bool queued = false;
+  for (int i = 0; i < n; ++i) {
+    BrokerSpawn s = command({"/bin/sh", "-c", "test ${#PROCTREE_BIG} -eq 102400"});
+    s.envp.push_back(big);
+    uint64_t id;
+    CHECK_EQ(c.send_spawn(s, &id).err, 0);
+    CHECK_EQ(id, static_cast<uint64_t>(i + 1));
+    if (c.wants_write()) queued = true;
+  }
+  CHECK(queued);
+  int spawned = 0, exited = 0, ok = 0;
+  for (int rounds = 0; rounds < 5000 && exited < n; ++rounds) {
+    pollfd p{c.socket_fd(), static_cast<short>(POLLIN | (c.wants_write() ? POLLOUT : 0)), 0};
+    poll(&p, 1, 100);
+    if (p.revents & POLLOUT) CHECK_EQ(c.flush().err, 0);
+    BrokerEvent ev;
+    while (!c.receive(&ev) && ev.kind != BrokerEvent::kNone) {
+      if (ev.kind == BrokerEvent::kSpawned) {
+        ++spawned;
+        rmdir(ev.path.c_str());  // may still be populated: removed below otherwise
+      } else if (ev.kind == BrokerEvent::kExited) {
+        ++exited;
+        if (ev.status.code == 0) ++ok;
+      } else {
+        CHECK(false);
+      }
+    }
+  }
+  CHECK_EQ(spawned, n);
+  CHECK_EQ(exited, n);
+  // Every command saw the whole environment.
+  CHECK_EQ(ok, n);
+  CHECK(!c.wants_write());
+  for (int i = 1; i <= n; ++i) rmdir((scope.path + "/call-" + std::to_string(i)).c_str());
+  c.close();
+  fixtures::wait_exit(c.process_pidfd());
+}
+
 TEST(spawn_errors_come_back_and_leave_no_leaf) {
   Scope scope;
   NEED_BROKER(scope);
