@@ -24,7 +24,9 @@
 #include "kernel/cgroup.h"
 #include "kernel/fd.h"
 #include "kernel/pidfd.h"
+#include "kernel/procfs.h"
 #include "kernel/spawn.h"
+#include "kernel/stdio_fds.h"
 
 namespace proctree {
 namespace {
@@ -43,7 +45,6 @@ struct Broker {
   bool has_cgroup_kill = false;
   Fd harness;          // pidfd of the harness
   Fd signals;          // signalfd: SIGCHLD, and the signals that end the broker
-  Fd devnull;          // stdio slots the harness did not pass
   ChildStack stack;
   std::map<pid_t, uint64_t> calls;  // main process -> request id, until reaped
   uint64_t leaves_made = 0;
@@ -85,8 +86,8 @@ SysError open_harness(const char* pid_arg, const char* start_arg, Fd* out) {
   if (pid <= 0) return SysError::of(EINVAL, "broker", pid_arg);
   Fd fd = pidfd_open(pid);
   if (!fd) return SysError::from_errno("pidfd_open", pid_arg);
-  uint64_t start = 0;
-  if (!broker::read_start_time(pid, &start) || start != expected) {
+  ProcessInfo info;
+  if (!read_process_stat(pid, &info) || info.start_time != expected) {
     return SysError::of(ESRCH, "pidfd_open", pid_arg);
   }
   *out = std::move(fd);
@@ -106,12 +107,14 @@ SysError enter_own_leaf(Broker* b) {
     leaf.remove();
     return e;
   }
-  b->has_cgroup_kill = leaf.has_file("cgroup.kill");
+  b->has_cgroup_kill = leaf.has_kill();
   return SysError::none();
 }
 
 // The one place the broker starts a process (kernel/spawn.h): straight into
 // the call's leaf, in a session of its own, with the harness's stdio.
+// The received descriptors are above 2 and close-on-exec (MSG_CMSG_CLOEXEC),
+// as SpawnRequest::fds wants them.
 SysError start_call(Broker& b, const SpawnMessage& m, const int (&stdio)[3], const CgroupDir& leaf,
                     SpawnResult* out) {
   SpawnRequest req;
@@ -119,7 +122,7 @@ SysError start_call(Broker& b, const SpawnMessage& m, const int (&stdio)[3], con
   req.argv = m.argv;
   req.envp = m.envp;
   req.cwd = m.cwd;
-  for (int i = 0; i < 3; ++i) req.stdio[i] = stdio[i];
+  req.fds.assign(stdio, stdio + 3);
   req.cgroup_dir = leaf.dir_fd();
   req.new_session = (m.flags & broker::kNewSession) != 0;
   return spawn_process(req, b.stack, out);
@@ -133,7 +136,8 @@ void handle_spawn(Broker& b, const SpawnMessage& m, std::vector<Fd>& fds) {
       if (next >= fds.size()) return send_error(broker::kSpawnFailed, m.id, SysError::of(EPROTO, "broker"));
       stdio[i] = fds[next++].get();
     } else {
-      stdio[i] = b.devnull.get();
+      stdio[i] = dev_null_fd();
+      if (stdio[i] < 0) return send_error(broker::kSpawnFailed, m.id, SysError::from_errno("open", "/dev/null"));
     }
   }
   if (next != fds.size()) return send_error(broker::kSpawnFailed, m.id, SysError::of(EPROTO, "broker"));
@@ -230,47 +234,31 @@ bool any_populated(const std::vector<CgroupDir>& dirs) {
   return false;
 }
 
-// Before Linux 5.14 (no cgroup.kill): freeze, so nothing forks or exits
-// while we read the members, SIGKILL each by pidfd, thaw (a fatal signal
-// ends a frozen task once it runs), and again until the leaf is empty.
-void freeze_and_kill(const CgroupDir& d) {
-  d.write_file("cgroup.freeze", "1");
-  for (int i = 0; i < 50; ++i) {
-    CgroupEvents ev;
-    if (d.read_events(&ev) || ev.frozen || !ev.populated) break;
-    usleep(1000);
-  }
-  std::vector<pid_t> pids;
-  d.read_procs(&pids);
-  for (pid_t pid : pids) {
-    Fd fd = pidfd_open(pid);
-    if (fd) pidfd_signal(fd.get(), SIGKILL);
-  }
-  d.write_file("cgroup.freeze", "0");
-}
-
-// The harness is gone: nothing it started may outlive it.
+// The harness is gone: nothing it started may outlive it. One kill round per
+// leaf (cgroup.kill; before Linux 5.14 freeze, SIGKILL each member, thaw),
+// repeated until every leaf is empty, then the leaves are removed.
 void kill_every_leaf(Broker& b) {
   std::vector<CgroupDir> dirs;
   for (const std::string& path : leaves_of(b.scope)) {
     CgroupDir d;
-    if (!CgroupDir::create(path, true, &d)) dirs.push_back(std::move(d));
+    if (!CgroupDir::open_existing(path, &d)) dirs.push_back(std::move(d));
   }
   Fd ino(inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
   for (CgroupDir& d : dirs) {
     if (ino) inotify_add_watch(ino.get(), (d.path() + "/cgroup.events").c_str(), IN_MODIFY);
-    if (b.has_cgroup_kill) d.write_file("cgroup.kill", "1");
+    d.kill_round();
   }
   uint64_t deadline = now_ms() + 5000;
   while (any_populated(dirs) && now_ms() < deadline) {
-    if (!b.has_cgroup_kill) {
-      for (CgroupDir& d : dirs) freeze_and_kill(d);
-    }
     reap(b, false);
     pollfd p{ino ? ino.get() : -1, POLLIN, 0};
     poll(&p, 1, b.has_cgroup_kill ? 50 : 5);
     char drain[4096];
     while (ino && read(ino.get(), drain, sizeof drain) > 0) {
+    }
+    // Without cgroup.kill a member forked between two rounds needs another.
+    if (!b.has_cgroup_kill) {
+      for (CgroupDir& d : dirs) d.kill_round();
     }
   }
   reap(b, false);
@@ -278,12 +266,7 @@ void kill_every_leaf(Broker& b) {
 }
 
 SysError setup(Broker* b, int argc, char** argv) {
-  // argv: [--no-cgroup-kill] <harness-pid> <harness-start-time>
-  bool no_cgroup_kill = argc == 3 && strcmp(argv[0], "--no-cgroup-kill") == 0;
-  if (no_cgroup_kill) {
-    ++argv;
-    --argc;
-  }
+  // argv: <harness-pid> <harness-start-time>
   if (argc != 2) return SysError::of(EINVAL, "broker", "usage");
   int type = 0;
   socklen_t len = sizeof type;
@@ -293,10 +276,7 @@ SysError setup(Broker* b, int argc, char** argv) {
   fcntl(broker::kSocketFd, F_SETFD, FD_CLOEXEC);
   if (SysError e = open_harness(argv[0], argv[1], &b->harness)) return e;
   if (SysError e = enter_own_leaf(b)) return e;
-  if (no_cgroup_kill) b->has_cgroup_kill = false;
-  b->devnull.reset(open("/dev/null", O_RDWR | O_CLOEXEC));
-  if (!b->devnull) return SysError::from_errno("open", "/dev/null");
-  if (b->devnull.get() < 3) b->devnull.reset(fcntl(b->devnull.get(), F_DUPFD_CLOEXEC, 3));
+  if (dev_null_fd() < 0) return SysError::from_errno("open", "/dev/null");
 
   sigset_t set;
   sigemptyset(&set);
@@ -323,8 +303,8 @@ int broker_main(int argc, char** argv) {
   }
   // The harness read systemd-run's errors on our stderr until now; from
   // here nothing is written there, and its pipe sees EOF.
-  dup2(b.devnull.get(), 1);
-  dup2(b.devnull.get(), 2);
+  dup2(dev_null_fd(), 1);
+  dup2(dev_null_fd(), 2);
   send_packet(broker::encode_reply(broker::kReady, 0, getpid(), 0, b.has_cgroup_kill ? uint32_t{broker::kHasCgroupKill} : 0u,
                                    b.scope));
 

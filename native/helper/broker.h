@@ -14,7 +14,8 @@
 // enabled in it: the no-internal-process rule), makes <scope>/<leaf> per
 // call, and the harness removes leaves after its ladder. When the harness
 // dies (its pidfd turns readable) or closes the socket, the broker kills
-// every leaf (cgroup.kill, or freeze + SIGKILL rounds before Linux 5.14),
+// every leaf (cgroup.kill, or freeze + SIGKILL rounds before Linux 5.14, or
+// with PROCTREE_TEST_NO_CGROUP_KILL=1 in its environment),
 // removes them and exits; systemd then removes the empty scope.
 // Protocol: kernel/broker_protocol.h.
 #pragma once

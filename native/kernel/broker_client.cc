@@ -12,17 +12,11 @@
 #include <cstring>
 
 #include "kernel/guardian_launch.h"
-
-extern char** environ;
+#include "kernel/procfs.h"
+#include "kernel/stdio_fds.h"
 
 namespace proctree {
 namespace {
-
-std::vector<std::string> own_environment() {
-  std::vector<std::string> out;
-  for (char** e = environ; e && *e; ++e) out.emplace_back(*e);
-  return out;
-}
 
 std::string working_directory() {
   char buf[PATH_MAX];
@@ -63,8 +57,8 @@ std::string broker_unit_name(const std::string& suffix) {
 }
 
 SysError BrokerClient::start(const BrokerLaunch& launch, ChildStack& stack, BrokerClient* out) {
-  uint64_t start_time = 0;
-  if (!broker::read_start_time(getpid(), &start_time)) return SysError::from_errno("open", "/proc/self/stat");
+  ProcessInfo self;
+  if (!read_process_stat(getpid(), &self)) return SysError::from_errno("open", "/proc/self/stat");
 
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return SysError::from_errno("socketpair");
@@ -78,27 +72,26 @@ SysError BrokerClient::start(const BrokerLaunch& launch, ChildStack& stack, Brok
   if (pipe2(err, O_CLOEXEC) != 0) return SysError::from_errno("pipe2");
   Fd err_read(err[0]), err_write(err[1]);
   fcntl(err_read.get(), F_SETFL, O_NONBLOCK);
-  // The child side's descriptors must not sit on 0..2 (spawn.h).
-  Fd devnull(open("/dev/null", O_RDWR | O_CLOEXEC));
-  if (!devnull) return SysError::from_errno("open", "/dev/null");
-  Fd devnull_hi(fcntl(devnull.get(), F_DUPFD_CLOEXEC, 3));
-  Fd err_hi(fcntl(err_write.get(), F_DUPFD_CLOEXEC, 3));
-  Fd theirs_hi(fcntl(theirs.get(), F_DUPFD_CLOEXEC, 3));
-  if (!devnull_hi || !err_hi || !theirs_hi) return SysError::from_errno("fcntl");
+  // 0, 1: /dev/null; 2: a pipe for systemd-run's errors; 3: the broker's
+  // end of the socket (systemd-run keeps it open across its exec).
+  std::vector<StdioSpec> spec(4);
+  spec[0].kind = StdioSpec::kIgnore;
+  spec[1].kind = StdioSpec::kIgnore;
+  spec[2] = {StdioSpec::kFd, err_write.get()};
+  spec[3] = {StdioSpec::kFd, theirs.get()};
+  PreparedStdio io;
+  if (SysError e = prepare_stdio(spec, PtySize{}, &io)) return e;
 
   SpawnRequest req;
   req.argv = launch.wrapper;
   req.argv.push_back(launch.helper);
   req.argv.push_back("broker");
-  if (launch.no_cgroup_kill) req.argv.push_back("--no-cgroup-kill");
   req.argv.push_back(std::to_string(getpid()));
-  req.argv.push_back(std::to_string(start_time));
+  req.argv.push_back(std::to_string(self.start_time));
   req.candidates = {req.argv[0]};
-  req.envp = launch.envp.empty() ? own_environment() : launch.envp;
-  req.stdio[0] = devnull_hi.get();
-  req.stdio[1] = devnull_hi.get();
-  req.stdio[2] = err_hi.get();
-  req.pass_fd = theirs_hi.get();  // fd 3: systemd-run keeps it open across its exec
+  req.envp = launch.envp;
+  req.inherit_env = launch.envp.empty();
+  req.fds = io.fds;
   req.cgroup_dir = launch.cgroup_dir;
   // No PR_SET_PDEATHSIG: when we die, the broker must live on long enough to
   // kill every call; it watches our pidfd instead.

@@ -44,7 +44,6 @@ struct BrokerLaunch {
   // Where the process starts (CLONE_INTO_CGROUP); -1: our own cgroup, which
   // is what systemd-run needs (it moves itself into the scope it asks for).
   int cgroup_dir = -1;
-  bool no_cgroup_kill = false;       // the broker's pre-5.14 path, for tests
 };
 
 // `<systemd_run> --user --scope -p Delegate=yes --unit=<unit> --quiet --collect --`

@@ -1,13 +1,6 @@
 #include "kernel/broker_protocol.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-
-#include "kernel/fd.h"
 
 namespace proctree::broker {
 namespace {
@@ -139,34 +132,6 @@ bool valid_leaf(const std::string& leaf) {
     start = end + 1;
     first = false;
   }
-}
-
-bool read_start_time(pid_t pid, uint64_t* out) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  Fd fd(open(path, O_RDONLY | O_CLOEXEC));
-  if (!fd) return false;
-  char buf[1024];
-  ssize_t n;
-  do {
-    n = read(fd.get(), buf, sizeof buf - 1);
-  } while (n < 0 && errno == EINTR);
-  if (n <= 0) return false;
-  buf[n] = '\0';
-  // "pid (comm) state ..." where comm may hold spaces and parentheses: the
-  // fields start after the last ')'. starttime is field 22, the 20th after it.
-  const char* p = strrchr(buf, ')');
-  if (!p) return false;
-  ++p;
-  for (int field = 3; field < 22; ++field) {
-    p = strchr(p + 1, ' ');
-    if (!p) return false;
-  }
-  char* end;
-  unsigned long long v = strtoull(p + 1, &end, 10);
-  if (end == p + 1) return false;
-  *out = v;
-  return true;
 }
 
 }  // namespace proctree::broker

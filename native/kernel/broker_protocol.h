@@ -25,8 +25,6 @@
 //               parent and reaps it.
 #pragma once
 
-#include <sys/types.h>
-
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -98,9 +96,5 @@ SysError decode_reply(const char* data, size_t size, Reply* out);
 // [A-Za-z0-9._@:-], none "." or "..", none starting with "cgroup.", the
 // first not "broker" (the broker's own leaf).
 bool valid_leaf(const std::string& leaf);
-
-// Field 22 of /proc/<pid>/stat (clock ticks after boot): with the pid it
-// names one process for the life of the system. false when it is gone.
-bool read_start_time(pid_t pid, uint64_t* out);
 
 }  // namespace proctree::broker

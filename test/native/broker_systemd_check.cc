@@ -7,6 +7,7 @@
 // what the kernel said. Not a ctest test: it needs the session.
 //   broker_systemd_check <helper> <token> exit     one call, stopped, then a clean close
 //   broker_systemd_check <helper> <token> sigkill  two escaping calls, then SIGKILL itself
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
@@ -56,6 +57,19 @@ size_t members(const std::string& leaf) {
   std::vector<pid_t> pids;
   if (!proctree::CgroupDir::create(leaf, true, &d)) d.read_procs(&pids);
   return pids.size();
+}
+
+// The cgroup2 path of a process ("0::" in /proc/<pid>/cgroup), relative to the hierarchy.
+std::string cgroup_of(pid_t pid) {
+  proctree::Fd fd(open(("/proc/" + std::to_string(pid) + "/cgroup").c_str(), O_RDONLY | O_CLOEXEC));
+  char buf[4096];
+  ssize_t n = fd ? read(fd.get(), buf, sizeof buf - 1) : -1;
+  if (n <= 0) return {};
+  buf[n] = '\0';
+  const char* p = strstr(buf, "0::");
+  if (!p || (p != buf && p[-1] != '\n')) return {};
+  const char* end = strchr(p, '\n');
+  return std::string(p + 3, end ? end : p + strlen(p));
 }
 
 void print(const std::string& s) {
@@ -122,8 +136,7 @@ int main(int argc, char** argv) {
     }
     // All three sleepers, by the kernel's account of the leaf.
     for (int w = 0; w < 500 && members(ev.path) < 3; ++w) usleep(10 * 1000);
-    std::string cg;
-    proctree::read_pid_cgroup(ev.pid, &cg);
+    std::string cg = cgroup_of(ev.pid);
     out += std::string(i ? "," : "") + "{\"leaf\":" + json(ev.path) + ",\"pid\":" + std::to_string(ev.pid) +
            ",\"pidCgroup\":" + json(cg) + ",\"members\":" + std::to_string(members(ev.path));
     leaves.push_back(ev.path);
