@@ -506,9 +506,11 @@ int harness_that_dies(const DeathCase& dc, int report_fd) {
   }
   pid_t broker = ev.pid;
   if (write(report_fd, &broker, sizeof broker) != sizeof broker) return 16;
-  // Wait until all six sleepers run, so the kill has something to do.
-  for (int i = 0; i < 500 && live_with(dc.tok).size() < 6; ++i) usleep(10 * 1000);
-  if (live_with(dc.tok).size() < 6) return 17;
+  // Wait until all six sleepers run, so the kill has something to do
+  // (exit 20 + how many there were, if they do not).
+  size_t seen = 0;
+  for (int i = 0; i < 1000 && (seen = live_with(dc.tok).size()) < 6; ++i) usleep(10 * 1000);
+  if (seen < 6) return 20 + static_cast<int>(seen);
   raise(SIGKILL);
   return 18;
 }
