@@ -229,6 +229,7 @@ describe.skipIf(unavailable !== '' && !required)(`the systemd tier on a real sys
     }
 
     const skipCheck = !checkBuilt && !required;
+    if (skipCheck && !unavailable) console.warn('broker checks skipped: build-cmake/addon/broker_systemd_check is missing (npm run test:native builds it)');
     function check(options: string[], mode: 'exit' | 'sigkill'): { out: CheckOutput; tok: string } {
       if (!checkBuilt) throw new Error('build-cmake/addon/broker_systemd_check is missing: run `npm run test:native` first');
       const tok = token();
