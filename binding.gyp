@@ -35,7 +35,7 @@
       "defines": ["NAPI_VERSION=8", "NAPI_DISABLE_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
-      "cflags_cc": ["-std=c++17", "-fno-exceptions", "-fvisibility=hidden", "-fstack-protector-strong", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
+      "cflags_cc": ["-std=c++17", "-fno-exceptions", "-fvisibility=hidden", "-fstack-protector-strong", "-fno-tree-loop-distribute-patterns", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
       "cflags": ["-fvisibility=hidden", "-fstack-protector-strong"],
       "conditions": [
         ["OS!='linux'", { "sources": [] }],

@@ -61,6 +61,19 @@ export interface NativeReport {
   durationMs: number;
 }
 
+/** What the Empty event carries: the whole tree's usage, as far as the tier can see it. */
+export interface NativeUsage {
+  /** The most processes seen in the tree at once (members() and the ladder's reads). */
+  peakProcesses: number;
+  /** Absent when the tier could not tell. */
+  userMs?: number;
+  systemMs?: number;
+  /** 'cgroup': cpu.stat of the call's cgroup; 'rusage': what the main process (pgroup) or the shim (pidns, subreaper) reaped. */
+  source?: 'cgroup' | 'rusage';
+  /** memory.peak, where the memory controller is delegated. */
+  memoryPeakBytes?: number;
+}
+
 export const enum NativeEventKind {
   Exit = 0,
   Cleanup = 1,
@@ -74,7 +87,7 @@ export const enum NativeEventKind {
 
 export type NativeEventCallback = (
   kind: NativeEventKind,
-  a?: number | null | NativeReport | NativeErrorShape,
+  a?: number | null | NativeReport | NativeErrorShape | NativeUsage,
   b?: number,
 ) => void;
 

@@ -171,8 +171,18 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
       case CallEvent::kStarted:
         args.push_back(Napi::Number::New(env_, ev.pid));
         break;
-      case CallEvent::kEmpty:
+      case CallEvent::kEmpty: {
+        Napi::Object u = Napi::Object::New(env_);
+        u.Set("peakProcesses", ev.peak_processes);
+        if (ev.usage.known) {
+          u.Set("userMs", ev.usage.user_ms);
+          u.Set("systemMs", ev.usage.system_ms);
+          u.Set("source", ev.usage.source);
+          if (ev.usage.memory_peak >= 0) u.Set("memoryPeakBytes", static_cast<double>(ev.usage.memory_peak));
+        }
+        args.push_back(u);
         break;
+      }
     }
     Napi::Object recv = Napi::Object::New(env_);
     napi_value result;

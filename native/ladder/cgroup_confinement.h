@@ -23,6 +23,7 @@ class CgroupConfinement : public Confinement {
   SysError set_frozen(bool frozen) override;
   bool frozen() const override;
   Kill kill_all() override;
+  void read_usage(Usage* out) const override;
   SysError release() override;
   // rmdir first: its success proves the leaf empty, in one system call.
   bool release_if_empty(SysError* error) override;

@@ -30,7 +30,7 @@ struct LadderLimits {
   // Re-reads of the members in one unfrozen pass, until none is new.
   static constexpr int kMaxPassRounds = 16;
   // Member pidfds handed to the host to watch for an early end of grace.
-  static constexpr size_t kMaxWatchedMembers = 256;
+  static constexpr size_t kMaxWatchedMembers = 64;
 };
 
 struct CleanupReport {
@@ -71,6 +71,8 @@ class Ladder {
   // Whether the ladder has the tree frozen right now.
   bool holds_freeze() const { return froze_; }
   const CleanupReport& report() const { return report_; }
+  // The most members one of the ladder's reads saw.
+  size_t most_members() const { return most_members_; }
   // A resource error seen during a pass (EMFILE: some members could not be
   // held, so they were not signalled); cleared by reading it.
   SysError take_error();
@@ -105,6 +107,7 @@ class Ladder {
   int freeze_recheck_ms_ = 1;
   bool froze_ = false;
   size_t watched_ = 0;
+  size_t most_members_ = 0;
 };
 
 }  // namespace proctree

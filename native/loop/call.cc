@@ -114,6 +114,13 @@ void Call::on_main_readable() {
       post_exit(ExitStatus{true, -1, SIGKILL});
     }
   } else {
+    if (tier() == Tier::kPgroup) {
+      // All this tier can see: the command and the children it waited for.
+      usage_.known = true;
+      usage_.source = "rusage";
+      usage_.user_ms = st.user_ms;
+      usage_.system_ms = st.system_ms;
+    }
     post_exit(st);
   }
   on_change();
@@ -145,6 +152,12 @@ void Call::drain_control() {
           break;
         case shim::kExit:
           post_exit(ExitStatus{true, m.a, m.b});
+          break;
+        case shim::kUsage:
+          usage_.known = true;
+          usage_.source = "rusage";
+          usage_.user_ms = m.a;
+          usage_.system_ms = m.b;
           break;
         default:
           break;
@@ -219,6 +232,9 @@ void Call::watch_emptiness() {
 
 void Call::check_finished() {
   if (finished_ || !main_exited_ || ladder_.running()) return;
+  // Read before the cgroup goes (its files go with it); harmless when the
+  // tree turns out not to be empty yet.
+  confinement_->read_usage(&usage_);
   SysError release_error;
   if (!confinement_->release_if_empty(&release_error)) {
     watch_emptiness();
@@ -234,7 +250,10 @@ void Call::check_finished() {
     main_.pidfd.reset();
   }
   finished_ = true;
-  env_->post(CallEvent{CallEvent::kEmpty, id_, {}, {}, {}});
+  CallEvent ev{CallEvent::kEmpty, id_, {}, {}, {}};
+  ev.usage = usage_;
+  ev.peak_processes = static_cast<int>(std::max(peak_processes_, ladder_.most_members()));
+  env_->post(std::move(ev));
 }
 
 int Call::signal_all(int sig) {
@@ -282,9 +301,10 @@ int Call::signal_all(int sig) {
   return n;
 }
 
-std::vector<pid_t> Call::members() const {
+std::vector<pid_t> Call::members() {
   std::vector<pid_t> pids;
   if (!finished_) confinement_->members(&pids);
+  peak_processes_ = std::max(peak_processes_, pids.size());
   return pids;
 }
 

@@ -31,6 +31,10 @@ struct CallEvent {
   CleanupReport report;
   SysError error;
   pid_t pid = -1;  // kStarted: the command's pid
+  // kEmpty: what the whole tree used, and the most processes seen in it at
+  // once (by members() and the ladder's reads; at least the main process).
+  Usage usage;
+  int peak_processes = 0;
 };
 
 class Environment;
@@ -68,7 +72,7 @@ class Call : public LadderHost {
   bool terminate(int grace_ms, int sig, const std::string& reason);
   // One signal to every member now, no escalation; how many got it.
   int signal_all(int sig);
-  std::vector<pid_t> members() const;
+  std::vector<pid_t> members();
 
   // Environment teardown: SIGKILL the tree without waiting; whether anything
   // is still alive; then reap and remove what is left, synchronously.
@@ -121,6 +125,8 @@ class Call : public LadderHost {
   bool main_polled_ = false;   // the reactor could not take the main pidfd
   uint64_t start_deadline_ns_ = 0;
   std::vector<Fd> watched_members_;
+  Usage usage_;
+  size_t peak_processes_ = 1;
   uv_timer_t* timer_ = nullptr;
 };
 
