@@ -208,6 +208,7 @@ describe.skipIf(unavailable !== '' && !required)(`the systemd tier on a real sys
       probe: { ok: boolean; errno: number; detail: string };
       unit?: string;
       harness?: number;
+      readyUs?: number;
       ready?: boolean;
       error?: string;
       brokerPid?: number;
@@ -261,6 +262,7 @@ describe.skipIf(unavailable !== '' && !required)(`the systemd tier on a real sys
       // freeze, cgroup.procs, cgroup.kill, rmdir: all by the harness (errno 0).
       expect(call).toMatchObject({ freeze: 0, frozenMembers: 3, kill: 0, exitSignal: 9, rmdir: 0 });
       expect(out.brokerExit).toBe(0);
+      console.log(`broker check: systemd-run to the broker's kReady in ${((out.readyUs ?? 0) / 1000).toFixed(1)} ms`);
       expect(liveWith(tok)).toEqual([]);
       const scope = hostPath(out.scope as string);
       await waitUntil(() => !fs.existsSync(scope), 1000);

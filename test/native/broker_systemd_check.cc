@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -103,13 +104,18 @@ int main(int argc, char** argv) {
   std::string unit = proctree::broker_unit_name();
   launch.wrapper = proctree::systemd_run_wrapper(probe.systemd_run, unit);
   BrokerClient c;
+  timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   if (proctree::SysError e = BrokerClient::start(launch, stack, &c)) {
     print(out + ",\"start\":" + json(std::string(e.syscall) + " " + strerror(e.err)) + "}");
     return 1;
   }
   BrokerEvent ready;
   c.wait_ready(20000, &ready);
-  out += ",\"unit\":" + json(unit) + ",\"harness\":" + std::to_string(getpid());
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  // systemd-run's D-Bus round trip and the scope's job, once per harness.
+  long ready_us = (t1.tv_sec - t0.tv_sec) * 1000000L + (t1.tv_nsec - t0.tv_nsec) / 1000;
+  out += ",\"unit\":" + json(unit) + ",\"harness\":" + std::to_string(getpid()) + ",\"readyUs\":" + std::to_string(ready_us);
   if (ready.kind != BrokerEvent::kReady) {
     print(out + ",\"ready\":false,\"error\":" + json(std::string(ready.error.syscall) + " " + strerror(ready.error.err) + ": " + ready.error.path) + "}");
     return 1;
