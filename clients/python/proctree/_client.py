@@ -13,6 +13,7 @@ import codecs
 import itertools
 import json
 import os
+import shlex
 import signal as _signal
 from dataclasses import dataclass, field
 from typing import (
@@ -33,14 +34,14 @@ from typing import (
 )
 
 from ._capture import KEEPS, Capture, Keep
-from ._discovery import ServerCommand, ServerSpec, find_server, no_server_message
+from ._discovery import ADVICE, ServerCommand, ServerSpec, find_server
 from ._errors import CleanupReport, Json, ProcessInfo, ProcTreeError, empty_report, error_from
 
 AnyStr_co = TypeVar("AnyStr_co", bytes, str)
 
 #: Longest line accepted from the server; an output event carries at most one
 #: pipe read (64 KiB, 88 KiB as base64), the rest is small.
-SERVER_LINE_LIMIT = 64 * 1024 * 1024
+SERVER_LINE_LIMIT = 16 * 1024 * 1024
 #: A call's stdout/stderr reader asks the server to pause the call once it
 #: holds twice this much unread (asyncio's own StreamReader rule), and to go
 #: on once it is down to this.
@@ -159,6 +160,7 @@ class Call:
         self.errors: List[ProcTreeError] = []
         self._sinks: Dict[str, Union[asyncio.StreamReader, Capture]] = {}
         self._holds = 0
+        self._limit = DEFAULT_STREAM_LIMIT
         self._closed: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
         self._closed.add_done_callback(_consume)
         self._ladder: "Optional[asyncio.Future[CleanupReport]]" = None
@@ -269,7 +271,7 @@ class Call:
                 return
             except asyncio.LimitOverrunError as long:
                 in_long_line = True
-                yield decoder.decode(await reader.read(long.consumed))
+                yield decoder.decode(await reader.read(min(long.consumed, self._limit)))
                 continue
             text = decoder.decode(raw)
             text = text[:-2] if text.endswith("\r\n") else text[:-1]
@@ -445,7 +447,8 @@ class ProcTree:
         except ProcTreeError as err:
             if err.code != "ESERVER":
                 raise
-            raise self._start_error(err.message) from None
+            status = self._proc.returncode
+            raise self._start_error(f"it exited{'' if status is None else f' with status {status}'} before answering") from None
         if answer.get("protocol") != _PROTOCOL:
             await self.close()
             raise self._start_error(f"it speaks protocol {answer.get('protocol')!r}, this client {_PROTOCOL}")
@@ -453,10 +456,9 @@ class ProcTree:
 
     def _start_error(self, why: str) -> ProcTreeError:
         assert self._command is not None
-        cmd = " ".join(self._command.argv)
-        message = f"the proctree server `{cmd}` (from {self._command.source}) did not start: {why}"
+        message = f"the proctree server `{shlex.join(self._command.argv)}` (from {self._command.source}) did not start: {why}"
         if self._command.tried:
-            message += ". Before it: " + no_server_message(self._command.tried)
+            message += ". Tried before it: " + "; ".join(self._command.tried) + ". " + ADVICE
         return ProcTreeError("ESERVER", message)
 
     async def _read_server(self) -> None:
@@ -586,10 +588,10 @@ class ProcTree:
         server, so memory stays bounded however much it writes.
         """
         call = self._new_call(args)
-        reader_limit = self._stream_limit if limit < 0 else limit
+        call._limit = self._stream_limit if limit < 0 else limit
         if capture:
             for name in ("stdout",) if merge else ("stdout", "stderr"):
-                reader = asyncio.StreamReader(limit=reader_limit)
+                reader = asyncio.StreamReader(limit=call._limit)
                 reader.set_transport(_Flow(call))
                 setattr(call, name, reader)
                 call._sinks[name] = reader

@@ -100,22 +100,23 @@ def find_server(
             if not script.is_file():
                 tried.append(f"{where}: {found}, but it has no bin/proctree.js")
                 continue
-            return ServerCommand([node, str(script), "serve"], f"node_modules/proctree from {label} ({dir})", tried)
+            return ServerCommand([node, str(script), "serve"], f"node_modules/proctree found from {label} ({dir})", tried)
 
     npx = shutil.which("npx", path=search_path)
     if npx is not None:
-        return ServerCommand([npx, "--no", "proctree", "serve"], "npx --no proctree serve", tried)
+        return ServerCommand([npx, "--no", "proctree", "serve"], "npx, the last resort", tried)
     tried.append("npx: not on PATH")
     raise ProcTreeError("ESERVER", no_server_message(tried))
 
 
+ADVICE = (
+    "Install the npm package where this program runs (npm install proctree), or set PROCTREE_SERVER"
+    " to a command such as 'node /path/to/node_modules/proctree/bin/proctree.js serve'."
+)
+
+
 def no_server_message(tried: Sequence[str]) -> str:
-    return (
-        "no proctree server found. Tried: "
-        + "; ".join(tried)
-        + ". Install the npm package where this program runs (npm install proctree), or set PROCTREE_SERVER"
-        " to a command such as 'node /path/to/node_modules/proctree/bin/proctree.js serve'."
-    )
+    return "no proctree server found. Tried: " + "; ".join(tried) + ". " + ADVICE
 
 
 def _resolve(node: str, dirs: Sequence[str], env: Mapping[str, str]) -> List[Dict[str, Any]]:

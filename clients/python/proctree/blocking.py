@@ -105,9 +105,10 @@ class Output:
     returns everything that is left; ``chunks()`` yields what arrives.
     """
 
-    def __init__(self, loop: _Loop, reader: asyncio.StreamReader) -> None:
+    def __init__(self, loop: _Loop, reader: asyncio.StreamReader, limit: int) -> None:
         self._loop = loop
         self._reader = reader
+        self._limit = limit
 
     def chunks(self) -> Iterator[bytes]:
         while True:
@@ -117,7 +118,7 @@ class Output:
             yield data
 
     def readline(self) -> bytes:
-        return self._loop.run(_read_line(self._reader))
+        return self._loop.run(_read_line(self._reader, self._limit))
 
     def __iter__(self) -> Iterator[bytes]:
         while True:
@@ -130,13 +131,13 @@ class Output:
         return self._loop.run(self._reader.read())
 
 
-async def _read_line(reader: asyncio.StreamReader) -> bytes:
+async def _read_line(reader: asyncio.StreamReader, limit: int) -> bytes:
     try:
         return await reader.readuntil(b"\n")
     except asyncio.IncompleteReadError as end:
         return end.partial
     except asyncio.LimitOverrunError as long:
-        return await reader.read(long.consumed)
+        return await reader.read(min(long.consumed, limit))
 
 
 class Call:
@@ -145,8 +146,8 @@ class Call:
     def __init__(self, loop: _Loop, core: _client.Call) -> None:
         self._loop = loop
         self._core = core
-        self.stdout = Output(loop, core.stdout) if core.stdout is not None else None
-        self.stderr = Output(loop, core.stderr) if core.stderr is not None else None
+        self.stdout = Output(loop, core.stdout, core._limit) if core.stdout is not None else None
+        self.stderr = Output(loop, core.stderr, core._limit) if core.stderr is not None else None
 
     @property
     def id(self) -> str:
