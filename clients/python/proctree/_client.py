@@ -341,11 +341,13 @@ class Call:
 
     async def _stop_because_cancelled(self) -> None:
         """The task awaiting this call was cancelled: run the ladder and wait
-        for it, unless cancelled once more (then it goes on without us)."""
+        until the call closed, unless cancelled once more (then it goes on
+        without us)."""
         if self.closed:
             return
         try:
             await asyncio.shield(self._terminate())
+            await asyncio.shield(self._closed)
         except (asyncio.CancelledError, ProcTreeError):
             pass
 
