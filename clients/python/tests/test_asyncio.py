@@ -116,6 +116,23 @@ class AsyncTest(unittest.IsolatedAsyncioTestCase):
         assert call.report is not None
         self.assertEqual((call.report["reason"], call.report["escaped"]), ("terminate", 1))
 
+    async def test_a_spawn_cancelled_before_its_answer_is_stopped_once_it_exists(self) -> None:
+        t = self.new_token()
+        task = asyncio.ensure_future(self.pt.spawn(["bash", "-c", f"setsid sleep {t} & sleep {t}"]))
+        await asyncio.sleep(0)  # the request is on its way, the answer not yet here
+        task.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await task
+
+        async def gone() -> bool:
+            return live_with(t) == [] and await self.pt.list() == []
+
+        for _ in range(500):
+            if await gone():
+                break
+            await asyncio.sleep(0.01)
+        self.assertTrue(await gone(), "the call the server started anyway was stopped")
+
     async def test_wait_for_around_run_stops_a_setsid_daemon(self) -> None:
         t = self.new_token()
         with self.assertRaises(asyncio.TimeoutError):

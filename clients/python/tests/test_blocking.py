@@ -7,6 +7,7 @@ Survivors are found by a /proc scan for a token unique to each test in the
 command line (``sleep 300.<random>``), never from the client's bookkeeping.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -110,6 +111,38 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0)
         self.assertEqual(r.report["reason"], "leftovers")
         self.assertEqual(live_with(t), [])
+
+
+class InterruptTest(unittest.TestCase):
+    def test_ctrl_c_during_a_blocking_run_stops_the_tree_before_keyboardinterrupt_goes_on(self) -> None:
+        t = token()
+        harness = textwrap.dedent(
+            f"""
+            import json, sys
+            sys.path.insert(0, {str(CLIENT)!r})
+            sys.path.insert(0, {str(CLIENT / "tests")!r})
+            from support import live_with
+            from proctree.blocking import ProcTree
+            with ProcTree({server_command()!r}) as pt:
+                try:
+                    pt.run(["bash", "-c", "setsid sleep {t} & sleep {t}; wait"])
+                except KeyboardInterrupt:
+                    # The server still runs: what is gone was stopped by the ladder.
+                    print(json.dumps({{"open": pt.list(), "alive": live_with({t!r})}}), flush=True)
+            """
+        )
+        child = subprocess.Popen([sys.executable, "-c", harness], stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertTrue(wait_until(lambda: len(live_with(t, "sleep")) >= 2, 10), "both sleeps started")
+            os.kill(child.pid, signal.SIGINT)
+            out, _ = child.communicate(timeout=30)
+            self.assertEqual(child.returncode, 0)
+            self.assertEqual(json.loads(out), {"open": [], "alive": []})
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            kill_tokens([t])
 
 
 class ClientDeathTest(unittest.TestCase):
