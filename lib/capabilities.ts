@@ -1,48 +1,16 @@
 // What this host allows, measured rather than guessed from a kernel version:
-// each probe is a real attempt (a throwaway cgroup, a throwaway clone), run
-// once on first use and cached; the addon blocks for a few milliseconds then.
+// each probe is a real attempt (a throwaway cgroup, a throwaway clone, the
+// helper run once), run on first use and cached; the addon blocks for a few
+// milliseconds then.
 import os from 'node:os';
 import path from 'node:path';
 
 import { ConfinementUnavailableError } from './errors';
 import { native, nativePath } from './native';
+import { pickTier, type Probes, tierRejection } from './tiers';
 import type { Confinement } from './types';
 
-/** One probe: whether it worked, and if not the errno (and syscall) seen. */
-export interface Probe {
-  ok: boolean;
-  errno?: string;
-  syscall?: string;
-  detail?: string;
-}
-
-export interface Probes {
-  /** A cgroup2 mount, and the harness's own cgroup in it. */
-  cgroup2: Probe;
-  /** A call cgroup can be made below the harness's cgroup and a child placed in it. */
-  delegation: Probe;
-  clone3: Probe;
-  /** clone3 with CLONE_INTO_CGROUP (Linux 5.7); without it, clone + cgroup.procs before exec. */
-  cloneIntoCgroup: Probe;
-  /** pidfd_open (Linux 5.3). */
-  pidfd: Probe;
-  /** pidfd_send_signal (Linux 5.1). */
-  pidfdSendSignal: Probe;
-  /** cgroup.freeze on a call cgroup (Linux 5.2). */
-  freeze: Probe;
-  /** cgroup.kill on a call cgroup (Linux 5.14). */
-  cgroupKill: Probe;
-  /** A new PID namespace (directly or inside a user namespace) and the helper to be its init. */
-  pidns: Probe;
-  /** CLONE_NEWUSER | CLONE_NEWPID for an unprivileged harness. */
-  userns: Probe;
-  /** PR_SET_CHILD_SUBREAPER in a throwaway child, and the helper to be the shim. */
-  subreaper: Probe;
-  /** The proctree-helper executable next to the addon. */
-  helper: Probe;
-  /** A new session and process group: always available. */
-  pgroup: Probe;
-}
+export type { Probe, Probes } from './tiers';
 
 export interface Capabilities {
   kernel: string;
@@ -51,40 +19,16 @@ export interface Capabilities {
   /** How the cgroup tier creates children: clone3 into the cgroup, or clone() + cgroup.procs. */
   clone: 'clone3' | 'clone';
   probes: Probes;
-  /** The tier 'auto' picks: the strongest whose probes all passed. */
-  tier: Confinement;
+  /** The tier 'auto' picks: the strongest whose probes all passed; null when none can run. */
+  tier: Confinement | null;
   /** Why each tier stronger than `tier` was rejected, e.g. `{ cgroup: 'delegation: EACCES (mkdir …)' }`. */
   rejected: Partial<Record<Confinement, string>>;
 }
-
-export const tiers: readonly Confinement[] = ['cgroup', 'pidns', 'subreaper', 'pgroup'];
-
-/** The probes each tier needs, in the order they are checked. */
-const needs: Record<Confinement, ReadonlyArray<keyof Probes>> = {
-  cgroup: ['cgroup2', 'delegation', 'pidfd', 'pidfdSendSignal'],
-  pidns: ['pidns', 'helper', 'pidfd', 'pidfdSendSignal'],
-  subreaper: ['subreaper', 'helper', 'pidfd', 'pidfdSendSignal'],
-  pgroup: ['pgroup'],
-};
 
 let cached: Capabilities | null = null;
 
 export function helperPath(): string {
   return path.join(path.dirname(nativePath), 'proctree-helper');
-}
-
-function describeProbe(name: string, p: Probe): string {
-  const what = [p.errno, p.syscall && `(${p.syscall}${p.detail ? ` ${p.detail}` : ''})`].filter(Boolean).join(' ');
-  return `${name}: ${what || p.detail || 'failed'}`;
-}
-
-/** Why `tier` cannot run here, or null when it can. */
-export function tierRejection(caps: Capabilities, tier: Confinement): string | null {
-  for (const name of needs[tier]) {
-    const p = caps.probes[name];
-    if (!p.ok) return describeProbe(name, p);
-  }
-  return null;
 }
 
 /**
@@ -95,34 +39,48 @@ export function tierRejection(caps: Capabilities, tier: Confinement): string | n
 export function capabilities(): Capabilities {
   if (cached) return cached;
   const raw = native.probe(helperPath());
-  const probes = { ...raw.probes, pgroup: { ok: true, detail: 'setsid + signal by pidfd; cannot catch setsid escapes' } } as Probes;
-  const caps: Capabilities = {
+  const probes: Probes = { ...raw.probes, pgroup: { ok: true, detail: 'setsid + signal by pidfd; cannot catch setsid escapes' } };
+  const { tier, rejected } = pickTier(probes);
+  cached = {
     kernel: os.release(),
     cgroup2: raw.location,
     clone: probes.cloneIntoCgroup.ok ? 'clone3' : 'clone',
     probes,
-    tier: 'pgroup',
-    rejected: {},
+    tier,
+    rejected,
   };
-  for (const tier of tiers) {
-    const why = tierRejection(caps, tier);
-    if (why === null) {
-      caps.tier = tier;
-      break;
-    }
-    caps.rejected[tier] = why;
-  }
-  cached = caps;
-  return caps;
+  return cached;
 }
 
-/** The tier a call with `confinement` runs in; throws when an explicit tier cannot run here. */
+/** The tier a call with `confinement` runs in; throws when it cannot run here. */
 export function resolveTier(confinement: 'auto' | Confinement): Confinement {
   const caps = capabilities();
-  if (confinement === 'auto') return caps.tier;
-  const why = tierRejection(caps, confinement);
+  if (confinement === 'auto') {
+    if (caps.tier === null) {
+      const why = Object.entries(caps.rejected).map(([t, r]) => `${t}: ${r}`).join('; ');
+      throw new ConfinementUnavailableError(`no confinement tier can run here (${why})`);
+    }
+    return caps.tier;
+  }
+  const why = tierRejection(caps.probes, confinement);
   if (why !== null) {
     throw new ConfinementUnavailableError(`confinement '${confinement}' is not available here: ${why}`);
   }
   return confinement;
+}
+
+let guardianWarned = false;
+
+/**
+ * The native layer made a cgroup subtree and could not start the guardian
+ * that stops its calls when this process dies without running 'exit'
+ * listeners (SIGKILL, a crash): said once, as a process warning.
+ */
+export function warnNoGuardian(err: Error): void {
+  if (guardianWarned) return;
+  guardianWarned = true;
+  process.emitWarning(
+    `proctree: no guardian (${err.message}); calls are still stopped on a normal exit, but not if this process is killed with SIGKILL`,
+    { code: 'PROCTREE_NO_GUARDIAN' },
+  );
 }

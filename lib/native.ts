@@ -3,19 +3,24 @@ import path from 'node:path';
 
 import type { ProcessInfo } from './types';
 
-export type NativeStdio = 'pipe' | 'ignore' | 'inherit' | number;
+/** What the command gets as fd i: 'close' = no fd i; 'pty' (0..2 only) = the call's terminal. */
+export type NativeStdio = 'pipe' | 'ignore' | 'inherit' | 'close' | 'pty' | number;
 
 export interface NativeSpawnSpec {
   group: string;
   candidates: string[];
   argv: string[];
-  env: string[];
+  /** null: the command gets this process's own environment (the main thread's `environ`). */
+  env: string[] | null;
   cwd?: string;
-  stdio: [NativeStdio, NativeStdio, NativeStdio];
+  /** At least 3 entries; entry i becomes fd i of the command. */
+  stdio: NativeStdio[];
+  /** The terminal's size when stdio[0..2] are 'pty'. */
+  pty?: { cols: number; rows: number };
   uid?: number;
   gid?: number;
   tier: 'cgroup' | 'pidns' | 'subreaper' | 'pgroup';
-  /** The proctree-helper executable: the shim of pidns and subreaper. */
+  /** The proctree-helper executable: the shim of pidns and subreaper, and the guardian. */
   helper: string;
 }
 
@@ -28,13 +33,19 @@ export interface NativeErrorShape extends Error {
 
 export interface NativeSpawned {
   id: number;
-  pid: number;
+  /** The command's pid; absent while `pending`. */
+  pid?: number;
+  /** pidns/subreaper: the shim reports the command's pid later (a Started or StartFailed event). */
+  pending?: true;
   cgroup: string;
   method: 'clone3' | 'clone' | 'clone+pidfd_open';
   tier: 'cgroup' | 'pidns' | 'subreaper' | 'pgroup';
-  /** pidns/subreaper: the shim's pid (pid is the command's). */
-  shim?: number;
-  stdio: [number, number, number];
+  /** One per stdio entry: our end of a 'pipe', else -1. */
+  stdio: number[];
+  /** The terminal's master side (non-blocking, close-on-exec) when stdio asked for 'pty'. */
+  ptyMaster?: number;
+  /** A subtree was made now and the guardian could not be started. */
+  guardianError?: NativeErrorShape;
 }
 
 /** The addon builds ProcessInfo objects itself (native/binding.cc). */
@@ -45,7 +56,6 @@ export interface NativeReport {
   signaled: number;
   killed: number;
   escaped: number;
-  froze: boolean;
   verified: 'cgroup.events' | 'pidns' | 'subreaper' | 'none';
   leftovers: NativeProcessInfo[];
   durationMs: number;
@@ -56,6 +66,10 @@ export const enum NativeEventKind {
   Cleanup = 1,
   Empty = 2,
   Error = 3,
+  /** The shim started the command: a = its pid. */
+  Started = 4,
+  /** The shim could not start the command: a = the error. */
+  StartFailed = 5,
 }
 
 export type NativeEventCallback = (
@@ -86,6 +100,7 @@ export interface NativeProbes {
     | 'cloneIntoCgroup'
     | 'pidfd'
     | 'pidfdSendSignal'
+    | 'waitidPidfd'
     | 'freeze'
     | 'cgroupKill'
     | 'pidns'
@@ -107,7 +122,13 @@ export interface NativeBinding {
   pipe(): [number, number];
   setRef(id: number, ref: boolean): void;
   closeFd(fd: number): void;
-  ensureGuardian(helperPath: string, prefix: string): { pid: number; startedNow: boolean };
+  ptyResize(masterFd: number, cols: number, rows: number): void;
+  /** One cgroup2 mount per hierarchy, of /proc/self/mountinfo (or of the text given). */
+  cgroup2Hierarchies(mountinfo?: string): Array<{ mount: string; root: string }>;
+  /** Every pid in a cgroup and the cgroups below it; [] when it is gone. */
+  cgroupMembers(path: string): number[];
+  /** The terminal's foreground process group, or -1. */
+  ptyForeground(masterFd: number): number;
   /** `proctree-<pid>-<12 hex digits>`: drawn once per process, shared by its workers. */
   subtreePrefix(): string;
 }

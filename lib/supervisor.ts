@@ -4,7 +4,6 @@ import { EventEmitter } from 'node:events';
 import { threadId } from 'node:worker_threads';
 
 import { invalidArgType, invalidArgValue } from './errors';
-import { helperPath } from './capabilities';
 import { native } from './native';
 import { checkGrace, resolveRun, resolveSpawn } from './options';
 import { type CallOwner, dropQueued, terminateFor, ToolCall } from './toolcall';
@@ -33,7 +32,6 @@ export interface SupervisorEvents {
 const usedNames = new Set<string>();
 let unnamed = 0;
 let exitHookInstalled = false;
-let guardianFailed = false;
 
 // Normal exit, process.exit() and an uncaught exception run 'exit' listeners:
 // one synchronous cgroup.kill per subtree, then the directories go. SIGKILL
@@ -44,22 +42,6 @@ function installExitHook(): void {
   process.on('exit', () => native.shutdown(1000));
 }
 
-
-// One guardian per harness process; it watches every subtree whose name starts
-// with this process's prefix (proctree-<pid>-<random>), workers' included, and
-// no other harness's, even one with the same pid in another PID namespace.
-function ensureGuardian(): void {
-  if (guardianFailed) return;
-  try {
-    native.ensureGuardian(helperPath(), native.subtreePrefix());
-  } catch (err) {
-    guardianFailed = true;
-    process.emitWarning(
-      `proctree: no guardian (${(err as Error).message}); calls are still stopped on a normal exit, but not if this process is killed with SIGKILL`,
-      { code: 'PROCTREE_NO_GUARDIAN' },
-    );
-  }
-}
 
 export class Supervisor extends EventEmitter {
   /** The cgroup subtree's directory name below the harness's cgroup. */
@@ -201,11 +183,6 @@ export class Supervisor extends EventEmitter {
       unhandledError: (call, err) => {
         // Like an EventEmitter with no 'error' listener: throws when nobody listens here either.
         this.emit('error', err, call);
-      },
-      // The guardian removes cgroup subtrees; the other tiers need none (a
-      // shim sees EOF on its control socket when the harness dies).
-      beforeStart: (tier) => {
-        if (tier === 'cgroup') ensureGuardian();
       },
     };
   }

@@ -10,7 +10,7 @@ import type { Readable, Writable } from 'node:stream';
 import { spawnError } from './errors';
 import { native, NativeEventKind, type NativeErrorShape, type NativeReport } from './native';
 import { checkGrace, type ResolvedRun, resolveRun, type ResolvedSpawn, signalName, signalNumber } from './options';
-import { helperPath, resolveTier } from './capabilities';
+import { helperPath, resolveTier, warnNoGuardian } from './capabilities';
 import { cleanupReport, emptyReport, leftoversError, runResult } from './result';
 import { CallStdio, Collector } from './stdio';
 import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, RunResult } from './types';
@@ -28,8 +28,6 @@ export interface CallOwner {
   release(call: ToolCall): void;
   /** An 'error' the call has no listener for. */
   unhandledError(call: ToolCall, err: Error): void;
-  /** Prepares what must exist before a process of this owner starts (the guardian of cgroup calls). */
-  beforeStart(tier: Confinement): void;
 }
 
 /** Runs the ladder with a reason other than 'terminate' (supervisor shutdown). @internal */
@@ -117,7 +115,6 @@ export class ToolCall extends EventEmitter {
     const opts = this.#opts;
     let res;
     try {
-      this.#owner.beforeStart(this.confinement);
       res = native.spawn(
         {
           group: this.#owner.group,
@@ -144,6 +141,7 @@ export class ToolCall extends EventEmitter {
     this.#id = res.id;
     this.pid = res.pid;
     this.cgroup = res.cgroup === '' ? null : res.cgroup;
+    if (res.guardianError) warnNoGuardian(res.guardianError);
 
     if (opts.timeout > 0) {
       this.#timer = setTimeout(() => {
@@ -161,7 +159,8 @@ export class ToolCall extends EventEmitter {
       else signal.addEventListener('abort', this.#onAbort, { once: true });
     }
     if (!this.#ref) this.#applyRef();
-    process.nextTick(() => this.emit('spawn'));
+    // A shim reports the command's pid (or why it could not start) later.
+    if (!res.pending) process.nextTick(() => this.emit('spawn'));
   }
 
   /** The call never ran: its streams end, 'error' follows, its slot is freed. */
@@ -317,6 +316,18 @@ export class ToolCall extends EventEmitter {
       case NativeEventKind.Error:
         this.#emitError(a as NativeErrorShape);
         break;
+      case NativeEventKind.Started:
+        this.pid = a as number;
+        this.emit('spawn');
+        break;
+      case NativeEventKind.StartFailed:
+        // Delivered like a start that failed at once: 'error', and the call
+        // never ran. The shim's own exit follows as Empty, which is ignored.
+        this.#empty = true;
+        if (this.#timer) clearTimeout(this.#timer);
+        if (this.#onAbort) this.#opts.signal?.removeEventListener('abort', this.#onAbort);
+        this.#fail(spawnError(a as NativeErrorShape, this.#opts.file, this.#opts.spawnargs));
+        break;
     }
   }
 
@@ -342,6 +353,7 @@ export class ToolCall extends EventEmitter {
   }
 
   #onEmpty(): void {
+    if (this.#spawnError) return;
     this.#empty = true;
     if (this.#timer) clearTimeout(this.#timer);
     if (this.#onAbort) this.#opts.signal?.removeEventListener('abort', this.#onAbort);

@@ -75,6 +75,8 @@ export interface ProcessInfo {
   sid: number;
   comm: string;
   cmdline: string;
+  /** When it started, in clock ticks after boot: with pid, names the process across pid reuse. */
+  startTime: number;
 }
 
 export type CleanupReason = 'timeout' | 'abort' | 'terminate' | 'leftovers' | 'shutdown';

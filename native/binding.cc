@@ -1,6 +1,6 @@
-// The only file that knows about N-API: turns the registry of calls into a
-// JavaScript object per environment (main thread or worker) and delivers call
-// events through napi_make_callback on the environment's own loop.
+// The only file that knows about N-API: turns the Environment (loop/) of each
+// Node environment (main thread or worker) into a JavaScript object, and
+// delivers call events through napi_make_callback on that environment's loop.
 #include <napi.h>
 
 #include <string>
@@ -13,9 +13,10 @@
 #include "kernel/guardian_launch.h"
 #include "kernel/probe.h"
 #include "kernel/procfs.h"
+#include "kernel/pty.h"
+#include "kernel/stdio_fds.h"
+#include "loop/environment.h"
 #include "loop/errno_name.h"
-#include "loop/registry.h"
-#include "kernel/stdio_pipes.h"
 
 namespace proctree {
 namespace {
@@ -41,6 +42,7 @@ Napi::Object process_info_object(Napi::Env env, const ProcessInfo& p) {
   o.Set("sid", p.sid);
   o.Set("comm", p.comm);
   o.Set("cmdline", p.cmdline);
+  o.Set("startTime", static_cast<double>(p.start_time));
   return o;
 }
 
@@ -57,29 +59,55 @@ bool read_strings(Napi::Value v, std::vector<std::string>* out) {
   return true;
 }
 
-bool read_stdio(Napi::Value v, StdioSpec (&spec)[3]) {
-  if (!v.IsArray() || v.As<Napi::Array>().Length() != 3) return false;
+// stdio: N >= 3 entries, each 'pipe' | 'ignore' | 'inherit' | 'close' |
+// 'pty' | a descriptor number.
+bool read_stdio(Napi::Value v, std::vector<StdioSpec>* spec) {
+  if (!v.IsArray() || v.As<Napi::Array>().Length() < 3) return false;
   Napi::Array a = v.As<Napi::Array>();
-  for (uint32_t i = 0; i < 3; ++i) {
+  spec->assign(a.Length(), StdioSpec{});
+  for (uint32_t i = 0; i < a.Length(); ++i) {
     Napi::Value item = a.Get(i);
+    StdioSpec& one = (*spec)[i];
     if (item.IsNumber()) {
-      spec[i].kind = StdioSpec::kFd;
-      spec[i].fd = item.As<Napi::Number>().Int32Value();
+      one.kind = StdioSpec::kFd;
+      one.fd = item.As<Napi::Number>().Int32Value();
+      if (one.fd < 0) return false;
       continue;
     }
     if (!item.IsString()) return false;
     std::string s = item.As<Napi::String>().Utf8Value();
     if (s == "pipe") {
-      spec[i].kind = StdioSpec::kPipe;
+      one.kind = StdioSpec::kPipe;
     } else if (s == "ignore") {
-      spec[i].kind = StdioSpec::kIgnore;
+      one.kind = StdioSpec::kIgnore;
     } else if (s == "inherit") {
-      spec[i].kind = StdioSpec::kInherit;
+      one.kind = StdioSpec::kInherit;
+    } else if (s == "close") {
+      one.kind = StdioSpec::kClose;
+    } else if (s == "pty") {
+      if (i > 2) return false;
+      one.kind = StdioSpec::kPty;
     } else {
       return false;
     }
   }
   return true;
+}
+
+Napi::Object report_object(Napi::Env env, const CleanupReport& report) {
+  Napi::Object r = Napi::Object::New(env);
+  r.Set("reason", report.reason);
+  r.Set("signaled", report.signaled);
+  r.Set("killed", report.killed);
+  r.Set("escaped", report.escaped);
+  r.Set("verified", report.verified);
+  Napi::Array left = Napi::Array::New(env, report.leftovers.size());
+  for (size_t i = 0; i < report.leftovers.size(); ++i) {
+    left.Set(static_cast<uint32_t>(i), process_info_object(env, report.leftovers[i]));
+  }
+  r.Set("leftovers", left);
+  r.Set("durationMs", report.duration_ms);
+  return r;
 }
 
 class Addon : public Napi::Addon<Addon>, public EventSink {
@@ -95,14 +123,17 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
                              InstanceMethod("pipe", &Addon::Pipe),
                              InstanceMethod("setRef", &Addon::SetRef),
                              InstanceMethod("closeFd", &Addon::CloseFd),
-                             InstanceMethod("ensureGuardian", &Addon::EnsureGuardian),
+                             InstanceMethod("ptyResize", &Addon::PtyResize),
+                             InstanceMethod("cgroup2Hierarchies", &Addon::Cgroup2Hierarchies),
+                             InstanceMethod("cgroupMembers", &Addon::CgroupMembers),
+                             InstanceMethod("ptyForeground", &Addon::PtyForeground),
                              InstanceMethod("subtreePrefix", &Addon::SubtreePrefix),
                              InstanceMethod("probe", &Addon::ProbeHost),
                          });
     // node_api.h declares the loop type; only loop/ includes uv.h.
     struct uv_loop_s* loop = nullptr;
     napi_get_uv_event_loop(env, &loop);
-    registry_ = new Registry(loop, this);
+    env_state_ = new Environment(loop, this);
     napi_value resource_name = Napi::String::New(env, "proctree:call");
     napi_async_init(env, nullptr, resource_name, &async_context_);
     // Registered first so it runs last: the synchronous hook below has
@@ -113,9 +144,9 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
   }
 
   ~Addon() override {
-    // The registry frees itself once its handles have closed (AsyncCleanup);
-    // if that never started, the process is exiting and nothing is left to do.
-    if (registry_) registry_->shutdown_sync(0);
+    // The environment's state frees itself once its handles have closed
+    // (AsyncCleanup); if that never started, the process is exiting.
+    if (env_state_) env_state_->shutdown_sync(0);
   }
 
   void deliver(const CallEvent& ev) override {
@@ -130,25 +161,15 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
         args.push_back(ev.exit.code >= 0 ? Napi::Number::New(env_, ev.exit.code) : env_.Null());
         args.push_back(Napi::Number::New(env_, ev.exit.signal));
         break;
-      case CallEvent::kCleanup: {
-        Napi::Object r = Napi::Object::New(env_);
-        r.Set("reason", ev.report.reason);
-        r.Set("signaled", ev.report.signaled);
-        r.Set("killed", ev.report.killed);
-        r.Set("escaped", ev.report.escaped);
-        r.Set("froze", ev.report.froze);
-        r.Set("verified", ev.report.verified);
-        Napi::Array left = Napi::Array::New(env_, ev.report.leftovers.size());
-        for (size_t i = 0; i < ev.report.leftovers.size(); ++i) {
-          left.Set(static_cast<uint32_t>(i), process_info_object(env_, ev.report.leftovers[i]));
-        }
-        r.Set("leftovers", left);
-        r.Set("durationMs", ev.report.duration_ms);
-        args.push_back(r);
+      case CallEvent::kCleanup:
+        args.push_back(report_object(env_, ev.report));
         break;
-      }
       case CallEvent::kError:
+      case CallEvent::kStartFailed:
         args.push_back(make_error(env_, ev.error));
+        break;
+      case CallEvent::kStarted:
+        args.push_back(Napi::Number::New(env_, ev.pid));
         break;
       case CallEvent::kEmpty:
         break;
@@ -169,13 +190,13 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
  private:
   static void SyncCleanup(void* arg) {
     Addon* self = static_cast<Addon*>(arg);
-    if (self->registry_) self->registry_->shutdown_sync(2000);
+    if (self->env_state_) self->env_state_->shutdown_sync(2000);
   }
 
   static void AsyncCleanup(napi_async_cleanup_hook_handle handle, void* arg) {
     Addon* self = static_cast<Addon*>(arg);
-    Registry* reg = self->registry_;
-    self->registry_ = nullptr;
+    Environment* reg = self->env_state_;
+    self->env_state_ = nullptr;
     self->callbacks_.clear();
     napi_async_destroy(self->env_, self->async_context_);
     if (!reg) {
@@ -184,7 +205,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     }
     reg->shutdown_sync(2000);
     struct Closing {
-      Registry* reg;
+      Environment* reg;
       napi_async_cleanup_hook_handle handle;
     };
     auto* closing = new Closing{reg, handle};
@@ -208,20 +229,28 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     return env.Undefined();
   }
 
-  // spawn({ group, candidates, argv, env, cwd?, stdio, uid?, gid? }, onEvent)
+  // spawn({ group, candidates, argv, env, cwd?, stdio, pty?, uid?, gid?,
+  //         tier, helper }, onEvent) -> { id, pid?, ... } | { error }
+  // env null: the command gets this process's own environment. A failure
+  // after the arguments were read is returned, never thrown.
   Napi::Value Spawn(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    if (!registry_) return ThrowSys(env, SysError::of(ECANCELED, "spawn"));
     if (info.Length() < 2 || !info[0].IsObject() || !info[1].IsFunction()) {
       return ThrowType(env, "spawn(spec, onEvent)");
     }
     Napi::Object spec = info[0].As<Napi::Object>();
     SpawnRequest req;
+    SpawnOptions opts;
     if (!spec.Get("group").IsString()) return ThrowType(env, "spec.group");
-    std::string group = spec.Get("group").As<Napi::String>().Utf8Value();
+    opts.group = spec.Get("group").As<Napi::String>().Utf8Value();
     if (!read_strings(spec.Get("candidates"), &req.candidates)) return ThrowType(env, "spec.candidates");
     if (!read_strings(spec.Get("argv"), &req.argv)) return ThrowType(env, "spec.argv");
-    if (!read_strings(spec.Get("env"), &req.envp)) return ThrowType(env, "spec.env");
+    Napi::Value envv = spec.Get("env");
+    if (envv.IsNull() || envv.IsUndefined()) {
+      req.inherit_env = true;
+    } else if (!read_strings(envv, &req.envp)) {
+      return ThrowType(env, "spec.env");
+    }
     Napi::Value cwd = spec.Get("cwd");
     if (cwd.IsString()) req.cwd = cwd.As<Napi::String>().Utf8Value();
     Napi::Value uid = spec.Get("uid");
@@ -234,56 +263,72 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
       req.set_gid = true;
       req.gid = gid.As<Napi::Number>().Uint32Value();
     }
-    StdioSpec stdio_spec[3];
-    if (!read_stdio(spec.Get("stdio"), stdio_spec)) return ThrowType(env, "spec.stdio");
-    Tier tier = Tier::kCgroup;
+    std::vector<StdioSpec> stdio_spec;
+    if (!read_stdio(spec.Get("stdio"), &stdio_spec)) return ThrowType(env, "spec.stdio");
+    PtySize pty;
+    Napi::Value ptyv = spec.Get("pty");
+    if (ptyv.IsObject()) {
+      Napi::Object p = ptyv.As<Napi::Object>();
+      pty.cols = static_cast<unsigned short>(p.Get("cols").As<Napi::Number>().Uint32Value());
+      pty.rows = static_cast<unsigned short>(p.Get("rows").As<Napi::Number>().Uint32Value());
+    }
     Napi::Value tier_v = spec.Get("tier");
-    if (tier_v.IsString()) {
-      std::string t = tier_v.As<Napi::String>().Utf8Value();
-      if (t == "pidns") {
-        tier = Tier::kPidns;
-      } else if (t == "subreaper") {
-        tier = Tier::kSubreaper;
-      } else if (t == "pgroup") {
-        tier = Tier::kPgroup;
-      } else if (t != "cgroup") {
-        return ThrowType(env, "spec.tier");
-      }
+    std::string t = tier_v.IsString() ? tier_v.As<Napi::String>().Utf8Value() : "cgroup";
+    if (t == "cgroup") {
+      opts.tier = Tier::kCgroup;
+    } else if (t == "pidns") {
+      opts.tier = Tier::kPidns;
+    } else if (t == "subreaper") {
+      opts.tier = Tier::kSubreaper;
+    } else if (t == "pgroup") {
+      opts.tier = Tier::kPgroup;
+    } else {
+      return ThrowType(env, "spec.tier");
     }
-    std::string helper;
-    if (spec.Get("helper").IsString()) helper = spec.Get("helper").As<Napi::String>().Utf8Value();
+    if (spec.Get("helper").IsString()) opts.helper = spec.Get("helper").As<Napi::String>().Utf8Value();
 
-    PreparedStdio stdio;
-    SysError e = prepare_stdio(stdio_spec, &stdio);
-    SpawnedCall call;
-    if (!e) {
-      for (int i = 0; i < 3; ++i) req.stdio[i] = stdio.child[i].get();
-      e = tier == Tier::kCgroup ? registry_->spawn(group, std::move(req), &call)
-                                : registry_->spawn_tier(tier, helper, std::move(req), &call);
-    }
     Napi::Object out = Napi::Object::New(env);
+    if (!env_state_) {
+      out.Set("error", make_error(env, SysError::of(ECANCELED, "spawn")));
+      return out;
+    }
+    PreparedStdio stdio;
+    SpawnedCall call;
+    SysError e = prepare_stdio(stdio_spec, pty, &stdio);
+    if (!e) {
+      req.fds = stdio.fds;
+      req.controlling_tty = stdio.controlling_tty;
+      e = env_state_->spawn(opts, std::move(req), &call);
+    }
     if (e) {
       out.Set("error", make_error(env, e));
       return out;
     }
     // The child has its copies now; ours would hold pipes open forever.
-    for (auto& fd : stdio.child) fd.reset();
+    stdio.child.clear();
     callbacks_[call.id] = Napi::Persistent(info[1].As<Napi::Function>());
     out.Set("id", Napi::Number::New(env, static_cast<double>(call.id)));
-    out.Set("pid", call.pid);
+    if (call.pid > 0) {
+      out.Set("pid", call.pid);
+    } else {
+      out.Set("pending", true);
+    }
     out.Set("cgroup", call.cgroup);
-    out.Set("tier", tier_name(tier));
-    if (call.shim > 0) out.Set("shim", call.shim);
+    out.Set("tier", tier_name(opts.tier));
     out.Set("method", clone_method_name(call.method));
-    Napi::Array fds = Napi::Array::New(env, 3);
-    for (uint32_t i = 0; i < 3; ++i) fds.Set(i, stdio.parent[i] ? stdio.parent[i].release() : -1);
+    Napi::Array fds = Napi::Array::New(env, stdio.parent.size());
+    for (uint32_t i = 0; i < stdio.parent.size(); ++i) {
+      fds.Set(i, stdio.parent[i] ? stdio.parent[i].release() : -1);
+    }
     out.Set("stdio", fds);
+    if (stdio.pty_master) out.Set("ptyMaster", stdio.pty_master.release());
+    if (call.guardian_error) out.Set("guardianError", make_error(env, call.guardian_error));
     return out;
   }
 
   Call* CallArg(const Napi::CallbackInfo& info) {
-    if (!registry_ || info.Length() < 1 || !info[0].IsNumber()) return nullptr;
-    return registry_->find(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()));
+    if (!env_state_ || info.Length() < 1 || !info[0].IsNumber()) return nullptr;
+    return env_state_->find(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()));
   }
 
   // terminate(id, graceMs, signal, reason) -> whether a cleanup event will come
@@ -342,8 +387,8 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
 
   // setRef(id, ref): whether the call keeps the event loop alive.
   Napi::Value SetRef(const Napi::CallbackInfo& info) {
-    if (registry_ && info.Length() >= 2 && info[0].IsNumber()) {
-      registry_->set_referenced(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()),
+    if (env_state_ && info.Length() >= 2 && info[0].IsNumber()) {
+      env_state_->set_referenced(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()),
                                 info[1].ToBoolean().Value());
     }
     return info.Env().Undefined();
@@ -359,25 +404,60 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     return Napi::String::New(info.Env(), subtree_prefix());
   }
 
-  // ensureGuardian(helperPath, prefix) -> { pid, startedNow }
-  Napi::Value EnsureGuardian(const Napi::CallbackInfo& info) {
+  // cgroup2Hierarchies(mountinfo?) -> [{ mount, root }]: one mount per cgroup2
+  // hierarchy, of /proc/self/mountinfo or of the text given.
+  Napi::Value Cgroup2Hierarchies(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    if (!registry_) return ThrowSys(env, SysError::of(ECANCELED, "guardian"));
-    if (info.Length() < 2 || !info[0].IsString() || !info[1].IsString()) {
-      return ThrowType(env, "ensureGuardian(helperPath, prefix)");
+    std::string text;
+    if (info.Length() > 0 && info[0].IsString()) {
+      text = info[0].As<Napi::String>().Utf8Value();
+    } else if (!read_mountinfo(&text)) {
+      return ThrowSys(env, SysError::from_errno("open", "/proc/self/mountinfo"));
     }
-    CgroupLocation loc;
-    if (SysError e = registry_->location(&loc)) return ThrowSys(env, e);
-    GuardianInfo g;
-    if (SysError e = ensure_guardian(info[0].As<Napi::String>().Utf8Value(), loc.own_path,
-                                     info[1].As<Napi::String>().Utf8Value(), registry_->child_stack(),
-                                     &g)) {
+    std::vector<Cgroup2Mount> mounts = cgroup2_hierarchies(text);
+    Napi::Array out = Napi::Array::New(env, mounts.size());
+    for (size_t i = 0; i < mounts.size(); ++i) {
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("mount", mounts[i].mount);
+      o.Set("root", mounts[i].root);
+      out.Set(static_cast<uint32_t>(i), o);
+    }
+    return out;
+  }
+
+  // cgroupMembers(path) -> every pid in that cgroup and the cgroups below it
+  // ([] when it is gone).
+  Napi::Value CgroupMembers(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 1 || !info[0].IsString()) return ThrowType(env, "cgroupMembers(path)");
+    CgroupDir dir;
+    std::vector<pid_t> pids;
+    if (!CgroupDir::open_existing(info[0].As<Napi::String>().Utf8Value(), &dir)) dir.read_procs(&pids);
+    dir.close();
+    Napi::Array a = Napi::Array::New(env, pids.size());
+    for (size_t i = 0; i < pids.size(); ++i) a.Set(static_cast<uint32_t>(i), pids[i]);
+    return a;
+  }
+
+  // ptyResize(masterFd, cols, rows): TIOCSWINSZ (the foreground process
+  // group gets SIGWINCH).
+  Napi::Value PtyResize(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 3 || !info[0].IsNumber() || !info[1].IsNumber() || !info[2].IsNumber()) {
+      return ThrowType(env, "ptyResize(fd, cols, rows)");
+    }
+    if (SysError e = resize_pty(info[0].As<Napi::Number>().Int32Value(),
+                                static_cast<unsigned short>(info[1].As<Napi::Number>().Uint32Value()),
+                                static_cast<unsigned short>(info[2].As<Napi::Number>().Uint32Value()))) {
       return ThrowSys(env, e);
     }
-    Napi::Object o = Napi::Object::New(env);
-    o.Set("pid", g.pid);
-    o.Set("startedNow", g.started_now);
-    return o;
+    return env.Undefined();
+  }
+
+  // ptyForeground(masterFd) -> the terminal's foreground process group, or -1.
+  Napi::Value PtyForeground(const Napi::CallbackInfo& info) {
+    if (info.Length() < 1 || !info[0].IsNumber()) return Napi::Number::New(info.Env(), -1);
+    return Napi::Number::New(info.Env(), pty_foreground(info[0].As<Napi::Number>().Int32Value()));
   }
 
   static Napi::Object probe_object(Napi::Env env, const Probe& p) {
@@ -395,9 +475,9 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
   // Blocks for a few milliseconds (see probe.h); the facade caches it.
   Napi::Value ProbeHost(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    if (!registry_) return ThrowSys(env, SysError::of(ECANCELED, "probe"));
+    if (!env_state_) return ThrowSys(env, SysError::of(ECANCELED, "probe"));
     if (info.Length() < 1 || !info[0].IsString()) return ThrowType(env, "probe(helperPath)");
-    HostProbes h = probe_host(info[0].As<Napi::String>().Utf8Value(), registry_->child_stack());
+    HostProbes h = probe_host(info[0].As<Napi::String>().Utf8Value(), env_state_->child_stack());
     Napi::Object out = Napi::Object::New(env);
     if (h.cgroup2.ok) {
       Napi::Object loc = Napi::Object::New(env);
@@ -415,6 +495,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     probes.Set("cloneIntoCgroup", probe_object(env, h.clone_into_cgroup));
     probes.Set("pidfd", probe_object(env, h.pidfd));
     probes.Set("pidfdSendSignal", probe_object(env, h.pidfd_send_signal));
+    probes.Set("waitidPidfd", probe_object(env, h.waitid_pidfd));
     probes.Set("freeze", probe_object(env, h.freeze));
     probes.Set("cgroupKill", probe_object(env, h.cgroup_kill));
     probes.Set("pidns", probe_object(env, h.pidns));
@@ -428,12 +509,12 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
   // shutdown(waitMs): synchronous, for process 'exit'.
   Napi::Value Shutdown(const Napi::CallbackInfo& info) {
     int wait_ms = info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().Int32Value() : 2000;
-    if (registry_) registry_->shutdown_sync(wait_ms);
+    if (env_state_) env_state_->shutdown_sync(wait_ms);
     return info.Env().Undefined();
   }
 
   Napi::Env env_;
-  Registry* registry_ = nullptr;
+  Environment* env_state_ = nullptr;
   napi_async_context async_context_ = nullptr;
   napi_async_cleanup_hook_handle async_hook_ = nullptr;
   std::unordered_map<uint64_t, Napi::FunctionReference> callbacks_;

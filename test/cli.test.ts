@@ -9,7 +9,8 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { parseDuration, splitCommand, UsageError } from '../dist/cjs/cli/args.js';
-import { renderDoctor, rows, tierUsable } from '../dist/cjs/cli/doctor.js';
+import { detectHost, renderDoctor } from '../dist/cjs/cli/doctor.js';
+import type { Capabilities, Probe } from '../dist/cjs/capabilities.js';
 import { cgroup2Mounts, type CallEntry } from '../dist/cjs/cli/ps.js';
 import { liveWith, token, waitForLive } from './helpers';
 
@@ -257,54 +258,70 @@ describe('usage errors: one line on stderr, exit status 2', () => {
 });
 
 describe('proctree doctor', () => {
+  const probe = (ok: boolean, extra: Partial<Probe> = {}): Probe => ({ ok, ...extra });
+  const fakeCaps = (over: Partial<Capabilities['probes']> = {}): Capabilities => {
+    const probes = {
+      cgroup2: probe(true, { detail: '/sys/fs/cgroup (own cgroup /)' }),
+      delegation: probe(false, { errno: 'EACCES', syscall: 'mkdir', detail: 'mkdir /sys/fs/cgroup/proctree-1' }),
+      clone3: probe(true),
+      cloneIntoCgroup: probe(true),
+      pidfd: probe(true),
+      pidfdSendSignal: probe(true),
+      waitidPidfd: probe(true),
+      freeze: probe(true),
+      cgroupKill: probe(false, { errno: 'ENOENT', detail: 'no cgroup.kill (Linux < 5.14)' }),
+      pidns: probe(true),
+      userns: probe(true),
+      subreaper: probe(true),
+      helper: probe(true),
+      pgroup: probe(true),
+      ...over,
+    } as Capabilities['probes'];
+    return { kernel: '6.1.0', cgroup2: { mount: '/sys/fs/cgroup', own: '/', ownPath: '/sys/fs/cgroup' }, clone: 'clone3', probes, tier: 'pidns', rejected: { cgroup: 'delegation: EACCES (mkdir …)' } };
+  };
+
   it('prints the capabilities of this host; --json is capabilities()', async () => {
     const [text, json] = await Promise.all([cli('doctor'), cli('doctor', '--json')]);
-    const caps = JSON.parse(json.stdout) as { tier: string; kernel: string };
+    const caps = JSON.parse(json.stdout) as { tier: string | null; kernel: string };
     expect(json.code).toBe(text.code);
     expect(text.stdout).toContain(caps.kernel);
-    expect(text.stdout).toMatch(new RegExp(`auto picks: ${caps.tier}`));
-    expect(text.code).toBe(tierUsable(caps as unknown as Record<string, unknown>) ? 0 : 1);
+    expect(text.stdout).toMatch(new RegExp(`auto picks: ${caps.tier ?? 'nothing'}`));
+    expect(text.code).toBe(caps.tier === null ? 1 : 0);
   });
 
-  it('renders probe entries generically, with the errno and advice for what is missing', () => {
-    const caps = {
-      kernel: '6.1.0',
-      tier: 'pidns',
-      cgroup2: { ok: false, errno: 'EACCES', detail: 'mkdir /sys/fs/cgroup/proctree-1' },
-      pidns: { ok: true },
-      someFutureProbe: { ok: false, errno: 'ENOSYS' },
-    };
-    const out = renderDoctor(caps);
-    expect(out).toMatch(/FAIL\s+cgroup2\s+EACCES: mkdir/);
+  it('renders each probe, with the errno and advice for what is missing', () => {
+    const out = renderDoctor(fakeCaps(), 'host');
+    expect(out).toMatch(/FAIL\s+delegation\s+EACCES: mkdir/);
     expect(out).toContain('systemd-run --user --scope -p Delegate=yes');
     expect(out).toMatch(/ok\s+pidns/);
-    expect(out).toMatch(/FAIL\s+someFutureProbe\s+ENOSYS/);
-    expect(out).toContain('auto picks: pidns');
-    expect(tierUsable(caps)).toBe(true);
-    expect(tierUsable({ ...caps, pidns: { ok: false, errno: 'EPERM' } })).toBe(false);
-  });
-
-  it('renders a nested group of probes one row each', () => {
-    const caps = { tier: 'cgroup', probes: { cgroup2: { ok: true, detail: '/sys/fs/cgroup' }, cgroupKill: { ok: false, errno: 'ENOENT' } } };
-    const out = renderDoctor(caps);
-    expect(out).toMatch(/ok\s+cgroup2\s+\/sys\/fs\/cgroup/);
-    expect(out).toMatch(/FAIL\s+cgroupKill\s+ENOENT/);
+    expect(out).toMatch(/FAIL\s+cgroupKill\s+ENOENT: no cgroup.kill/);
     expect(out).toContain('Linux >= 5.14 has cgroup.kill');
-    expect(tierUsable(caps)).toBe(true);
+    expect(out).toContain('auto picks: pidns');
+    expect(out).toContain('not cgroup: delegation: EACCES');
   });
 
-  it('reports an addon that does not load as a failed probe with advice', () => {
-    const out = renderDoctor({ addon: { ok: false, errno: 'MODULE_NOT_FOUND', detail: 'No native build was found' }, tier: null });
-    expect(out).toMatch(/FAIL\s+addon\s+MODULE_NOT_FOUND: No native build was found/);
-    expect(out).toContain('npm rebuild proctree');
+  it('in a container, says which tier to expect and how to get a writable cgroup instead of systemd-run', () => {
+    const out = renderDoctor(fakeCaps(), 'container');
+    expect(out).toContain("'subreaper' (or 'pidns') is the expected tier");
+    expect(out).toContain('--cgroupns=private');
+    expect(out).not.toContain('systemd-run --user');
+    expect(detectHost((p) => p === '/.dockerenv', {})).toBe('container');
+    expect(detectHost(() => false, {})).toBe('host');
+  });
+
+  it('says when no tier can run (pidfds refused), and exits 1 then', () => {
+    const caps = { ...fakeCaps({ pidfd: probe(false, { errno: 'EPERM', syscall: 'pidfd_open' }) }), tier: null };
+    const out = renderDoctor(caps, 'host');
+    expect(out).toMatch(/FAIL\s+pidfd\s+EPERM/);
+    expect(out).toContain('every tier needs it');
     expect(out).toContain('auto picks: nothing');
   });
 
-  it("folds today's cgroup2/cgroup2Error pair into one probe", () => {
-    const r = rows({ kernel: '5.4', cgroup2: null, cgroup2Error: 'EROFS: read-only file system', clone: 'clone', tier: 'cgroup' });
-    expect(r).toContainEqual({ kind: 'probe', name: 'cgroup2', probe: { ok: false, errno: 'EROFS', detail: 'EROFS: read-only file system' } });
-    expect(r.map((x) => x.name)).not.toContain('cgroup2Error');
-    expect(tierUsable({ cgroup2: null, cgroup2Error: 'EROFS', tier: 'cgroup' })).toBe(false);
+  it('reports an addon that does not load as a failed probe with advice', () => {
+    const out = renderDoctor({ addon: { ok: false, errno: 'MODULE_NOT_FOUND', detail: 'No native build was found' }, tier: null }, 'host');
+    expect(out).toMatch(/FAIL\s+addon\s+MODULE_NOT_FOUND: No native build was found/);
+    expect(out).toContain('npm rebuild proctree');
+    expect(out).toContain('auto picks: nothing');
   });
 });
 

@@ -1,7 +1,11 @@
-// `proctree doctor`: capabilities() as a table a person can act on. The
-// rendering is generic over the entries capabilities() returns, so probes the
-// library adds later show up without a change here; only the advice is keyed
-// by probe name.
+// `proctree doctor`: capabilities() as a table a person can act on: every
+// probe, what failed and what to do about it, and which tier 'auto' picks.
+// The advice depends on where we run (a container needs other fixes than a
+// login session).
+import fs from 'node:fs';
+
+import type { Capabilities } from '../capabilities';
+import type { Probe } from '../tiers';
 import { parseFlags } from './args';
 
 export const doctorHelp = `Usage: proctree doctor [--json]
@@ -14,144 +18,80 @@ Options:
   --json       print capabilities() as JSON
   -h, --help   show this help
 
-Exit status: 0 when the tier 'auto' picks is usable here, 1 when it is not.
+Exit status: 0 when 'auto' has a tier that runs here, 1 when it has none.
 `;
 
-/** One probe, the shape capabilities() reports for each thing it tried. */
-export interface ProbeEntry {
-  ok: boolean;
-  errno?: string;
-  detail?: string;
-}
+/** Where the host runs us, as far as the advice is concerned. */
+export type Host = 'container' | 'host';
 
-interface Advice {
-  /** What to do when the probe failed, whatever the errno. */
-  fix: string;
-  /** A better fix for a particular errno. */
-  byErrno?: Readonly<Record<string, string>>;
+/** A container runtime left its mark (Docker, Podman, Kubernetes). */
+export function detectHost(exists: (p: string) => boolean = fs.existsSync, env: NodeJS.ProcessEnv = process.env): Host {
+  if (exists('/.dockerenv') || exists('/run/.containerenv') || env.KUBERNETES_SERVICE_HOST) return 'container';
+  return 'host';
 }
 
 const rebuild = 'reinstall so a prebuilt binary for this platform is used, or build it: `npm rebuild proctree` (needs python3, make and a C++ compiler)';
 
-const delegate = 'run under `systemd-run --user --scope -p Delegate=yes <command>`, or in a container started with its own writable cgroup namespace';
-
-/** Advice keyed by probe name; unknown probes are still listed, without it. */
-export const advice: Readonly<Record<string, Advice>> = {
-  addon: { fix: rebuild },
-  cgroup2: {
-    fix: 'mount the unified hierarchy (`mount -t cgroup2 none /sys/fs/cgroup`) or boot with systemd.unified_cgroup_hierarchy=1',
-    byErrno: { EACCES: delegate, EPERM: delegate, EROFS: `the cgroup filesystem is read-only here: ${delegate}`, ENOENT: 'no cgroup2 mount in /proc/self/mountinfo: mount the unified hierarchy (`mount -t cgroup2 none /sys/fs/cgroup`)' },
-  },
-  delegation: { fix: delegate },
-  cgroupWrite: { fix: delegate },
-  clone3: { fix: 'Linux >= 5.7 creates children straight into their cgroup (CLONE_INTO_CGROUP); older kernels use clone() and a move, with a short window' },
-  cloneIntoCgroup: { fix: 'Linux >= 5.7 creates children straight into their cgroup (CLONE_INTO_CGROUP); older kernels use clone() and a move, with a short window' },
-  pidfd: { fix: 'Linux >= 5.3 (pidfd_open) signals by pidfd, immune to pid reuse; a seccomp profile that blocks pidfd_open must allow it' },
-  pidfdOpen: { fix: 'Linux >= 5.3 (pidfd_open) signals by pidfd, immune to pid reuse; a seccomp profile that blocks pidfd_open must allow it' },
-  freeze: { fix: 'Linux >= 5.2 has cgroup.freeze: without it a member forking during the ladder can be missed on the first pass' },
-  cgroupKill: { fix: 'Linux >= 5.14 has cgroup.kill; older kernels get SIGKILL to each member in a loop' },
-  pidns: {
-    fix: 'needs a new PID namespace: allow unprivileged user namespaces (`sysctl kernel.unprivileged_userns_clone=1` or `user.max_user_namespaces`>0), or run with CAP_SYS_ADMIN',
-    byErrno: { EPERM: 'user namespaces are blocked here (sysctl, AppArmor `kernel.apparmor_restrict_unprivileged_userns=0`, or a seccomp profile): allow them, or use the cgroup tier' },
-  },
-  userns: { fix: 'allow unprivileged user namespaces (`sysctl kernel.unprivileged_userns_clone=1`, `user.max_user_namespaces`>0)' },
-  subreaper: { fix: 'prctl(PR_SET_CHILD_SUBREAPER) needs Linux >= 3.4, and the proctree-helper executable next to the addon' },
-  pidfdSendSignal: { fix: 'Linux >= 5.1 (pidfd_send_signal); a seccomp profile that blocks it must allow it' },
-  helper: { fix: `the proctree-helper executable must sit next to proctree.node (it ships in each prebuild folder): ${rebuild}` },
-  pgroup: { fix: 'process groups are always available; this tier cannot catch setsid escapes' },
-};
-
-type Row = { kind: 'probe'; name: string; probe: ProbeEntry } | { kind: 'info'; name: string; value: string };
-
-function isProbe(v: unknown): v is ProbeEntry {
-  return typeof v === 'object' && v !== null && typeof (v as { ok?: unknown }).ok === 'boolean';
+function delegate(host: Host): string {
+  return host === 'container'
+    ? "in a container, 'subreaper' (or 'pidns') is the expected tier; for the cgroup tier give the container a writable cgroup of its own (Docker: `--cgroupns=private` with cgroup v2, or run it under systemd with Delegate=yes)"
+    : 'run under `systemd-run --user --scope -p Delegate=yes <command>` (a delegated cgroup), or as root';
 }
 
-function isProbeGroup(v: unknown): v is Record<string, ProbeEntry> {
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) return false;
-  const values = Object.values(v);
-  return values.length > 0 && values.every(isProbe);
+/** What to do when a probe failed, by probe name (and errno where it matters). */
+export function adviceFor(name: string, probe: Probe, host: Host = 'host'): string | undefined {
+  const byName: Record<string, string | undefined> = {
+    addon: rebuild,
+    cgroup2:
+      probe.errno === 'ENOENT'
+        ? 'no cgroup2 mount shows this process: mount the unified hierarchy (`mount -t cgroup2 none /sys/fs/cgroup`) or boot with systemd.unified_cgroup_hierarchy=1'
+        : delegate(host),
+    delegation: probe.errno === 'EROFS' ? `the cgroup filesystem is read-only here: ${delegate(host)}` : delegate(host),
+    clone3: 'Linux >= 5.3 has clone3 (a seccomp profile may refuse it: then clone() is used)',
+    cloneIntoCgroup: 'Linux >= 5.7 creates children straight into their cgroup (CLONE_INTO_CGROUP); older kernels use clone() and a move, with a short window',
+    pidfd: 'Linux >= 5.3 (pidfd_open), and a seccomp profile that allows it (Docker >= 20.10): every tier needs it',
+    pidfdSendSignal: 'Linux >= 5.1 (pidfd_send_signal), and a seccomp profile that allows it: every tier needs it',
+    waitidPidfd: 'Linux >= 5.4 (waitid P_PIDFD): every tier needs it',
+    freeze: 'Linux >= 5.2 has cgroup.freeze: without it a member forking during the ladder can be missed on the first pass',
+    cgroupKill: 'Linux >= 5.14 has cgroup.kill; older kernels get SIGKILL to each member, frozen, in rounds',
+    pidns:
+      probe.errno === 'EPERM'
+        ? 'user namespaces are refused here (sysctl, AppArmor `kernel.apparmor_restrict_unprivileged_userns=0`, or a seccomp profile): allow them, or use the cgroup tier'
+        : 'needs a new PID namespace: allow unprivileged user namespaces (`user.max_user_namespaces` > 0), or CAP_SYS_ADMIN',
+    userns: 'allow unprivileged user namespaces (`user.max_user_namespaces` > 0)',
+    subreaper: 'prctl(PR_SET_CHILD_SUBREAPER) needs Linux >= 3.4',
+    helper: `the proctree-helper executable must sit next to proctree.node and run here (it ships in each prebuild folder): ${rebuild}`,
+  };
+  return byName[name];
 }
 
-function errnoOf(message: string): string | undefined {
-  return /\b(E[A-Z0-9]{2,})\b/.exec(message)?.[1];
-}
+/** capabilities(), or what doctor knows when the addon does not even load. */
+export type DoctorInput = Capabilities | { addon: Probe; tier: null };
 
-function show(v: unknown): string {
-  if (v === null || v === undefined) return '-';
-  if (typeof v === 'object') {
-    return Object.entries(v as Record<string, unknown>)
-      .map(([k, x]) => `${k}=${typeof x === 'object' && x !== null ? JSON.stringify(x) : String(x)}`)
-      .join(' ');
-  }
-  return String(v);
-}
-
-/**
- * Every entry of capabilities(), as a probe when it has `ok` (or as one probe
- * per member of an object made only of such entries), else as information. An entry `X` that is null beside an `XError` string (today's
- * cgroup2/cgroup2Error) is folded into one failed probe `X`.
- */
-export function rows(caps: Readonly<Record<string, unknown>>): Row[] {
-  const out: Row[] = [];
-  for (const [name, value] of Object.entries(caps)) {
-    if (name.endsWith('Error') && name.slice(0, -5) in caps) continue;
-    const error = caps[`${name}Error`];
-    if (isProbe(value)) {
-      out.push({ kind: 'probe', name, probe: value });
-    } else if (isProbeGroup(value)) {
-      // A group of probes (e.g. `probes: { pidfd: {ok…}, … }`): each is a row.
-      for (const [child, probe] of Object.entries(value)) out.push({ kind: 'probe', name: child, probe });
-    } else if (`${name}Error` in caps) {
-      const ok = value !== null && value !== undefined && value !== false;
-      const probe: ProbeEntry = { ok };
-      if (!ok && typeof error === 'string') {
-        probe.detail = error;
-        const errno = errnoOf(error);
-        if (errno) probe.errno = errno;
-      } else if (ok) {
-        probe.detail = show(value);
-      }
-      out.push({ kind: 'probe', name, probe });
-    } else {
-      out.push({ kind: 'info', name, value: show(value) });
-    }
-  }
-  return out;
-}
-
-export function adviceFor(name: string, probe: ProbeEntry): string | undefined {
-  const a = advice[name];
-  if (!a) return undefined;
-  return (probe.errno && a.byErrno?.[probe.errno]) || a.fix;
-}
-
-/** Whether the tier 'auto' picks can run: no failed probe named for it or for the cgroup it needs. */
-export function tierUsable(caps: Readonly<Record<string, unknown>>): boolean {
-  const tier = caps.tier;
-  if (typeof tier !== 'string' || tier === '') return false;
-  const needed = tier === 'cgroup' ? [tier, 'cgroup2', 'delegation'] : [tier];
-  return !rows(caps).some((r) => r.kind === 'probe' && needed.includes(r.name) && !r.probe.ok);
-}
-
-export function renderDoctor(caps: Readonly<Record<string, unknown>>): string {
-  const all = rows(caps);
-  const width = Math.max(...all.map((r) => r.name.length), 4);
+export function renderDoctor(caps: DoctorInput, host: Host = detectHost()): string {
+  const rows: Array<[string, Probe]> = 'addon' in caps ? [['addon', caps.addon]] : Object.entries(caps.probes);
   const lines: string[] = [];
-  // What the host is first, then what works and what to do about what does not.
-  for (const r of all) if (r.kind === 'info') lines.push(`  ${''.padEnd(4)}  ${r.name.padEnd(width)}  ${r.value}`);
-  for (const r of all) {
-    if (r.kind !== 'probe') continue;
-    const { errno, detail } = r.probe;
-    const why = errno && detail && !detail.startsWith(errno) ? `${errno}: ${detail}` : detail ?? errno ?? '';
-    lines.push(`  ${(r.probe.ok ? 'ok' : 'FAIL').padEnd(4)}  ${r.name.padEnd(width)}  ${why}`.trimEnd());
-    const fix = r.probe.ok ? undefined : adviceFor(r.name, r.probe);
+  if (!('addon' in caps)) {
+    lines.push(`  kernel   ${caps.kernel}`);
+    lines.push(`  cgroup2  ${caps.cgroup2 ? `${caps.cgroup2.mount} (own cgroup ${caps.cgroup2.own})` : '-'}`);
+    lines.push(`  clone    ${caps.clone}`);
+    if (host === 'container') lines.push('  host     a container');
+    lines.push('');
+  }
+  const width = Math.max(...rows.map(([name]) => name.length), 4);
+  for (const [name, p] of rows) {
+    const why = p.errno && p.detail && !p.detail.startsWith(p.errno) ? `${p.errno}: ${p.detail}` : p.detail ?? p.errno ?? '';
+    lines.push(`  ${(p.ok ? 'ok' : 'FAIL').padEnd(4)}  ${name.padEnd(width)}  ${why}`.trimEnd());
+    const fix = p.ok ? undefined : adviceFor(name, p, host);
     if (fix) lines.push(`${' '.repeat(width + 10)}fix: ${fix}`);
   }
-  const tier = typeof caps.tier === 'string' && caps.tier !== '' ? caps.tier : null;
   lines.push('');
-  if (tier === null) lines.push('auto picks: nothing, no tier can run here (see FAIL above)');
-  else lines.push(tierUsable(caps) ? `auto picks: ${tier}` : `auto picks: ${tier}, which cannot run here (see FAIL above)`);
+  if (caps.tier === null) {
+    lines.push('auto picks: nothing, no tier can run here (see FAIL above)');
+  } else {
+    lines.push(`auto picks: ${caps.tier}`);
+    for (const [tier, why] of Object.entries(caps.rejected)) lines.push(`  not ${tier}: ${why}`);
+  }
   return `${lines.join('\n')}\n`;
 }
 
@@ -161,16 +101,16 @@ export async function doctorCommand(argv: string[]): Promise<number> {
     process.stdout.write(doctorHelp);
     return 0;
   }
-  let caps: Record<string, unknown>;
+  let caps: DoctorInput;
   try {
     // Loaded here, not at the top: a binary that does not load is exactly
     // what doctor must be able to report.
     const { capabilities } = await import('../capabilities');
-    caps = capabilities() as unknown as Record<string, unknown>;
+    caps = capabilities();
   } catch (err) {
     const e = err as Error & { code?: string };
     caps = { addon: { ok: false, ...(e.code ? { errno: e.code } : {}), detail: e.message.split('\n')[0] }, tier: null };
   }
   process.stdout.write(flags.json ? `${JSON.stringify(caps, null, 2)}\n` : renderDoctor(caps));
-  return tierUsable(caps) ? 0 : 1;
+  return caps.tier === null ? 1 : 0;
 }

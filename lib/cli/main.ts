@@ -20,7 +20,7 @@ interface Command {
   help: string;
 }
 
-// Loaded on demand: `ps` needs neither the addon nor ajv, and a quick
+// Loaded on demand: only `serve` needs ajv, and a quick
 // command should not pay for what another one uses.
 const commands: Record<string, () => Promise<Command>> = {
   run: () => import('./run').then((m) => ({ exec: m.runCommand, help: m.runHelp })),

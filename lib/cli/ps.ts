@@ -4,6 +4,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 
+import { native } from '../native';
+import type { ProcessInfo } from '../types';
 import { parseFlags } from './args';
 
 export const psHelp = `Usage: proctree ps [--json]
@@ -46,44 +48,14 @@ const LEAF = /^c(\d+)$/;
 // Bounds the walk: a cgroup tree deeper than this is not one a host makes.
 const MAX_DEPTH = 64;
 
-/** Unescapes the octal escapes (`\040`) of /proc/self/mountinfo fields. */
-function unescapeMount(field: string): string {
-  return field.replace(/\\([0-7]{3})/g, (_, oct: string) => String.fromCharCode(parseInt(oct, 8)));
-}
-
 /**
- * The cgroup2 mount points from /proc/self/mountinfo, one per hierarchy (a
- * bind-mounted copy is skipped): `/sys/fs/cgroup` on a unified host,
- * `/sys/fs/cgroup/unified` on a hybrid one, anywhere in a container.
+ * One cgroup2 mount per hierarchy (a bind-mounted copy of part of one is
+ * skipped): `/sys/fs/cgroup` on a unified host, `/sys/fs/cgroup/unified` on a
+ * hybrid one, anywhere in a container. The addon parses mountinfo, as it
+ * does to place calls.
  */
-export function cgroup2Mounts(mountinfo = fs.readFileSync('/proc/self/mountinfo', 'utf8')): string[] {
-  const byDevice = new Map<string, { root: string; mount: string }>();
-  for (const line of mountinfo.split('\n')) {
-    const sep = line.indexOf(' - ');
-    if (sep < 0) continue;
-    const fields = line.slice(0, sep).split(' ');
-    const fstype = line.slice(sep + 3).split(' ')[0];
-    if (fstype !== 'cgroup2' || fields.length < 5) continue;
-    const device = fields[2];
-    const root = unescapeMount(fields[3]);
-    const mount = unescapeMount(fields[4]);
-    // Prefer the mount that shows the most of the hierarchy.
-    const seen = byDevice.get(device);
-    if (!seen || root.length < seen.root.length) byDevice.set(device, { root, mount });
-  }
-  return [...byDevice.values()].map((m) => m.mount);
-}
-
-function readProcs(dir: string): number[] {
-  try {
-    return fs
-      .readFileSync(path.join(dir, 'cgroup.procs'), 'utf8')
-      .split('\n')
-      .filter(Boolean)
-      .map(Number);
-  } catch {
-    return [];
-  }
+export function cgroup2Mounts(mountinfo?: string): string[] {
+  return native.cgroup2Hierarchies(mountinfo).map((m) => m.mount);
 }
 
 function subdirs(dir: string): string[] {
@@ -97,37 +69,6 @@ function subdirs(dir: string): string[] {
   }
 }
 
-/** Every pid in a cgroup and the cgroups below it (a command may nest its own). */
-function membersOf(dir: string, depth = 0): number[] {
-  const out = readProcs(dir);
-  if (depth < MAX_DEPTH) for (const d of subdirs(dir)) out.push(...membersOf(path.join(dir, d), depth + 1));
-  return out;
-}
-
-interface Stat {
-  ppid: number;
-  starttime: number;
-}
-
-function procStat(pid: number): Stat | null {
-  try {
-    const s = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // After "(comm)": state ppid pgrp session … starttime is field 22 overall.
-    const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
-    return { ppid: Number(f[1]), starttime: Number(f[19]) };
-  } catch {
-    return null;
-  }
-}
-
-function cmdline(pid: number): string {
-  try {
-    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0+$/, '').replace(/\0/g, ' ');
-  } catch {
-    return '';
-  }
-}
-
 /**
  * The main process: the member whose parent is the harness, because the
  * harness created it straight into the cgroup and everything else in there
@@ -136,19 +77,17 @@ function cmdline(pid: number): string {
  * harness is in another pid namespace — the oldest member by start time is
  * shown instead, with pid null.
  */
-export function mainOf(members: readonly number[], harnessPid: number): { pid: number | null; commandPid: number | null } {
-  let oldest: { pid: number; starttime: number } | null = null;
-  for (const pid of members) {
-    const st = procStat(pid);
-    if (!st) continue;
-    if (st.ppid === harnessPid) return { pid, commandPid: pid };
-    if (!oldest || st.starttime < oldest.starttime) oldest = { pid, starttime: st.starttime };
+export function mainOf(members: readonly ProcessInfo[], harnessPid: number): { pid: number | null; command: string } {
+  let oldest: ProcessInfo | null = null;
+  for (const p of members) {
+    if (p.ppid === harnessPid) return { pid: p.pid, command: p.cmdline };
+    if (!oldest || p.startTime < oldest.startTime) oldest = p;
   }
-  return { pid: null, commandPid: oldest?.pid ?? null };
+  return { pid: null, command: oldest?.cmdline ?? '' };
 }
 
 function callEntry(mount: string, leaf: string, harnessPid: number, now: number): CallEntry | null {
-  const members = membersOf(leaf);
+  const members = native.cgroupMembers(leaf);
   if (members.length === 0) return null;
   let ageMs = 0;
   try {
@@ -157,7 +96,7 @@ function callEntry(mount: string, leaf: string, harnessPid: number, now: number)
   } catch {
     return null;
   }
-  const main = mainOf(members, harnessPid);
+  const main = mainOf(native.processInfo(members), harnessPid);
   return {
     call: path.relative(mount, leaf),
     cgroup: leaf,
@@ -166,7 +105,7 @@ function callEntry(mount: string, leaf: string, harnessPid: number, now: number)
     pid: main.pid,
     members: members.length,
     ageMs: Math.round(ageMs),
-    command: main.commandPid === null ? '' : cmdline(main.commandPid),
+    command: main.command,
   };
 }
 

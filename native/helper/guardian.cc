@@ -17,6 +17,11 @@
 namespace proctree {
 namespace {
 
+// The harness's pidfd, inherited at this fd when the kernel has pidfds.
+constexpr int kHarnessPidfd = 3;
+// Between SIGKILL rounds on kernels without cgroup.kill.
+constexpr int kRoundMs = 20;
+
 bool matches_prefix(const char* name, const std::string& prefix) {
   size_t n = prefix.size();
   if (strncmp(name, prefix.c_str(), n) != 0) return false;
@@ -38,18 +43,24 @@ int kill_and_remove_subtrees(const std::string& dir, const std::string& prefix, 
   while (dirent* e = readdir(d)) {
     if (e->d_type != DT_DIR || !matches_prefix(e->d_name, prefix)) continue;
     CgroupDir cg;
-    if (!CgroupDir::create(dir + "/" + e->d_name, true, &cg)) subtrees.push_back(std::move(cg));
+    if (!CgroupDir::open_existing(dir + "/" + e->d_name, &cg)) subtrees.push_back(std::move(cg));
   }
   closedir(d);
   if (subtrees.empty()) return 0;
 
-  // One write per subtree kills every call inside it, whatever it forks.
+  // One cgroup.kill per subtree kills every call inside it, whatever it
+  // forks; without cgroup.kill (< 5.14), freeze + SIGKILL rounds (the same
+  // routine the ladder uses) until nothing is left.
   Fd ino(inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
   for (CgroupDir& cg : subtrees) {
     if (ino) inotify_add_watch(ino.get(), (cg.path() + "/cgroup.events").c_str(), IN_MODIFY);
-    cg.write_file("cgroup.kill", "1");
   }
   uint64_t deadline = now_ms() + static_cast<uint64_t>(wait_ms);
+  bool one_shot = true;
+  for (CgroupDir& cg : subtrees) {
+    one_shot = one_shot && cg.has_kill();
+    cg.kill_round();
+  }
   for (;;) {
     bool populated = false;
     for (CgroupDir& cg : subtrees) {
@@ -57,11 +68,16 @@ int kill_and_remove_subtrees(const std::string& dir, const std::string& prefix, 
       if (!cg.read_events(&ev) && ev.populated) populated = true;
     }
     uint64_t now = now_ms();
-    if (!populated || now >= deadline || !ino) break;
+    if (!populated || now >= deadline) break;
+    int wait = static_cast<int>(deadline - now);
+    if (!one_shot && wait > kRoundMs) wait = kRoundMs;
     pollfd pfd{ino.get(), POLLIN, 0};
-    poll(&pfd, 1, static_cast<int>(deadline - now));
+    poll(&pfd, ino ? 1 : 0, wait);
     char buf[4096];
-    while (read(ino.get(), buf, sizeof buf) > 0) {
+    while (ino && read(ino.get(), buf, sizeof buf) > 0) {
+    }
+    if (!one_shot) {
+      for (CgroupDir& cg : subtrees) cg.kill_round();
     }
   }
   int removed = 0;
@@ -73,11 +89,23 @@ int kill_and_remove_subtrees(const std::string& dir, const std::string& prefix, 
 
 int guardian_main(const char* cgroup_dir, const char* prefix) {
   prctl(PR_SET_NAME, "proctree-guard", 0, 0, 0);
-  char buf[64];
+  // Watch the harness itself (its pidfd turns readable when it exits) and
+  // the pipe (EOF when every copy of its write end is gone). Either means
+  // the harness is gone.
+  bool have_pidfd = fcntl(kHarnessPidfd, F_GETFD) >= 0;
   for (;;) {
-    ssize_t n = read(0, buf, sizeof buf);
-    if (n == 0) break;  // EOF: every copy of the write end is gone
-    if (n < 0 && errno != EINTR) break;
+    pollfd fds[2] = {{0, POLLIN, 0}, {have_pidfd ? kHarnessPidfd : -1, POLLIN, 0}};
+    int r = poll(fds, 2, -1);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (fds[1].revents) break;
+    if (fds[0].revents) {
+      char buf[64];
+      ssize_t n = read(0, buf, sizeof buf);
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) break;
+    }
   }
   kill_and_remove_subtrees(cgroup_dir, prefix, 5000);
   return 0;

@@ -7,7 +7,16 @@
 #include "helper/guardian.h"
 #include "helper/shim.h"
 
+// What `--version` answers: the addon runs it once to prove that the helper
+// can run here at all (a helper for another libc or architecture cannot).
+// The number is the version of the helper's command line and protocols.
+#define PROCTREE_HELPER_VERSION "2"
+
 int main(int argc, char** argv) {
+  if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+    printf("proctree-helper %s\n", PROCTREE_HELPER_VERSION);
+    return 0;
+  }
   if (argc == 4 && strcmp(argv[1], "guardian") == 0) {
     return proctree::guardian_main(argv[2], argv[3]);
   }
@@ -15,7 +24,8 @@ int main(int argc, char** argv) {
     return proctree::shim_main(strcmp(argv[1], "init") == 0, argc - 2, argv + 2);
   }
   fprintf(stderr,
-          "usage: proctree-helper guardian <cgroup-dir> <subtree-prefix>\n"
-          "       proctree-helper init|subreaper <n> <candidate>... -- <argv>...\n");
+          "usage: proctree-helper --version\n"
+          "       proctree-helper guardian <cgroup-dir> <subtree-prefix>\n"
+          "       proctree-helper init|subreaper <control-fd> <tty> <n> <candidate>... -- <argv>...\n");
   return 2;
 }

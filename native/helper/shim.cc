@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -22,18 +23,24 @@
 #include <cstring>
 #include <vector>
 
-#include "kernel/proc_scan.h"
-#include "kernel/pidfd.h"
 #include "helper/shim_protocol.h"
+#include "kernel/exec_candidates.h"
+#include "kernel/members.h"
+#include "kernel/pidfd.h"
+#include "kernel/proc_scan.h"
+
+extern char** environ;
 
 namespace proctree {
 namespace {
+
+int g_control = -1;
 
 void send_message(int32_t kind, int32_t a, int32_t b) {
   shim::Message m{kind, a, b, 0};
   // MSG_NOSIGNAL: a harness that is gone must not kill us with SIGPIPE
   // before we have killed the tree.
-  send(shim::kControlFd, &m, sizeof m, MSG_NOSIGNAL);
+  send(g_control, &m, sizeof m, MSG_NOSIGNAL);
 }
 
 // The pid of our one child as the harness's /proc numbers it: inside a new
@@ -52,34 +59,68 @@ pid_t outer_pid_of_child(pid_t inner) {
 }
 
 // The harness is gone: SIGKILL everything below us until nothing is left to
-// signal. Bounded; whatever it misses is still reaped by the loop after.
+// signal. Each process is re-confirmed below us after its pidfd is held: a
+// descendant reaped by its own parent frees its number for anyone. Bounded;
+// whatever it misses is still reaped by the loop after.
 void kill_tree() {
+  pid_t self = getpid();
   for (int round = 0; round < 200; ++round) {
-    std::vector<pid_t> pids = live_descendants(getpid());
+    std::vector<pid_t> pids = live_descendants(self);
     if (pids.empty()) return;
-    for (pid_t pid : pids) {
-      Fd fd = pidfd_open(pid);
-      if (fd) pidfd_signal(fd.get(), SIGKILL);
-    }
+    for_each_confirmed(
+        pids,
+        [self](std::vector<Held>* held) {
+          std::vector<pid_t> listed = live_descendants(self);
+          keep_listed(held, &listed);
+          return SysError::none();
+        },
+        [](Held& h) { pidfd_signal(h.pidfd.get(), SIGKILL); });
     usleep(1000);
   }
 }
 
 const int kIgnored[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2, SIGTSTP, SIGTTIN, SIGTTOU};
 
+// In the forked child: the command, in a session of its own (with the
+// terminal on fd 0 as its controlling terminal when `tty`).
+[[noreturn]] void exec_command(char** candidates, char** argv, bool tty, int report) {
+  // Ignored signals stay ignored across exec: give the command defaults.
+  for (int sig : kIgnored) signal(sig, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  int32_t fail[2] = {shim::kStageSetsid, 0};
+  if (setsid() < 0) {
+    fail[1] = errno;
+  } else if (tty && ioctl(0, TIOCSCTTY, 0) < 0) {
+    fail[0] = shim::kStageCtty;
+    fail[1] = errno;
+  } else {
+    std::vector<char*> sh_argv = {const_cast<char*>("/bin/sh"), nullptr};
+    for (char** a = argv + 1; *a; ++a) sh_argv.push_back(*a);
+    sh_argv.push_back(nullptr);
+    fail[0] = shim::kStageExecve;
+    fail[1] = static_cast<int32_t>(-exec_candidates(candidates, argv, environ, sh_argv.data()));
+  }
+  (void)!write(report, fail, sizeof fail);
+  _exit(127);
+}
+
 }  // namespace
 
 int shim_main(bool as_init, int argc, char** argv) {
-  // argv: <n> <candidate>... -- <arg0> <args>...
-  if (argc < 3) return 2;
-  int n = atoi(argv[0]);
-  if (n < 1 || n + 2 > argc || strcmp(argv[n + 1], "--") != 0) return 2;
-  char** candidates = argv + 1;
-  char** cmd_argv = argv + n + 2;
+  // argv: <control-fd> <tty:0|1> <n> <candidate>... -- <arg0> <args>...
+  if (argc < 5) return 2;
+  g_control = atoi(argv[0]);
+  bool tty = strcmp(argv[1], "1") == 0;
+  int n = atoi(argv[2]);
+  if (g_control < 3 || n < 1 || n + 4 > argc || strcmp(argv[n + 3], "--") != 0) return 2;
+  char** candidates = argv + 3;
+  char** cmd_argv = argv + n + 4;
   candidates[n] = nullptr;  // overwrites "--": the list ends there
 
   // The command must not inherit the control socket.
-  fcntl(shim::kControlFd, F_SETFD, FD_CLOEXEC);
+  fcntl(g_control, F_SETFD, FD_CLOEXEC);
 
   if (!as_init && prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
     send_message(shim::kExecFailed, errno, shim::kStageFork);
@@ -107,31 +148,7 @@ int shim_main(bool as_init, int argc, char** argv) {
   }
   if (child == 0) {
     close(report[0]);
-    // Ignored signals stay ignored across exec: give the command defaults.
-    for (int sig : kIgnored) signal(sig, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    int32_t fail[2] = {shim::kStageSetsid, 0};
-    if (setsid() < 0) {
-      fail[1] = errno;
-      (void)!write(report[1], fail, sizeof fail);
-      _exit(127);
-    }
-    bool eacces = false;
-    for (char** c = candidates; *c; ++c) {
-      execv(*c, cmd_argv);
-      if (errno == EACCES) {
-        eacces = true;
-      } else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ENODEV &&
-                 errno != ETIMEDOUT) {
-        break;
-      }
-    }
-    fail[0] = shim::kStageExecve;
-    fail[1] = (errno == ENOENT || errno == ENOTDIR) && eacces ? EACCES : errno;
-    (void)!write(report[1], fail, sizeof fail);
-    _exit(127);
+    exec_command(candidates, cmd_argv, tty, report[1]);
   }
   close(report[1]);
   int32_t fail[2];
@@ -164,7 +181,7 @@ int shim_main(bool as_init, int argc, char** argv) {
         }
       }
     }
-    pollfd fds[2] = {{sfd, POLLIN, 0}, {harness_gone ? -1 : shim::kControlFd, POLLIN, 0}};
+    pollfd fds[2] = {{sfd, POLLIN, 0}, {harness_gone ? -1 : g_control, POLLIN, 0}};
     int r = poll(fds, 2, harness_gone ? 20 : -1);
     if (r < 0 && errno != EINTR) return 1;
     if (fds[0].revents) {
@@ -174,7 +191,7 @@ int shim_main(bool as_init, int argc, char** argv) {
     }
     if (!harness_gone && fds[1].revents) {
       char buf[64];
-      ssize_t m = recv(shim::kControlFd, buf, sizeof buf, MSG_DONTWAIT);
+      ssize_t m = recv(g_control, buf, sizeof buf, MSG_DONTWAIT);
       if (m == 0 || (m < 0 && errno != EAGAIN && errno != EINTR)) {
         harness_gone = true;
         // PID 1 exiting kills the namespace, atomically: nothing to walk.

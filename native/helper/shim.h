@@ -2,8 +2,8 @@
 
 namespace proctree {
 
-// `proctree-helper init|subreaper <n> <candidate>... -- <argv>...`, with the
-// control socket at fd 3. See shim.cc.
+// `proctree-helper init|subreaper <control-fd> <tty> <n> <candidate>... --
+// <argv>...`. See shim.cc.
 int shim_main(bool as_init, int argc, char** argv);
 
 }  // namespace proctree

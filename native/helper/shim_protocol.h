@@ -1,5 +1,7 @@
 // The control socket between the harness and a call's shim (the pidns init or
-// the subreaper), a SOCK_SEQPACKET pair: the shim holds its end at fd 3.
+// the subreaper), a SOCK_SEQPACKET pair. The harness passes the shim its end
+// at the fd number named in the shim's arguments (after the command's own
+// stdio fds, which the shim hands on untouched).
 // Shim -> harness: one kExecOk or kExecFailed right after the command was
 // started, then kExit when the command's main process ends. Harness -> shim:
 // nothing but EOF, which means the harness is gone: the shim then kills its
@@ -20,6 +22,7 @@ enum Stage : int32_t {
   kStageFork = 1,
   kStageSetsid = 2,
   kStageExecve = 3,
+  kStageCtty = 4,
 };
 
 struct Message {
@@ -33,10 +36,9 @@ inline const char* stage_syscall(int32_t stage) {
   switch (stage) {
     case kStageFork: return "fork";
     case kStageSetsid: return "setsid";
+    case kStageCtty: return "ioctl";
     default: return "execve";
   }
 }
-
-constexpr int kControlFd = 3;
 
 }  // namespace proctree::shim

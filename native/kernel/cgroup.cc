@@ -1,13 +1,18 @@
 #include "kernel/cgroup.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+
+#include "kernel/members.h"
+#include "kernel/pidfd.h"
 
 namespace proctree {
 namespace {
@@ -62,24 +67,114 @@ std::vector<std::string> split(const std::string& s, char sep) {
   }
 }
 
-bool parse_cgroup_v2_line(const std::string& text, std::string* out) {
-  for (const std::string& line : split(text, '\n')) {
-    if (line.compare(0, 3, "0::") == 0) {
-      *out = line.substr(3);
-      return true;
-    }
+// Whether `path` is `root` or lies below it ("/a" contains "/a/b", not "/ab").
+bool contains(const std::string& root, const std::string& path) {
+  if (root == "/") return true;
+  return path.compare(0, root.size(), root) == 0 && (path.size() == root.size() || path[root.size()] == '/');
+}
+
+// Reads cgroup.procs of the directory fd into *out (appending).
+SysError append_procs(int dir, const std::string& path, std::vector<pid_t>* out) {
+  Fd fd(openat(dir, "cgroup.procs", O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    // Removed while we walked: it has no members.
+    if (errno == ENOENT) return SysError::none();
+    return SysError::from_errno("open", path + "/cgroup.procs");
   }
-  return false;
+  std::string text;
+  char buf[8192];
+  for (;;) {
+    ssize_t n = read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == ENODEV) break;  // removed while we read
+      return SysError::from_errno("read", path + "/cgroup.procs");
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  const char* p = text.c_str();
+  while (*p) {
+    char* end;
+    long v = strtol(p, &end, 10);
+    if (end == p) break;
+    out->push_back(static_cast<pid_t>(v));
+    p = end;
+    while (*p == '\n') ++p;
+  }
+  return SysError::none();
+}
+
+// The names of the directories directly below the directory fd, any name
+// (a tool call may call its own cgroup ".x").
+SysError subdirs(int dir, std::vector<std::string>* out) {
+  out->clear();
+  int copy = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (copy < 0) return SysError::from_errno("open", ".");
+  DIR* d = fdopendir(copy);
+  if (!d) {
+    SysError e = SysError::from_errno("fdopendir");
+    ::close(copy);
+    return e;
+  }
+  while (dirent* e = readdir(d)) {
+    if (e->d_type != DT_DIR) continue;
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    out->push_back(e->d_name);
+  }
+  closedir(d);
+  return SysError::none();
+}
+
+// Depth-first over the cgroup at `root` and everything below it, any depth,
+// holding two descriptors at a time (it climbs back with ".."), so neither a
+// deep chain nor a low RLIMIT_NOFILE stops it. pre(fd, path) runs on the way
+// down; post(parent_fd, name) after a directory's children are done.
+SysError walk_tree(int root, const std::string& root_path, const std::function<SysError(int, const std::string&)>& pre,
+                   const std::function<void(int, const std::string&)>& post) {
+  struct Level {
+    std::vector<std::string> subdirs;
+    size_t next = 0;
+    std::string name;  // of this directory in its parent
+  };
+  Fd cur(openat(root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!cur) return SysError::from_errno("open", root_path);
+  std::string path = root_path;
+  std::vector<Level> stack;
+  if (SysError e = pre(cur.get(), path)) return e;
+  stack.emplace_back();
+  if (SysError e = subdirs(cur.get(), &stack.back().subdirs)) return e;
+  while (!stack.empty()) {
+    Level& level = stack.back();
+    if (level.next < level.subdirs.size()) {
+      const std::string name = level.subdirs[level.next++];
+      Fd child(openat(cur.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+      if (!child) continue;  // removed meanwhile
+      cur = std::move(child);
+      path += "/" + name;
+      if (SysError e = pre(cur.get(), path)) return e;
+      Level next;
+      next.name = name;
+      if (SysError e = subdirs(cur.get(), &next.subdirs)) return e;
+      stack.push_back(std::move(next));
+      continue;
+    }
+    std::string name = level.name;
+    stack.pop_back();
+    if (stack.empty()) break;
+    Fd parent(openat(cur.get(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!parent) return SysError::from_errno("open", path + "/..");
+    cur = std::move(parent);
+    path.resize(path.size() - name.size() - 1);
+    post(cur.get(), name);
+  }
+  return SysError::none();
 }
 
 }  // namespace
 
-SysError locate_cgroup2(CgroupLocation* out) {
-  std::string mountinfo;
-  if (!read_small_file("/proc/self/mountinfo", &mountinfo)) {
-    return SysError::from_errno("open", "/proc/self/mountinfo");
-  }
-  std::string mount, mount_root;
+std::vector<Cgroup2Mount> cgroup2_mounts(const std::string& mountinfo) {
+  std::vector<Cgroup2Mount> out;
   for (const std::string& line : split(mountinfo, '\n')) {
     // id parent maj:min root mountpoint opts [optional...] - fstype source super
     size_t dash = line.find(" - ");
@@ -88,44 +183,76 @@ SysError locate_cgroup2(CgroupLocation* out) {
     if (tail.empty() || tail[0] != "cgroup2") continue;
     std::vector<std::string> head = split(line.substr(0, dash), ' ');
     if (head.size() < 5) continue;
-    mount_root = unescape_mount_field(head[3]);
-    mount = unescape_mount_field(head[4]);
-    break;
+    out.push_back(Cgroup2Mount{unescape_mount_field(head[3]), unescape_mount_field(head[4]), head[2]});
   }
-  if (mount.empty()) return SysError::of(ENOENT, "cgroup2", "/proc/self/mountinfo");
-
-  std::string self;
-  if (!read_small_file("/proc/self/cgroup", &self)) {
-    return SysError::from_errno("open", "/proc/self/cgroup");
-  }
-  std::string own;
-  if (!parse_cgroup_v2_line(self, &own)) return SysError::of(ENOENT, "cgroup2", "/proc/self/cgroup");
-  // A bind mount of a sub-tree shows only what lies below its root.
-  if (mount_root != "/") {
-    if (own.compare(0, mount_root.size(), mount_root) != 0) {
-      return SysError::of(ENOENT, "cgroup2", mount);
-    }
-    own = own.substr(mount_root.size());
-    if (own.empty()) own = "/";
-  }
-  out->mount = mount;
-  out->own = own;
-  out->own_path = own == "/" ? mount : mount + own;
-  return SysError::none();
+  return out;
 }
 
-bool read_pid_cgroup(pid_t pid, std::string* out) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/cgroup", static_cast<int>(pid));
-  std::string text;
-  if (!read_small_file(path, &text)) return false;
-  return parse_cgroup_v2_line(text, out);
+std::vector<Cgroup2Mount> cgroup2_hierarchies(const std::string& mountinfo) {
+  std::vector<Cgroup2Mount> out;
+  for (const Cgroup2Mount& m : cgroup2_mounts(mountinfo)) {
+    bool seen = false;
+    for (Cgroup2Mount& o : out) {
+      if (o.device != m.device) continue;
+      seen = true;
+      if (m.root.size() < o.root.size()) o = m;
+    }
+    if (!seen) out.push_back(m);
+  }
+  return out;
+}
+
+bool read_mountinfo(std::string* out) { return read_small_file("/proc/self/mountinfo", out); }
+
+SysError locate_cgroup2_in(const std::string& mountinfo, const std::string& self_cgroup, CgroupLocation* out) {
+  std::string own;
+  bool found_own = false;
+  for (const std::string& line : split(self_cgroup, '\n')) {
+    if (line.compare(0, 3, "0::") == 0) {
+      own = line.substr(3);
+      found_own = true;
+      break;
+    }
+  }
+  if (!found_own) return SysError::of(ENOENT, "cgroup2", "/proc/self/cgroup");
+  std::vector<Cgroup2Mount> mounts = cgroup2_mounts(mountinfo);
+  for (const Cgroup2Mount& m : mounts) {
+    // A bind mount of a sub-tree shows only what lies below its root: the
+    // harness's cgroup must be in what this mount shows.
+    if (!contains(m.root, own)) continue;
+    std::string rel = m.root == "/" ? own : own.substr(m.root.size());
+    if (rel.empty()) rel = "/";
+    out->mount = m.mount;
+    out->own = own;
+    out->own_path = rel == "/" ? m.mount : (m.mount == "/" ? rel : m.mount + rel);
+    return SysError::none();
+  }
+  return SysError::of(ENOENT, "cgroup2", mounts.empty() ? "/proc/self/mountinfo" : "no cgroup2 mount shows " + own);
+}
+
+SysError locate_cgroup2(CgroupLocation* out) {
+  std::string mountinfo, self;
+  if (!read_mountinfo(&mountinfo)) return SysError::from_errno("open", "/proc/self/mountinfo");
+  if (!read_small_file("/proc/self/cgroup", &self)) return SysError::from_errno("open", "/proc/self/cgroup");
+  return locate_cgroup2_in(mountinfo, self, out);
+}
+
+bool cgroup_kill_disabled_for_test() {
+  static const bool off = [] {
+    const char* v = getenv("PROCTREE_TEST_NO_CGROUP_KILL");
+    return v != nullptr && strcmp(v, "1") == 0;
+  }();
+  return off;
 }
 
 SysError CgroupDir::create(const std::string& path, bool allow_existing, CgroupDir* out) {
   if (mkdir(path.c_str(), 0755) != 0 && !(allow_existing && errno == EEXIST)) {
     return SysError::from_errno("mkdir", path);
   }
+  return open_existing(path, out);
+}
+
+SysError CgroupDir::open_existing(const std::string& path, CgroupDir* out) {
   CgroupDir d;
   d.path_ = path;
   d.dir_.reset(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -154,71 +281,11 @@ SysError CgroupDir::read_events(CgroupEvents* out) const {
   return SysError::none();
 }
 
-namespace {
-
-SysError read_procs_at(int dir, const std::string& path, std::vector<pid_t>* out, int depth) {
-  Fd fd(openat(dir, "cgroup.procs", O_RDONLY | O_CLOEXEC));
-  if (!fd) return SysError::from_errno("open", path + "/cgroup.procs");
-  std::string text;
-  char buf[8192];
-  for (;;) {
-    ssize_t n = read(fd.get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return SysError::from_errno("read", path + "/cgroup.procs");
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-  }
-  const char* p = text.c_str();
-  while (*p) {
-    char* end;
-    long v = strtol(p, &end, 10);
-    if (end == p) break;
-    out->push_back(static_cast<pid_t>(v));
-    p = end;
-    while (*p == '\n') ++p;
-  }
-  // A tool call may make cgroups of its own inside its leaf (a container
-  // runtime, systemd-nspawn): their members are the call's members too.
-  if (depth > 32) return SysError::none();
-  int dup_fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dup_fd < 0) return SysError::none();
-  DIR* d = fdopendir(dup_fd);
-  if (!d) {
-    ::close(dup_fd);
-    return SysError::none();
-  }
-  while (dirent* e = readdir(d)) {
-    if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
-    Fd sub(openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (sub) read_procs_at(sub.get(), path + "/" + e->d_name, out, depth + 1);
-  }
-  closedir(d);
-  return SysError::none();
-}
-
-// rmdir below path, deepest first: nested cgroups made by the tool call.
-void remove_children(const std::string& path, int depth) {
-  if (depth > 32) return;
-  DIR* d = opendir(path.c_str());
-  if (!d) return;
-  std::vector<std::string> subs;
-  while (dirent* e = readdir(d)) {
-    if (e->d_type == DT_DIR && e->d_name[0] != '.') subs.push_back(path + "/" + e->d_name);
-  }
-  closedir(d);
-  for (const std::string& sub : subs) {
-    remove_children(sub, depth + 1);
-    rmdir(sub.c_str());
-  }
-}
-
-}  // namespace
-
 SysError CgroupDir::read_procs(std::vector<pid_t>* out) const {
   out->clear();
-  return read_procs_at(dir_.get(), path_, out, 0);
+  return walk_tree(
+      dir_.get(), path_, [out](int fd, const std::string& path) { return append_procs(fd, path, out); },
+      [](int, const std::string&) {});
 }
 
 SysError CgroupDir::write_file(const char* name, const char* value) const {
@@ -240,20 +307,50 @@ SysError CgroupDir::open_procs_for_write() {
   return SysError::none();
 }
 
-bool CgroupDir::has_file(const char* name) const {
-  return faccessat(dir_.get(), name, F_OK, 0) == 0;
+bool CgroupDir::has_file(const char* name) const { return faccessat(dir_.get(), name, F_OK, 0) == 0; }
+
+bool CgroupDir::has_kill() const { return !cgroup_kill_disabled_for_test() && has_file("cgroup.kill"); }
+
+SysError CgroupDir::kill_round() const {
+  if (has_kill()) return write_file("cgroup.kill", "1");
+  bool froze = !write_file("cgroup.freeze", "1");
+  std::vector<pid_t> pids;
+  SysError e = read_procs(&pids);
+  if (!e) {
+    e = for_each_confirmed(
+        pids,
+        [this](std::vector<Held>* held) {
+          std::vector<pid_t> listed;
+          if (SysError re = read_procs(&listed)) return re;
+          keep_listed(held, &listed);
+          return SysError::none();
+        },
+        [](Held& h) { pidfd_signal(h.pidfd.get(), SIGKILL); });
+  }
+  if (froze) write_file("cgroup.freeze", "0");
+  return e;
+}
+
+bool CgroupDir::remove_if_empty() {
+  if (path_.empty()) return true;
+  if (rmdir(path_.c_str()) != 0 && errno != ENOENT) return false;
+  close();
+  path_.clear();
+  return true;
 }
 
 SysError CgroupDir::remove() {
-  close();
   if (path_.empty()) return SysError::none();
-  if (rmdir(path_.c_str()) != 0 && errno != ENOENT) {
-    if (errno != EBUSY) return SysError::from_errno("rmdir", path_);
-    remove_children(path_, 0);
-    if (rmdir(path_.c_str()) != 0 && errno != ENOENT) return SysError::from_errno("rmdir", path_);
-  }
-  path_.clear();
-  return SysError::none();
+  // The common case: a leaf with nothing below it. (Our own descriptors of
+  // it do not keep a directory from being removed.)
+  if (remove_if_empty()) return SysError::none();
+  if (errno != EBUSY) return SysError::from_errno("rmdir", path_);
+  // Nested cgroups made by the tool call: remove them deepest first.
+  walk_tree(
+      dir_.get(), path_, [](int, const std::string&) { return SysError::none(); },
+      [](int parent, const std::string& name) { unlinkat(parent, name.c_str(), AT_REMOVEDIR); });
+  if (remove_if_empty()) return SysError::none();
+  return SysError::from_errno("rmdir", path_);
 }
 
 void CgroupDir::close() {

@@ -1,5 +1,5 @@
 // cgroup v2: where the hierarchy is mounted, where the harness sits in it, and
-// the few files a call cgroup is driven through (procs, events, freeze, kill).
+// the files a call cgroup is driven through (procs, events, freeze, kill).
 #pragma once
 
 #include <sys/types.h>
@@ -18,17 +18,37 @@ struct CgroupLocation {
   std::string own_path;  // mount + own, as an absolute path
 };
 
-// Reads /proc/self/mountinfo and /proc/self/cgroup. Never assumes a mount
-// point: hybrid hosts mount v2 at .../unified, pure-v2 hosts at /sys/fs/cgroup.
-SysError locate_cgroup2(CgroupLocation* out);
+// One cgroup2 mount from mountinfo: what it shows (root, relative to the
+// hierarchy) and where.
+struct Cgroup2Mount {
+  std::string root;
+  std::string mount;
+  std::string device;  // maj:min: the same for every mount of one hierarchy
+};
+// Every cgroup2 mount in this mountinfo text, in order.
+std::vector<Cgroup2Mount> cgroup2_mounts(const std::string& mountinfo);
+// One mount per hierarchy: the one that shows the most of it (bind-mounted
+// copies of a part of it are skipped). For walking every hierarchy.
+std::vector<Cgroup2Mount> cgroup2_hierarchies(const std::string& mountinfo);
+bool read_mountinfo(std::string* out);
 
-// Relative (hierarchy) path of a process's cgroup v2, from /proc/<pid>/cgroup.
-bool read_pid_cgroup(pid_t pid, std::string* out);
+// Reads /proc/self/mountinfo and /proc/self/cgroup. Never assumes a mount
+// point (hybrid hosts mount v2 at .../unified, pure-v2 hosts at
+// /sys/fs/cgroup), and of several cgroup2 mounts (bind mounts, a chroot's)
+// takes one that contains the harness's own cgroup.
+SysError locate_cgroup2(CgroupLocation* out);
+// The same choice from the two files' text (for tests, and for `proctree ps`).
+SysError locate_cgroup2_in(const std::string& mountinfo, const std::string& self_cgroup,
+                           CgroupLocation* out);
 
 struct CgroupEvents {
   bool populated = false;
   bool frozen = false;
 };
+
+// PROCTREE_TEST_NO_CGROUP_KILL=1 makes every cgroup look as if the kernel had
+// no cgroup.kill (< 5.14), so that path runs in tests on a newer kernel.
+bool cgroup_kill_disabled_for_test();
 
 // One cgroup directory that we created and will remove.
 class CgroupDir {
@@ -36,6 +56,8 @@ class CgroupDir {
   CgroupDir() = default;
   // mkdir + open. EEXIST is an error unless allow_existing.
   static SysError create(const std::string& path, bool allow_existing, CgroupDir* out);
+  // open only: a directory that must exist already.
+  static SysError open_existing(const std::string& path, CgroupDir* out);
 
   const std::string& path() const { return path_; }
   int dir_fd() const { return dir_.get(); }
@@ -43,12 +65,25 @@ class CgroupDir {
   bool valid() const { return dir_.valid(); }
 
   SysError read_events(CgroupEvents* out) const;
+  // Every member of this cgroup and of every cgroup below it, whatever its
+  // name or depth (a tool call may make nested cgroups of its own).
   SysError read_procs(std::vector<pid_t>* out) const;
   SysError write_file(const char* name, const char* value) const;
   bool has_file(const char* name) const;
+  // cgroup.kill exists (Linux 5.14; never in the root cgroup).
+  bool has_kill() const;
   // For the clone() fallback, where the child migrates itself.
   SysError open_procs_for_write();
-  // rmdir; fails with EBUSY while populated or while it has children.
+  // One SIGKILL round over the whole subtree: cgroup.kill; or, on kernels
+  // without it, freeze (so no member forks between our read and its kill),
+  // SIGKILL every member by pidfd, thaw (the kill lands as the tasks thaw).
+  // Repeat until read_events says populated 0.
+  SysError kill_round() const;
+  // rmdir of this directory alone; true when it is gone (which proves it
+  // was empty and had no cgroups below it).
+  bool remove_if_empty();
+  // rmdir of this directory and every cgroup below it, deepest first;
+  // EBUSY while any of them is populated.
   SysError remove();
   // Closes the descriptors without removing the directory.
   void close();
@@ -56,7 +91,7 @@ class CgroupDir {
  private:
   std::string path_;
   Fd dir_;
-  Fd procs_;   // cgroup.procs, O_RDWR: migration target for the clone fallback
+  Fd procs_;           // cgroup.procs, for writing: the clone fallback
   mutable Fd events_;  // cgroup.events, opened once, re-read with pread
 };
 

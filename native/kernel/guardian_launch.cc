@@ -1,5 +1,7 @@
-#include <fcntl.h>
+#include "kernel/guardian_launch.h"
+
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/random.h>
 #include <time.h>
@@ -9,15 +11,15 @@
 #include <mutex>
 
 #include "kernel/fd.h"
-#include "kernel/guardian_launch.h"
 #include "kernel/pidfd.h"
 #include "kernel/spawn.h"
+#include "kernel/stdio_fds.h"
 
 namespace proctree {
 namespace {
 
 // Process-wide, not per environment: one guardian per harness process, and
-// its pipe's write end stays open (CLOEXEC) for as long as the process lives.
+// its pipe's write end stays open (close-on-exec) for as long as we live.
 std::mutex g_guardian_mutex;
 pid_t g_guardian_pid = -1;
 int g_guardian_pipe = -1;
@@ -45,6 +47,19 @@ std::string make_subtree_prefix() {
   return "proctree-" + std::to_string(getpid()) + "-" + hex;
 }
 
+// Whether the guardian we started is still running. Only its pidfd turning
+// readable means it exited: a signal arriving while we look (EINTR) must not
+// be taken for its death, or we would close its pipe and it would kill every
+// call of the harness.
+bool guardian_alive() {
+  pollfd p{g_guardian_pidfd, POLLIN, 0};
+  int r;
+  do {
+    r = poll(&p, 1, 0);
+  } while (r < 0 && errno == EINTR);
+  return !(r > 0 && (p.revents & (POLLIN | POLLHUP)));
+}
+
 }  // namespace
 
 const std::string& subtree_prefix() {
@@ -52,49 +67,48 @@ const std::string& subtree_prefix() {
   return prefix;
 }
 
-SysError ensure_guardian(const std::string& helper, const std::string& cgroup_dir,
-                         const std::string& prefix, ChildStack& stack, GuardianInfo* out) {
+SysError ensure_guardian(const std::string& helper, const std::string& cgroup_dir, const std::string& prefix,
+                         ChildStack& stack, GuardianInfo* out) {
   std::lock_guard<std::mutex> lock(g_guardian_mutex);
   if (g_guardian_pid > 0) {
-    // Still there? If someone killed it, reap it and start a new one.
-    // Only the pidfd turning readable means it exited: a signal arriving
-    // now (EINTR) must not be taken for a death, or we would close its pipe
-    // and it would kill every call of the harness.
-    pollfd p{g_guardian_pidfd, POLLIN, 0};
-    int r;
-    do {
-      r = poll(&p, 1, 0);
-    } while (r < 0 && errno == EINTR);
-    if (r == 0 || (r < 0) || !(p.revents & (POLLIN | POLLHUP))) {
+    if (guardian_alive()) {
       out->pid = g_guardian_pid;
       out->started_now = false;
       return SysError::none();
     }
+    // Someone killed it: reap it and start a new one.
     ExitStatus st;
     pidfd_reap(g_guardian_pidfd, &st);
     close(g_guardian_pidfd);
     close(g_guardian_pipe);
     g_guardian_pid = -1;
   }
+  // The guardian watches us by a pidfd of ours, which nothing else holds or
+  // can fake; on kernels without pidfds, by EOF on a pipe whose write end
+  // only we hold.
   int p[2];
   if (pipe2(p, O_CLOEXEC) != 0) return SysError::from_errno("pipe2");
   Fd read_end(p[0]), write_end(p[1]);
-  // The child side must not sit on 0..2 (see stdio_pipes.cc).
-  Fd child_in(fcntl(read_end.get(), F_DUPFD_CLOEXEC, 3));
-  Fd devnull(open("/dev/null", O_RDWR | O_CLOEXEC));
-  if (!child_in || !devnull) return SysError::from_errno("open");
-  Fd devnull_hi(fcntl(devnull.get(), F_DUPFD_CLOEXEC, 3));
-  if (!devnull_hi) return SysError::from_errno("fcntl");
+  Fd self = pidfd_open(getpid());
+  std::vector<StdioSpec> spec(4);
+  spec[0] = {StdioSpec::kFd, read_end.get()};
+  spec[1].kind = StdioSpec::kIgnore;
+  spec[2].kind = StdioSpec::kIgnore;
+  spec[3] = self ? StdioSpec{StdioSpec::kFd, self.get()} : StdioSpec{StdioSpec::kClose, -1};
+  PreparedStdio io;
+  if (SysError e = prepare_stdio(spec, PtySize{}, &io)) return e;
 
   SpawnRequest req;
   req.candidates = {helper};
   req.argv = {helper, "guardian", cgroup_dir, prefix};
-  req.stdio[0] = child_in.get();
-  req.stdio[1] = devnull_hi.get();
-  req.stdio[2] = devnull_hi.get();
+  req.inherit_env = true;
+  req.fds = io.fds;
   // Not in any call cgroup: the guardian must outlive the subtrees it kills.
   SpawnResult res;
-  if (SysError e = spawn_process(req, stack, &res)) return e;
+  if (SysError e = spawn_process(req, stack, &res)) {
+    if (std::string(e.syscall) == "execve") e.path = helper;
+    return e;
+  }
   g_guardian_pid = res.pid;
   g_guardian_pidfd = res.pidfd.release();
   g_guardian_pipe = write_end.release();

@@ -1,19 +1,10 @@
 #include "kernel/pidfd.h"
 
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifndef __NR_pidfd_open
-#define __NR_pidfd_open 434
-#endif
-#ifndef __NR_pidfd_send_signal
-#define __NR_pidfd_send_signal 424
-#endif
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
+#include "kernel/syscalls.h"
 
 namespace proctree {
 
@@ -24,11 +15,12 @@ int pidfd_signal(int pidfd, int sig) {
   return errno;
 }
 
-SysError pidfd_reap(int pidfd, ExitStatus* out) {
+SysError pidfd_reap(int pidfd, ExitStatus* out, bool keep_zombie) {
   siginfo_t info{};
   int r;
   do {
-    r = waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED | WNOHANG);
+    r = waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(pidfd), &info,
+               WEXITED | WNOHANG | (keep_zombie ? WNOWAIT : 0));
   } while (r < 0 && errno == EINTR);
   if (r < 0) return SysError::from_errno("waitid");
   if (info.si_pid == 0) {

@@ -9,6 +9,7 @@
 
 namespace proctree {
 
+// pidfd_open(pid, 0); an invalid Fd with errno set on failure.
 Fd pidfd_open(pid_t pid);
 // 0 on success, else errno (ESRCH: the process is gone).
 int pidfd_signal(int pidfd, int sig);
@@ -19,7 +20,9 @@ struct ExitStatus {
   int signal = 0;     // terminating signal, 0 if it exited
 };
 
-// waitid(P_PIDFD, WEXITED | WNOHANG): reaps our own child and nothing else.
-SysError pidfd_reap(int pidfd, ExitStatus* out);
+// waitid(P_PIDFD, WEXITED | WNOHANG) on our own child, and nothing else.
+// keep_zombie (WNOWAIT): read the status but leave the child a zombie, which
+// keeps its pid, and the session and group ids equal to it, from being reused.
+SysError pidfd_reap(int pidfd, ExitStatus* out, bool keep_zombie = false);
 
 }  // namespace proctree

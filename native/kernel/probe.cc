@@ -1,47 +1,35 @@
 #include "kernel/probe.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 
-#include "kernel/clone_trampoline.h"
 #include "kernel/fd.h"
 #include "kernel/pidfd.h"
 #include "kernel/raw_syscall.h"
-
-#ifndef CLONE_PIDFD
-#define CLONE_PIDFD 0x00001000
-#endif
-#ifndef __NR_pidfd_send_signal
-#define __NR_pidfd_send_signal 424
-#endif
+#include "kernel/spawn.h"
+#include "kernel/stdio_fds.h"
+#include "kernel/syscalls.h"
 
 namespace proctree {
 namespace {
 
-constexpr uint64_t kCloneIntoCgroup = 0x200000000ULL;
-
-struct CloneArgs {
-  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
-      set_tid_size, cgroup;
-};
-
 struct ChildTask {
-  bool subreaper;   // try PR_SET_CHILD_SUBREAPER, exit with its errno
-  int procs_fd;     // clone fallback: join this cgroup.procs first
+  bool subreaper;  // try PR_SET_CHILD_SUBREAPER, exit with its errno
+  int procs_fd;    // clone fallback: join this cgroup.procs first
 };
 
 // The throwaway child: raw syscalls only (it shares our memory), then exit
 // with 0 or the errno of what it tried.
-int probe_child(void* arg) {
+__attribute__((no_sanitize("address", "undefined"))) int probe_child(void* arg) {
   const ChildTask* t = static_cast<const ChildTask*>(arg);
   long r = 0;
   if (t->procs_fd >= 0) r = raw::syscall3(__NR_write, t->procs_fd, reinterpret_cast<long>("0"), 1);
@@ -49,48 +37,32 @@ int probe_child(void* arg) {
   for (;;) raw::syscall1(__NR_exit, r < 0 ? -r : 0);
 }
 
-class SignalsBlocked {
- public:
-  SignalsBlocked() {
-    uint64_t all = ~uint64_t{0};
-    raw::syscall4(__NR_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&all), reinterpret_cast<long>(&old_), 8);
-  }
-  ~SignalsBlocked() { raw::syscall4(__NR_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&old_), 0, 8); }
-
- private:
-  uint64_t old_ = 0;
-};
-
-// Starts a throwaway child with `flags` (clone3 when use_clone3, else clone)
-// and waits for it. Returns 0 when it ran and exited 0, else the errno of the
-// clone or the child's own exit code (an errno).
-int run_child(ChildStack& stack, bool use_clone3, uint64_t flags, int cgroup_fd, ChildTask task) {
-  if (SysError e = stack.ensure()) return e.err;
-  long pid;
-  {
-    SignalsBlocked blocked;
-    if (use_clone3) {
-      CloneArgs ca{};
-      ca.flags = CLONE_VM | CLONE_VFORK | flags;
-      ca.exit_signal = SIGCHLD;
-      ca.stack = reinterpret_cast<uint64_t>(stack.base());
-      ca.stack_size = stack.size();
-      if (cgroup_fd >= 0) {
-        ca.flags |= kCloneIntoCgroup;
-        ca.cgroup = static_cast<uint64_t>(cgroup_fd);
-      }
-      pid = proctree_clone3(&ca, sizeof ca, probe_child, &task);
-    } else {
-      void* top = static_cast<char*>(stack.base()) + stack.size();
-      pid = clone(probe_child, top, CLONE_VM | CLONE_VFORK | SIGCHLD | static_cast<int>(flags), &task);
-      if (pid < 0) pid = -errno;
+// Starts a throwaway child (into cgroup_fd when >= 0) and waits for it with
+// waitid(P_PIDFD), the way every call is waited for. Returns 0 when it ran
+// and exited 0, else the errno of the clone, of the wait, or the child's own.
+int run_child(ChildStack& stack, uint64_t ns_flags, int cgroup_fd, ChildTask task, int* wait_err = nullptr) {
+  CloneRequest req;
+  req.ns_flags = ns_flags;
+  req.cgroup_fd = cgroup_fd;
+  req.child_procs_fd = &task.procs_fd;
+  Fd late;
+  req.late_procs = &late;
+  Cloned c;
+  if (SysError e = clone_vfork(stack, req, probe_child, &task, &c)) return e.err;
+  siginfo_t info{};
+  int r;
+  do {
+    r = waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(c.pidfd.get()), &info, WEXITED);
+  } while (r < 0 && errno == EINTR);
+  if (r < 0) {
+    int err = errno;
+    if (wait_err) *wait_err = err;
+    // Reap it by number: it is our unreaped child, so the number is its own.
+    while (waitpid(c.pid, nullptr, __WALL) < 0 && errno == EINTR) {
     }
+    return err;
   }
-  if (pid < 0) return static_cast<int>(-pid);
-  int status = 0;
-  while (waitpid(static_cast<pid_t>(pid), &status, __WALL) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (info.si_code == CLD_EXITED) return info.si_status;
   return EINTR;
 }
 
@@ -99,6 +71,62 @@ void set(Probe* p, int err, const char* syscall, std::string detail = {}) {
   p->err = err;
   p->syscall = syscall;
   p->detail = std::move(detail);
+}
+
+// Runs `helper --version` and checks that it answers with its name: the
+// helper exists, is executable, links and runs here (a helper built for
+// another libc or architecture fails this, not only a missing file).
+void probe_helper(const std::string& helper, ChildStack& stack, Probe* out) {
+  if (access(helper.c_str(), X_OK) != 0) {
+    set(out, errno, "access", helper);
+    return;
+  }
+  std::vector<StdioSpec> spec(3);
+  spec[0].kind = StdioSpec::kIgnore;
+  spec[1].kind = StdioSpec::kPipe;
+  spec[2].kind = StdioSpec::kIgnore;
+  PreparedStdio io;
+  if (SysError e = prepare_stdio(spec, PtySize{}, &io)) {
+    set(out, e.err, e.syscall, helper);
+    return;
+  }
+  SpawnRequest req;
+  req.candidates = {helper};
+  req.argv = {helper, "--version"};
+  req.inherit_env = true;
+  req.fds = io.fds;
+  SpawnResult res;
+  if (SysError e = spawn_process(req, stack, &res)) {
+    set(out, e.err, e.syscall, helper);
+    return;
+  }
+  io.child.clear();
+  std::string text;
+  char buf[256];
+  // Bounded: a helper that hangs is as broken as one that cannot run.
+  for (int waited = 0; waited < 2000;) {
+    pollfd p{io.parent[1].get(), POLLIN, 0};
+    int r = poll(&p, 1, 100);
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) {
+      waited += 100;
+      continue;
+    }
+    ssize_t n = read(io.parent[1].get(), buf, sizeof buf);
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  pidfd_signal(res.pidfd.get(), SIGKILL);
+  siginfo_t info;
+  while (waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(res.pidfd.get()), &info, WEXITED) < 0 &&
+         errno == EINTR) {
+  }
+  if (text.compare(0, 16, "proctree-helper ") != 0) {
+    set(out, ENOEXEC, "execve", helper + " did not answer --version" + (text.empty() ? "" : ": " + text));
+    return;
+  }
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  set(out, 0, "", helper + " (" + text + ")");
 }
 
 std::atomic<unsigned> g_probe_seq{0};
@@ -110,18 +138,19 @@ HostProbes probe_host(const std::string& helper, ChildStack& stack) {
 
   // pidfd_open / pidfd_send_signal on ourselves: harmless, and exactly what
   // every ladder relies on.
-  Fd self(static_cast<int>(syscall(__NR_pidfd_open, getpid(), 0)));
+  Fd self = pidfd_open(getpid());
   set(&h.pidfd, self ? 0 : errno, "pidfd_open");
   if (self) {
-    int r = static_cast<int>(syscall(__NR_pidfd_send_signal, self.get(), 0, nullptr, 0));
-    set(&h.pidfd_send_signal, r == 0 ? 0 : errno, "pidfd_send_signal");
+    set(&h.pidfd_send_signal, pidfd_signal(self.get(), 0), "pidfd_send_signal");
   } else {
     set(&h.pidfd_send_signal, h.pidfd.err, "pidfd_open");
   }
 
-  // clone3 on its own, then into a throwaway cgroup.
-  int c3 = run_child(stack, true, 0, -1, ChildTask{false, -1});
-  set(&h.clone3, c3, "clone3");
+  // A throwaway child, waited for with waitid(P_PIDFD) (Linux 5.4).
+  int wait_err = 0;
+  int c3 = run_child(stack, 0, -1, ChildTask{false, -1}, &wait_err);
+  set(&h.clone3, clone3_available() ? c3 : ENOSYS, "clone3");
+  set(&h.waitid_pidfd, wait_err, "waitid", "P_PIDFD");
 
   if (SysError e = locate_cgroup2(&h.location)) {
     set(&h.cgroup2, e.err, e.syscall, e.path);
@@ -129,38 +158,22 @@ HostProbes probe_host(const std::string& helper, ChildStack& stack) {
     set(&h.cgroup2, 0, "", h.location.mount + " (own cgroup " + h.location.own + ")");
   }
 
-  Probe no_cgroup;
   if (h.cgroup2.ok) {
     std::string path = h.location.own_path + "/proctree-probe-" + std::to_string(getpid()) + "-" +
                        std::to_string(g_probe_seq.fetch_add(1));
     CgroupDir dir;
     if (SysError e = CgroupDir::create(path, false, &dir)) {
       set(&h.delegation, e.err, "mkdir", path);
-      set(&h.cgroup_kill, e.err, "mkdir", "no call cgroup to try it on");
-      set(&h.freeze, e.err, "mkdir", "no call cgroup to try it on");
-      set(&h.clone_into_cgroup, e.err, "mkdir", "no call cgroup to try it on");
+      for (Probe* p : {&h.cgroup_kill, &h.freeze, &h.clone_into_cgroup}) set(p, e.err, "mkdir", "no call cgroup to try it on");
     } else {
-      // A real child placed into it, the way a call's would be.
-      if (h.clone3.ok) {
-        int r = run_child(stack, true, 0, dir.dir_fd(), ChildTask{false, -1});
-        set(&h.clone_into_cgroup, r, "clone3");
-      } else {
-        set(&h.clone_into_cgroup, h.clone3.err, "clone3");
-      }
-      int placed = h.clone_into_cgroup.err;
-      const char* how = "clone3";
-      if (!h.clone_into_cgroup.ok) {
-        // The fallback: a clone() child that writes itself into cgroup.procs.
-        how = "cgroup.procs";
-        if (SysError o = dir.open_procs_for_write()) {
-          placed = o.err;
-        } else {
-          placed = run_child(stack, false, 0, -1, ChildTask{false, dir.procs_fd()});
-        }
-      }
-      set(&h.delegation, placed, how, placed == 0 ? path : "placing a child into " + path);
+      // A real child placed into it, the way a call's would be: with clone3
+      // the kernel places it, with the fallback it writes cgroup.procs.
+      int placed = run_child(stack, 0, dir.dir_fd(), ChildTask{false, -1});
+      bool into = clone3_available();
+      set(&h.clone_into_cgroup, into ? placed : ENOSYS, "clone3");
+      set(&h.delegation, placed, into ? "clone3" : "cgroup.procs", placed == 0 ? path : "placing a child into " + path);
       // cgroup.kill / cgroup.freeze on the empty throwaway: present and writable.
-      if (!dir.has_file("cgroup.kill")) {
+      if (!dir.has_kill()) {
         set(&h.cgroup_kill, ENOENT, "open", "no cgroup.kill (Linux < 5.14)");
       } else if (SysError k = dir.write_file("cgroup.kill", "1")) {
         set(&h.cgroup_kill, k.err, "write", "cgroup.kill");
@@ -175,8 +188,7 @@ HostProbes probe_host(const std::string& helper, ChildStack& stack) {
         dir.write_file("cgroup.freeze", "0");
         set(&h.freeze, 0, "");
       }
-      dir.close();
-      rmdir(path.c_str());
+      dir.remove();
     }
   } else {
     for (Probe* p : {&h.delegation, &h.cgroup_kill, &h.freeze, &h.clone_into_cgroup}) {
@@ -184,31 +196,17 @@ HostProbes probe_host(const std::string& helper, ChildStack& stack) {
     }
   }
 
+  probe_helper(helper, stack, &h.helper);
+
   // PID namespace: directly (root), else inside a user namespace.
-  bool c3ok = h.clone3.ok;
-  int ns = run_child(stack, c3ok, CLONE_NEWPID, -1, ChildTask{false, -1});
-  int uns = run_child(stack, c3ok, CLONE_NEWUSER | CLONE_NEWPID, -1, ChildTask{false, -1});
-  set(&h.userns, uns, c3ok ? "clone3" : "clone", "CLONE_NEWUSER|CLONE_NEWPID");
+  const char* how = clone3_available() ? "clone3" : "clone";
+  int ns = run_child(stack, CLONE_NEWPID, -1, ChildTask{false, -1});
+  int uns = run_child(stack, CLONE_NEWUSER | CLONE_NEWPID, -1, ChildTask{false, -1});
+  set(&h.userns, uns, how, "CLONE_NEWUSER|CLONE_NEWPID");
+  set(&h.pidns, ns == 0 ? 0 : uns, how, ns == 0 ? "CLONE_NEWPID" : "CLONE_NEWUSER|CLONE_NEWPID");
 
-  if (access(helper.c_str(), X_OK) != 0) {
-    set(&h.helper, errno, "access", helper);
-  } else {
-    set(&h.helper, 0, "", helper);
-  }
-  if (ns == 0 || uns == 0) {
-    set(&h.pidns, h.helper.ok ? 0 : h.helper.err, h.helper.ok ? "" : "access",
-        h.helper.ok ? (ns == 0 ? "CLONE_NEWPID" : "CLONE_NEWUSER|CLONE_NEWPID") : "proctree-helper missing: " + helper);
-  } else {
-    set(&h.pidns, ns, c3ok ? "clone3" : "clone", "CLONE_NEWPID");
-  }
-
-  int sr = run_child(stack, c3ok, 0, -1, ChildTask{true, -1});
-  if (sr != 0) {
-    set(&h.subreaper, sr, "prctl", "PR_SET_CHILD_SUBREAPER");
-  } else {
-    set(&h.subreaper, h.helper.ok ? 0 : h.helper.err, h.helper.ok ? "" : "access",
-        h.helper.ok ? "PR_SET_CHILD_SUBREAPER" : "proctree-helper missing: " + helper);
-  }
+  int sr = run_child(stack, 0, -1, ChildTask{true, -1});
+  set(&h.subreaper, sr, "prctl", "PR_SET_CHILD_SUBREAPER");
   return h;
 }
 

@@ -46,7 +46,14 @@ bool read_process_stat(pid_t pid, ProcessInfo* out) {
   out->comm.assign(open_paren + 1, static_cast<size_t>(close_paren - open_paren - 1));
   char state = '?';
   int ppid = 0, pgid = 0, sid = 0;
-  if (sscanf(close_paren + 1, " %c %d %d %d", &state, &ppid, &pgid, &sid) != 4) return false;
+  unsigned long long start = 0;
+  // state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
+  // utime stime cutime cstime priority nice num_threads itrealvalue starttime
+  if (sscanf(close_paren + 1, " %c %d %d %d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+             &state, &ppid, &pgid, &sid, &start) != 5) {
+    return false;
+  }
+  out->start_time = start;
   out->state = state;
   out->ppid = ppid;
   out->pgid = pgid;

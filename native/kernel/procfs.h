@@ -14,6 +14,7 @@ struct ProcessInfo {
   pid_t pgid = 0;
   pid_t sid = 0;
   char state = '?';
+  unsigned long long start_time = 0;  // clock ticks after boot (field 22 of stat)
   std::string comm;
   std::string cmdline;  // arguments joined by spaces; empty for kernel threads and zombies
 };

@@ -1,6 +1,7 @@
-// Starting one tool call's main process: clone3(CLONE_VM | CLONE_VFORK |
-// CLONE_PIDFD | CLONE_INTO_CGROUP) on a private stack, so the cost does not
-// grow with the harness's RSS and the child never runs outside its cgroup.
+// Starting one tool call's main process: the parent side. Prepares
+// everything the child side (kernel/child.cc) needs, clones it with
+// clone_vfork (kernel/clone.h) straight into the call's cgroup when there is
+// one, and reads its report: either it exec'd, or the step that failed.
 #pragma once
 
 #include <sys/types.h>
@@ -9,58 +10,42 @@
 #include <string>
 #include <vector>
 
+#include "kernel/child.h"
+#include "kernel/clone.h"
 #include "kernel/fd.h"
 #include "kernel/sys_error.h"
 
 namespace proctree {
 
-// A stack for the vfork child, reused across spawns of one environment: the
-// calling thread is suspended until the child execs or exits.
-class ChildStack {
- public:
-  ChildStack() = default;
-  ChildStack(const ChildStack&) = delete;
-  ChildStack& operator=(const ChildStack&) = delete;
-  ~ChildStack();
-  SysError ensure();
-  void* base() const { return base_; }
-  size_t size() const { return size_; }
-
- private:
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
-  void* base_ = nullptr;
-  size_t size_ = 0;
-};
-
 struct SpawnRequest {
-  // Executables to try in order (PATH search is done by the caller, before the
-  // clone); the child execs the first that exists, like execvpe.
+  // Executables to try in order (the PATH search is done by the caller); the
+  // child execs the first that exists, like execvpe.
   std::vector<std::string> candidates;
   std::vector<std::string> argv;
   std::vector<std::string> envp;
-  std::string cwd;          // empty: keep the harness's
-  int stdio[3] = {-1, -1, -1};  // fd to place at 0/1/2 (must be >= 3), -1 = inherit
+  // true: the child gets this process's own environment (`environ`) and
+  // envp is ignored; nothing is copied.
+  bool inherit_env = false;
+  std::string cwd;  // empty: keep the harness's
+  // fds[i] becomes fd i of the child: a descriptor that is >= fds.size() and
+  // close-on-exec (see kernel/stdio_fds.h), kInherit or kClosed. At least 3 entries.
+  std::vector<int> fds = {kInherit, kInherit, kInherit};
+  // fd 0 is a terminal's slave side that becomes the controlling terminal of
+  // the child's new session.
+  bool controlling_tty = false;
   bool set_uid = false, set_gid = false;
   uid_t uid = 0;
   gid_t gid = 0;
-  int cgroup_dir = -1;      // O_DIRECTORY fd of the call's cgroup, -1 = none
-  int cgroup_procs = -1;    // that cgroup's cgroup.procs, opened for writing
+  int cgroup_dir = -1;    // O_DIRECTORY fd of the call's cgroup, -1 = none
+  int cgroup_procs = -1;  // its cgroup.procs opened for writing, or -1
   bool new_session = true;
-  // Placed at fd 3 in the child without FD_CLOEXEC: the control socket of a
-  // pidns/subreaper shim. -1 = none.
-  int pass_fd = -1;
-  // PR_SET_PDEATHSIG for the child, armed after any uid change (a uid change
-  // clears it). Its "parent" is the thread that calls spawn_process.
+  // PR_SET_PDEATHSIG for the child, armed after any uid change. Its "parent"
+  // is the thread that calls spawn_process.
   int pdeathsig = 0;
   // Extra clone flags: CLONE_NEWPID, optionally with CLONE_NEWUSER (then the
   // child maps its own uid and gid 1:1 before it execs).
   uint64_t ns_flags = 0;
 };
-
-// How the child was created, for capabilities() and the smoke tests.
-enum class CloneMethod { kClone3, kClone, kClonePidfdOpen };
-const char* clone_method_name(CloneMethod m);
 
 struct SpawnResult {
   pid_t pid = -1;
@@ -70,11 +55,13 @@ struct SpawnResult {
 
 // Either fills *out and returns no error, or returns the error of the step
 // that failed ("clone3", "chdir", "execve", ...). A child that failed before
-// exec has already been reaped.
+// exec has already been reaped. Blocks the calling thread only while the
+// child runs up to its exec (a vfork).
 SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* out);
 
-// Whether clone3 with CLONE_INTO_CGROUP is used (false after it was found
-// missing: seccomp filters, qemu-user, kernels older than 5.7).
-bool clone3_available();
+// Whether close_range(CLOSE_RANGE_CLOEXEC) works here (Linux 5.11), asked
+// once. PROCTREE_TEST_NO_CLOSE_RANGE=1 answers no, so the fallback can be
+// tested on a newer kernel.
+bool close_range_cloexec_works();
 
 }  // namespace proctree

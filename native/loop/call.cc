@@ -1,29 +1,61 @@
 #include "loop/call.h"
 
-#include <algorithm>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-#include "loop/reactor.h"
+#include <algorithm>
+#include <unordered_set>
+
+#include "helper/shim_protocol.h"
+#include "kernel/cgroup.h"
+#include "ladder/cgroup_confinement.h"
+#include "loop/environment.h"
 
 namespace proctree {
+namespace {
 
-const char* tier_name(Tier t) {
-  switch (t) {
-    case Tier::kCgroup: return "cgroup";
-    case Tier::kPidns: return "pidns";
-    case Tier::kSubreaper: return "subreaper";
-    default: return "pgroup";
+// How long a shim may take to report that the command started: it forks and
+// execs, which takes a millisecond or two.
+constexpr int kShimStartTimeoutMs = 10000;
+// How often a main process the reactor could not take is looked at.
+constexpr int kMainPollMs = 20;
+// kill(): how long to spin for the freeze to take before signalling unfrozen.
+constexpr uint64_t kKillFreezeSpinNs = 2000000;
+
+}  // namespace
+
+Call::Call(Environment* env, uint64_t id, SpawnResult main, std::unique_ptr<Confinement> confinement, Fd control)
+    : env_(env),
+      id_(id),
+      main_(std::move(main)),
+      confinement_(std::move(confinement)),
+      ladder_(confinement_.get(), this),
+      control_(std::move(control)) {
+  starting_ = control_.valid();
+  if (!starting_) command_ = main_.pid;
+}
+
+Call::~Call() = default;
+
+void Call::start() {
+  main_watched_ = !env_->reactor().watch_main(main_.pidfd.get(), id_);
+  if (control_) {
+    control_watched_ = !env_->reactor().watch_control(control_.get(), id_);
+    start_deadline_ns_ = now_ns() + static_cast<uint64_t>(kShimStartTimeoutMs) * 1000000ULL;
+  }
+  if (!main_watched_ || (control_ && !control_watched_)) {
+    main_polled_ = true;
+    arm_timer(kMainPollMs);
+  } else if (control_) {
+    arm_timer(kShimStartTimeoutMs);
   }
 }
 
-void Call::ensure_timer() {
-  if (timer_) return;
-  timer_ = new uv_timer_t;
-  uv_timer_init(host_->loop(), timer_);
-  timer_->data = this;
-  uv_unref(reinterpret_cast<uv_handle_t*>(timer_));
-}
-
 void Call::set_referenced(bool ref) {
+  if (ref == ref_) return;
+  env_->on_call_ref_changed(ref_, ref);
   ref_ = ref;
   if (timer_ && uv_is_active(reinterpret_cast<uv_handle_t*>(timer_))) {
     if (ref) {
@@ -34,14 +66,285 @@ void Call::set_referenced(bool ref) {
   }
 }
 
-void Call::start_timer(int ms) {
-  // The loop's cached time can be tens of ms old; grace is measured from now.
-  uv_update_time(host_->loop());
+void Call::post_exit(ExitStatus st) {
+  if (exit_posted_) return;
+  exit_posted_ = true;
+  env_->post(CallEvent{CallEvent::kExit, id_, st, {}, {}});
+  post_report();
+}
+
+void Call::post_error(const SysError& e) { env_->post(CallEvent{CallEvent::kError, id_, {}, {}, e}); }
+
+void Call::on_main_readable() {
+  if (main_exited_) return;
+  if (shim()) drain_control();
+  ExitStatus st;
+  // The pgroup tier keeps its command a zombie until the session is empty:
+  // see ladder/session_confinement.h.
+  bool keep = tier() == Tier::kPgroup;
+  if (SysError e = pidfd_reap(main_.pidfd.get(), &st, keep)) {
+    // ECHILD: someone reaped our child behind our back (waitpid(-1) in the
+    // same process). Its status is lost, but the call must still end.
+    st = ExitStatus{true, -1, 0};
+    post_error(e);
+  }
+  if (!st.done) return;  // spurious readiness
+  main_exited_ = true;
+  if (main_watched_) env_->reactor().unwatch(main_.pidfd.get());
+  main_watched_ = false;
+  // A shim's pidfd stays: it is how its tier tells the tree is empty.
+  if (!keep && !shim()) main_.pidfd.reset();
+  if (shim()) {
+    // The shim is gone, so is its tree (it exits only with no child left,
+    // and the kernel kills a PID namespace whose init dies)...
+    if (starting_) {
+      starting_ = false;
+      if (!exit_posted_) {
+        env_->post(CallEvent{CallEvent::kStartFailed, id_, {}, {}, SysError::of(EPROTO, "proctree-helper")});
+        exit_posted_ = true;
+      }
+    } else if (!exit_posted_) {
+      // ...but it never reported the command's exit: something killed it.
+      // A namespace dies with its init; a subreaper's orphans go to init,
+      // alive and unseen: that is a failure, never a clean empty.
+      if (tier() == Tier::kSubreaper) {
+        shim_lost_ = true;
+        post_error(SysError::of(ECHILD, "proctree-helper", "the subreaper shim died before its tree was empty"));
+      }
+      post_exit(ExitStatus{true, -1, SIGKILL});
+    }
+  } else {
+    post_exit(st);
+  }
+  on_change();
+}
+
+void Call::drain_control() {
+  if (!control_) return;
+  for (;;) {
+    shim::Message m{};
+    ssize_t n = recv(control_.get(), &m, sizeof m, MSG_DONTWAIT);
+    if (n == static_cast<ssize_t>(sizeof m)) {
+      switch (m.kind) {
+        case shim::kExecOk:
+          if (starting_) {
+            starting_ = false;
+            command_ = m.a;
+            if (!ladder_.running() && !main_polled_) cancel_timer();
+            CallEvent ev{CallEvent::kStarted, id_, {}, {}, {}};
+            ev.pid = command_;
+            env_->post(std::move(ev));
+          }
+          break;
+        case shim::kExecFailed:
+          if (starting_) {
+            starting_ = false;
+            exit_posted_ = true;  // no exit event for a command that never ran
+            env_->post(CallEvent{CallEvent::kStartFailed, id_, {}, {}, SysError::of(m.a, shim::stage_syscall(m.b))});
+          }
+          break;
+        case shim::kExit:
+          post_exit(ExitStatus{true, m.a, m.b});
+          break;
+        default:
+          break;
+      }
+      continue;
+    }
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      // The shim closed its end (it is exiting): its pidfd says the rest.
+      if (control_watched_) env_->reactor().unwatch(control_.get());
+      control_watched_ = false;
+    }
+    return;
+  }
+}
+
+void Call::on_control_readable() {
+  drain_control();
+  check_finished();
+}
+
+void Call::on_change() {
+  if (ladder_.running()) ladder_.on_change();
+  check_finished();
+}
+
+bool Call::terminate(int grace_ms, int sig, const std::string& reason) {
+  if (finished_ || ladder_.started()) return ladder_.started();
+  watch_emptiness();
+  ladder_.start(reason, grace_ms, sig, command_);
+  check_finished();
+  return true;
+}
+
+void Call::ladder_finished() {
+  watched_members_.clear();
+  if (SysError e = ladder_.take_error()) post_error(e);
+  post_report();
+}
+
+// 'cleanup' comes after 'exit': the main process leaves its cgroup before
+// its pidfd turns readable, so a ladder can see the tree empty first.
+void Call::post_report() {
+  if (ladder_.done() && exit_posted_ && !report_posted_) {
+    report_posted_ = true;
+    CleanupReport report = ladder_.report();
+    if (shim_lost_) report.verified = "none";
+    env_->post(CallEvent{CallEvent::kCleanup, id_, {}, report, {}});
+  }
+}
+
+// Makes sure a change of the tree reaches on_change(): the cgroup tier's
+// cgroup.events watch is added only now (most calls end with their main
+// process and never need it); tiers without events are polled.
+void Call::watch_emptiness() {
+  if (finished_) return;
+  if (tier() == Tier::kCgroup) {
+    if (events_wd_ >= 0) return;
+    const CgroupDir& leaf = static_cast<CgroupConfinement*>(confinement_.get())->leaf();
+    if (SysError e = env_->reactor().watch_cgroup(leaf.path() + "/cgroup.events", id_, &events_wd_)) {
+      // Out of inotify watches (ENOSPC): the call goes on, polled instead.
+      events_wd_ = -1;
+      polling_ = true;
+      if (!ladder_.running()) arm_timer(20);
+    }
+    return;
+  }
+  if (confinement_->poll_ms() > 0 && !ladder_.running()) {
+    polling_ = true;
+    arm_timer(confinement_->poll_ms());
+  }
+}
+
+void Call::check_finished() {
+  if (finished_ || !main_exited_ || ladder_.running()) return;
+  SysError release_error;
+  if (!confinement_->release_if_empty(&release_error)) {
+    watch_emptiness();
+    return;
+  }
+  if (release_error) post_error(release_error);
+  cancel_timer();
+  unwatch();
+  if (tier() == Tier::kPgroup && main_.pidfd) {
+    // The pgroup tier's zombie: the session is empty, its number may go.
+    ExitStatus st;
+    pidfd_reap(main_.pidfd.get(), &st);
+    main_.pidfd.reset();
+  }
+  finished_ = true;
+  env_->post(CallEvent{CallEvent::kEmpty, id_, {}, {}, {}});
+}
+
+int Call::signal_all(int sig) {
+  if (finished_) return 0;
+  std::vector<pid_t> pids;
+  if (sig == 0) {
+    // Existence and permission only, as kill(pid, 0).
+    confinement_->members(&pids);
+    return static_cast<int>(pids.size());
+  }
+  if (sig == SIGKILL) {
+    confinement_->members(&pids);
+    // The whole tree is dying now: the ladder's kill, without its wait.
+    if (confinement_->kill_all() == Confinement::Kill::kRound) confinement_->kill_all();
+    watch_emptiness();
+    return static_cast<int>(pids.size());
+  }
+  // Freeze, so that no member forks between our read and its signal; the
+  // freeze takes effect asynchronously, so spin briefly for it, and signal
+  // in re-read rounds whatever happens. Never touch a freeze the ladder holds.
+  bool froze = false;
+  if (confinement_->can_freeze() && !ladder_.holds_freeze() && !confinement_->set_frozen(true)) {
+    froze = true;
+    uint64_t until = now_ns() + kKillFreezeSpinNs;
+    while (!confinement_->frozen() && now_ns() < until) sched_yield();
+  }
+  std::unordered_set<pid_t> done;
+  int n = 0;
+  for (int round = 0; round < LadderLimits::kMaxPassRounds; ++round) {
+    confinement_->members(&pids);
+    std::vector<pid_t> fresh;
+    for (pid_t pid : pids) {
+      if (done.insert(pid).second) fresh.push_back(pid);
+    }
+    if (fresh.empty()) break;
+    SysError e = for_each_confirmed(
+        fresh, [this](std::vector<Held>* held) { return confinement_->confirm(held); },
+        [&](Held& h) {
+          if (pidfd_signal(h.pidfd.get(), sig) == 0) ++n;
+        });
+    if (e) post_error(e);
+    if (froze && confinement_->frozen()) break;
+  }
+  if (froze) confinement_->set_frozen(false);
+  return n;
+}
+
+std::vector<pid_t> Call::members() const {
+  std::vector<pid_t> pids;
+  if (!finished_) confinement_->members(&pids);
+  return pids;
+}
+
+void Call::kill_now() {
+  if (finished_) return;
+  confinement_->kill_all();
+  // A subreaper shim keeps killing on its own once its control socket closes.
+  if (tier() == Tier::kSubreaper) {
+    unwatch();
+    control_.reset();
+  }
+}
+
+bool Call::populated_now() const { return !finished_ && !confinement_->empty(); }
+
+void Call::finish_sync() {
+  if (finished_) return;
+  if (main_.pidfd) {
+    ExitStatus st;
+    pidfd_reap(main_.pidfd.get(), &st);
+  }
+  cancel_timer();
+  unwatch();
+  control_.reset();
+  confinement_->release();
+  finished_ = true;
+}
+
+void Call::unwatch() {
+  Reactor& r = env_->reactor();
+  if (main_watched_) r.unwatch(main_.pidfd.get());
+  main_watched_ = false;
+  if (control_watched_) r.unwatch(control_.get());
+  control_watched_ = false;
+  r.unwatch_cgroup(events_wd_);
+  events_wd_ = -1;
+  watched_members_.clear();  // closing a pidfd takes it out of the epoll set
+}
+
+void Call::watch_member(Fd pidfd) {
+  if (!env_->reactor().watch_member(pidfd.get(), id_)) watched_members_.push_back(std::move(pidfd));
+}
+
+void Call::ensure_timer() {
+  if (timer_) return;
+  timer_ = new uv_timer_t;
+  uv_timer_init(env_->loop(), timer_);
+  timer_->data = this;
+  uv_unref(reinterpret_cast<uv_handle_t*>(timer_));
+}
+
+void Call::arm_timer(int ms) {
+  ensure_timer();
+  // The loop's cached time can be tens of ms old; deadlines count from now.
+  uv_update_time(env_->loop());
   uv_timer_start(timer_, on_timer, static_cast<uint64_t>(std::max(ms, 0)), 0);
   if (ref_) uv_ref(reinterpret_cast<uv_handle_t*>(timer_));
 }
 
-void Call::stop_timer() {
+void Call::cancel_timer() {
   if (!timer_) return;
   uv_timer_stop(timer_);
   uv_unref(reinterpret_cast<uv_handle_t*>(timer_));
@@ -51,13 +354,41 @@ void Call::on_timer(uv_timer_t* t) {
   Call* self = static_cast<Call*>(t->data);
   uv_unref(reinterpret_cast<uv_handle_t*>(t));
   self->on_timeout();
-  self->host_->wake();
+  self->env_->flush();
+}
+
+void Call::on_timeout() {
+  if (finished_) return;
+  if (main_polled_ && !main_exited_) {
+    if (control_) drain_control();
+    on_main_readable();
+    if (!main_exited_ && !ladder_.running()) arm_timer(kMainPollMs);
+  }
+  if (starting_ && now_ns() >= start_deadline_ns_) {
+    // The shim never said whether the command started: stop everything it
+    // may have started, and report the start as failed.
+    starting_ = false;
+    exit_posted_ = true;
+    env_->post(CallEvent{CallEvent::kStartFailed, id_, {}, {}, SysError::of(ETIMEDOUT, "proctree-helper")});
+    kill_now();
+    if (!ladder_.running()) return;
+  }
+  if (ladder_.running()) {
+    ladder_.on_timer();
+    check_finished();
+    return;
+  }
+  if (polling_) {
+    polling_ = false;
+    check_finished();
+    if (!finished_ && main_exited_) watch_emptiness();
+  }
 }
 
 void Call::dispose() {
   unwatch();
   if (!timer_) {
-    host_->on_call_disposed();
+    env_->on_call_disposed();
     delete this;
     return;
   }
@@ -65,37 +396,9 @@ void Call::dispose() {
   uv_close(reinterpret_cast<uv_handle_t*>(timer_), [](uv_handle_t* h) {
     Call* self = static_cast<Call*>(h->data);
     delete reinterpret_cast<uv_timer_t*>(h);
-    self->host_->on_call_disposed();
+    self->env_->on_call_disposed();
     delete self;
   });
-}
-
-void Ladder::begin(const std::string& reason, int grace, int sig, uint64_t now) {
-  started = true;
-  start_ns = now;
-  report = CleanupReport{};
-  report.reason = reason;
-  grace_ms = grace > 0 ? grace : 0;
-  term_signal = sig;
-}
-
-void Ladder::finish(uint64_t now) {
-  report.duration_ms = static_cast<double>(now - start_ns) / 1e6;
-  report_ready = true;
-}
-
-void Ladder::give_up(const std::vector<pid_t>& alive, uint64_t now) {
-  for (pid_t pid : alive) {
-    ProcessInfo info;
-    if (read_process_info(pid, &info)) report.leftovers.push_back(info);
-  }
-  finish(now);
-}
-
-void Call::post_report_once() {
-  if (!ladder_.report_ready || ladder_.report_posted) return;
-  ladder_.report_posted = true;
-  host_->post(CallEvent{CallEvent::kCleanup, id_, {}, ladder_.report, {}});
 }
 
 }  // namespace proctree

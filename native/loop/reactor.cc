@@ -7,33 +7,37 @@
 
 #include <vector>
 
+#include "loop/environment.h"
+
 namespace proctree {
 namespace {
 
 constexpr uint64_t kInotifyTag = ~uint64_t{0};
-// Call ids count up from 1 and never reach bit 62: it marks control sockets.
+// Call ids count up from 1 and never reach bit 61: the top bits say what
+// kind of descriptor became ready.
 constexpr uint64_t kControlBit = uint64_t{1} << 62;
 constexpr uint64_t kMemberBit = uint64_t{1} << 61;
+constexpr uint64_t kIdMask = kMemberBit - 1;
+// Readiness handled per loop turn: the rest stays ready (level-triggered) for
+// the next turn, so one turn never runs long.
+constexpr int kMaxEventsPerTurn = 64;
+
+SysError add(int epoll, int fd, uint32_t events, uint64_t data) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = data;
+  if (epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &ev) != 0) return SysError::from_errno("epoll_ctl");
+  return SysError::none();
+}
 
 }  // namespace
-
-Reactor::~Reactor() {
-  // The owner closes the handle first (close() with a callback); this only
-  // drops the descriptors.
-  watches_.clear();
-}
 
 SysError Reactor::open() {
   epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_) return SysError::from_errno("epoll_create1");
   inotify_.reset(inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
   if (!inotify_) return SysError::from_errno("inotify_init1");
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kInotifyTag;
-  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, inotify_.get(), &ev) != 0) {
-    return SysError::from_errno("epoll_ctl");
-  }
+  if (SysError e = add(epoll_.get(), inotify_.get(), EPOLLIN, kInotifyTag)) return e;
   poll_ = new uv_poll_t;
   int r = uv_poll_init(loop_, poll_, epoll_.get());
   if (r != 0) {
@@ -47,33 +51,19 @@ SysError Reactor::open() {
   return SysError::none();
 }
 
-SysError Reactor::watch_process(int pidfd, uint64_t call_id) {
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = call_id;
-  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, pidfd, &ev) != 0) return SysError::from_errno("epoll_ctl");
-  return SysError::none();
+SysError Reactor::watch_main(int pidfd, uint64_t call_id) { return add(epoll_.get(), pidfd, EPOLLIN, call_id); }
+
+SysError Reactor::watch_control(int fd, uint64_t call_id) {
+  return add(epoll_.get(), fd, EPOLLIN, call_id | kControlBit);
 }
 
 SysError Reactor::watch_member(int pidfd, uint64_t call_id) {
-  epoll_event ev{};
-  // One-shot: a dead member's pidfd stays readable, and one wake-up is all
-  // it is for. Closing the pidfd takes it out of the set.
-  ev.events = EPOLLIN | EPOLLONESHOT;
-  ev.data.u64 = call_id | kMemberBit;
-  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, pidfd, &ev) != 0) return SysError::from_errno("epoll_ctl");
-  return SysError::none();
+  return add(epoll_.get(), pidfd, EPOLLIN | EPOLLONESHOT, call_id | kMemberBit);
 }
 
-SysError Reactor::watch_control(int fd, uint64_t call_id) {
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = call_id | kControlBit;
-  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return SysError::from_errno("epoll_ctl");
-  return SysError::none();
+void Reactor::unwatch(int fd) {
+  if (fd >= 0 && epoll_) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
 }
-
-void Reactor::unwatch_process(int pidfd) { epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, pidfd, nullptr); }
 
 SysError Reactor::watch_cgroup(const std::string& events_path, uint64_t call_id, int* wd) {
   // cgroup.events raises a modify event whenever populated or frozen changes.
@@ -99,6 +89,7 @@ void Reactor::set_ref(bool ref) {
 }
 
 bool Reactor::wait_cgroup_change(int timeout_ms) {
+  if (!inotify_) return false;
   pollfd p{inotify_.get(), POLLIN, 0};
   int r = ::poll(&p, 1, timeout_ms);
   if (r <= 0) return false;
@@ -133,13 +124,15 @@ void Reactor::on_poll(uv_poll_t* handle, int status, int /*events*/) {
   static_cast<Reactor*>(handle->data)->dispatch();
 }
 
-void Reactor::drain_inotify(std::unordered_map<uint64_t, bool>* changed) {
+bool Reactor::drain_inotify(std::unordered_map<uint64_t, bool>* changed) {
   alignas(inotify_event) char buf[4096];
+  bool complete = true;
   for (;;) {
     ssize_t n = read(inotify_.get(), buf, sizeof buf);
-    if (n <= 0) return;  // EAGAIN: drained
+    if (n <= 0) return complete;  // EAGAIN: drained
     for (char* p = buf; p < buf + n;) {
       auto* ev = reinterpret_cast<inotify_event*>(p);
+      if (ev->mask & IN_Q_OVERFLOW) complete = false;
       auto it = watches_.find(ev->wd);
       if (it != watches_.end()) {
         (*changed)[it->second] = true;
@@ -153,39 +146,34 @@ void Reactor::drain_inotify(std::unordered_map<uint64_t, bool>* changed) {
 
 void Reactor::dispatch() {
   // Readiness may be spurious; epoll_wait with a zero timeout never blocks.
-  // One batch per callback: the fds are level-triggered, so whatever did not
-  // fit stays ready and libuv calls us again (looping here would spin on the
-  // same ready set until it was handled).
-  epoll_event evs[256];
-  std::vector<uint64_t> exited;
-  std::vector<uint64_t> control;
-  bool inotify_ready = false;
-  int n = epoll_wait(epoll_.get(), evs, 256, 0);
-  for (int i = 0; i < n; ++i) {
-    if (evs[i].data.u64 == kInotifyTag) {
-      inotify_ready = true;
-    } else if (evs[i].data.u64 & kControlBit) {
-      control.push_back(evs[i].data.u64 & ~kControlBit);
-    } else if (evs[i].data.u64 & kMemberBit) {
-      // handled below, with the cgroup.events changes
-    } else {
-      exited.push_back(evs[i].data.u64);
-    }
-  }
+  epoll_event evs[kMaxEventsPerTurn];
+  std::vector<uint64_t> exited, control;
   std::unordered_map<uint64_t, bool> changed;
+  bool inotify_ready = false;
+  int n = epoll_wait(epoll_.get(), evs, kMaxEventsPerTurn, 0);
   for (int i = 0; i < n; ++i) {
-    if (evs[i].data.u64 != kInotifyTag && (evs[i].data.u64 & kMemberBit)) {
-      changed[evs[i].data.u64 & ~kMemberBit] = true;
+    uint64_t tag = evs[i].data.u64;
+    if (tag == kInotifyTag) {
+      inotify_ready = true;
+    } else if (tag & kControlBit) {
+      control.push_back(tag & kIdMask);
+    } else if (tag & kMemberBit) {
+      changed[tag & kIdMask] = true;
+    } else {
+      exited.push_back(tag);
     }
   }
-  if (inotify_ready) drain_inotify(&changed);
+  if (inotify_ready && !drain_inotify(&changed)) {
+    // The kernel dropped events (IN_Q_OVERFLOW): a lost 'populated 0' would
+    // leave a call open forever, so every watched call looks again.
+    for (const auto& kv : watches_) changed[kv.second] = true;
+  }
   // A shim reports the command's exit before it exits itself.
-  for (uint64_t id : control) client_->on_control(id);
-  // Exits first: a call's main process leaves its cgroup before its pidfd
-  // turns readable, and 'exit' must reach JS before 'empty'.
-  for (uint64_t id : exited) client_->on_process_exit(id);
-  for (const auto& kv : changed) client_->on_cgroup_events(kv.first);
-  client_->on_batch_done();
+  for (uint64_t id : control) env_->on_control_readable(id);
+  // Exits before changes: 'exit' must reach JavaScript before 'empty'.
+  for (uint64_t id : exited) env_->on_main_readable(id);
+  for (const auto& kv : changed) env_->on_change(kv.first);
+  env_->flush();
 }
 
 }  // namespace proctree

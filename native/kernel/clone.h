@@ -1,0 +1,77 @@
+// Creating a child that shares our memory until it execs: clone3 with
+// CLONE_VM | CLONE_VFORK (| CLONE_PIDFD | CLONE_INTO_CGROUP) on a private
+// stack, so the cost does not grow with the harness's RSS, with the fallbacks
+// for hosts without clone3 (seccomp profiles, qemu-user, Linux < 5.7) or
+// without CLONE_PIDFD through clone() (qemu-user < 8.0). Used by spawn (the
+// tool call's main process) and by the probes (throwaway children).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernel/fd.h"
+#include "kernel/sys_error.h"
+
+// clone3() that starts the child on its own stack and runs fn(arg) there.
+// glibc does not export its clone3 wrapper, and a plain syscall(2) cannot be
+// used with a new stack: the child would return into the caller's frame.
+extern "C" long proctree_clone3(void* cl_args, size_t size, int (*fn)(void*), void* arg);
+
+namespace proctree {
+
+// A stack for the vfork child, reused across spawns of one environment: the
+// calling thread is suspended until the child execs or exits.
+class ChildStack {
+ public:
+  ChildStack() = default;
+  ChildStack(const ChildStack&) = delete;
+  ChildStack& operator=(const ChildStack&) = delete;
+  ~ChildStack();
+  SysError ensure();
+  void* base() const { return base_; }
+  size_t size() const { return size_; }
+
+ private:
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  void* base_ = nullptr;
+  size_t size_ = 0;
+};
+
+// How the child was created, for capabilities() and the tests.
+enum class CloneMethod { kClone3, kClone, kClonePidfdOpen };
+const char* clone_method_name(CloneMethod m);
+
+struct CloneRequest {
+  uint64_t ns_flags = 0;  // CLONE_NEWPID, CLONE_NEWUSER
+  // The cgroup to start the child in (an O_DIRECTORY fd), or -1. With clone3
+  // the kernel places it there; with clone() the child must write itself into
+  // that cgroup's cgroup.procs before it runs anything else: `*child_procs_fd`
+  // (a field the child reads) is then set to `cgroup_procs`, or to a
+  // cgroup.procs opened here and kept in `late_procs`.
+  int cgroup_fd = -1;
+  int cgroup_procs = -1;
+  int* child_procs_fd = nullptr;
+  Fd* late_procs = nullptr;
+};
+
+struct Cloned {
+  pid_t pid = -1;
+  Fd pidfd;
+  CloneMethod method = CloneMethod::kClone3;
+};
+
+// Runs fn(arg) in a new child (CLONE_VM | CLONE_VFORK, every signal blocked
+// in the parent meanwhile, so no handler can run on the shared memory). With
+// a real vfork it returns once the child has exec'd or exited; under an
+// emulator that turns vfork into fork it returns at once. On error, returns
+// the errno of the clone ("clone3", "clone") or of pidfd_open; a child that
+// was created but whose pidfd could not be had is killed and reaped first.
+SysError clone_vfork(ChildStack& stack, const CloneRequest& req, int (*fn)(void*), void* arg, Cloned* out);
+
+// Whether clone3 is used (false once it was found missing).
+bool clone3_available();
+
+}  // namespace proctree

@@ -1,0 +1,59 @@
+#include "ladder/cgroup_confinement.h"
+
+namespace proctree {
+
+SysError CgroupConfinement::members(std::vector<pid_t>* out) const {
+  if (!leaf_.valid()) {
+    out->clear();
+    return SysError::none();
+  }
+  return leaf_.read_procs(out);
+}
+
+SysError CgroupConfinement::confirm(std::vector<Held>* held) const {
+  // One read proves membership for every held pidfd at once.
+  std::vector<pid_t> listed;
+  if (SysError e = members(&listed)) return e;
+  keep_listed(held, &listed);
+  return SysError::none();
+}
+
+bool CgroupConfinement::empty() const {
+  if (!leaf_.valid()) return true;
+  CgroupEvents ev;
+  // Unreadable is not empty: the kill phase's bound ends the wait.
+  return !leaf_.read_events(&ev) && !ev.populated;
+}
+
+bool CgroupConfinement::can_freeze() const {
+  if (has_freeze_ < 0) has_freeze_ = leaf_.valid() && leaf_.has_file("cgroup.freeze") ? 1 : 0;
+  return has_freeze_ == 1;
+}
+
+SysError CgroupConfinement::set_frozen(bool frozen) { return leaf_.write_file("cgroup.freeze", frozen ? "1" : "0"); }
+
+bool CgroupConfinement::frozen() const {
+  CgroupEvents ev;
+  return leaf_.valid() && !leaf_.read_events(&ev) && ev.frozen;
+}
+
+Confinement::Kill CgroupConfinement::kill_all() {
+  if (!leaf_.valid()) return Kill::kOneShot;
+  if (has_kill_ < 0) has_kill_ = leaf_.has_kill() ? 1 : 0;
+  // Before 5.14: freeze, SIGKILL each member, thaw — repeated until empty.
+  if (has_kill_ == 0 || leaf_.write_file("cgroup.kill", "1")) {
+    leaf_.kill_round();
+    return Kill::kRound;
+  }
+  return Kill::kOneShot;
+}
+
+SysError CgroupConfinement::release() { return leaf_.remove(); }
+
+bool CgroupConfinement::release_if_empty(SysError* error) {
+  if (leaf_.remove_if_empty()) return true;
+  // EBUSY: populated, or the call made cgroups of its own in it.
+  return Confinement::release_if_empty(error);
+}
+
+}  // namespace proctree

@@ -1,0 +1,38 @@
+// The cgroup tier: the call's tree is its cgroup v2 leaf and every cgroup
+// below it. Membership survives setsid(), setpgid() and double forks; the
+// tree can be frozen (cgroup.freeze, 5.2) and killed in one step
+// (cgroup.kill, 5.14: race-free against forks and migrations); populated 0
+// in cgroup.events proves it empty.
+#pragma once
+
+#include "kernel/cgroup.h"
+#include "ladder/confinement.h"
+
+namespace proctree {
+
+class CgroupConfinement : public Confinement {
+ public:
+  explicit CgroupConfinement(CgroupDir leaf) : leaf_(std::move(leaf)) {}
+
+  Tier tier() const override { return Tier::kCgroup; }
+  const char* verified() const override { return "cgroup.events"; }
+  SysError members(std::vector<pid_t>* out) const override;
+  SysError confirm(std::vector<Held>* held) const override;
+  bool empty() const override;
+  bool can_freeze() const override;
+  SysError set_frozen(bool frozen) override;
+  bool frozen() const override;
+  Kill kill_all() override;
+  SysError release() override;
+  // rmdir first: its success proves the leaf empty, in one system call.
+  bool release_if_empty(SysError* error) override;
+
+  const CgroupDir& leaf() const { return leaf_; }
+
+ private:
+  CgroupDir leaf_;
+  mutable int has_freeze_ = -1;  // unknown until asked
+  int has_kill_ = -1;
+};
+
+}  // namespace proctree

@@ -1,0 +1,65 @@
+// What holds one call's tree, as the kill ladder sees it. Four tiers
+// implement it, one file each: cgroup (a cgroup v2 leaf), pidns (a PID
+// namespace whose init is our shim), subreaper (a shim that every orphan of
+// the tree is reparented to), session (a new session; the weakest). The
+// ladder (ladder.h) holds the policy and calls only this interface; each
+// tier says how it lists, confirms, freezes, kills and proves empty.
+#pragma once
+
+#include <sys/types.h>
+
+#include <vector>
+
+#include "kernel/members.h"
+#include "kernel/sys_error.h"
+
+namespace proctree {
+
+enum class Tier { kCgroup, kPidns, kSubreaper, kPgroup };
+const char* tier_name(Tier t);
+
+class Confinement {
+ public:
+  virtual ~Confinement() = default;
+  virtual Tier tier() const = 0;
+  // How this tier proves a tree empty, reported as CleanupReport.verified:
+  // cgroup.events | pidns | subreaper | none.
+  virtual const char* verified() const = 0;
+
+  // The live members now (a snapshot; a member may fork or exit right after).
+  virtual SysError members(std::vector<pid_t>* out) const = 0;
+  // Keeps in *held those that are members now (see kernel/members.h).
+  virtual SysError confirm(std::vector<Held>* held) const = 0;
+  // Whether the tree is empty now, as far as this tier can tell.
+  virtual bool empty() const = 0;
+  // Emptiness raises no event in this tier: look again this often (ms).
+  // 0: the owner re-checks on the tier's own events.
+  virtual int poll_ms() const { return 0; }
+
+  // Freezing (cgroup.freeze): a frozen member cannot fork or exit while we
+  // read and signal. Tiers that cannot freeze keep the defaults.
+  virtual bool can_freeze() const { return false; }
+  virtual SysError set_frozen(bool) { return SysError::none(); }
+  virtual bool frozen() const { return false; }
+
+  enum class Kill {
+    kOneShot,  // the kernel kills the whole tree, forks included: wait for empty
+    kRound,    // one SIGKILL round over the members: repeat until empty
+  };
+  // SIGKILL to the whole tree. The default is a round over the confirmed
+  // members, for tiers where the kernel offers nothing better.
+  virtual Kill kill_all();
+
+  // Releases what the tier made for the call (its cgroup directories), once
+  // the tree is empty.
+  virtual SysError release() { return SysError::none(); }
+  // If the tree is empty, releases it and returns true (a failed release is
+  // reported in *error); else false.
+  virtual bool release_if_empty(SysError* error);
+
+ protected:
+  // One round of `sig` to every confirmed member: how many got it.
+  int signal_members(int sig, SysError* error);
+};
+
+}  // namespace proctree

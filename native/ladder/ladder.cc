@@ -1,0 +1,229 @@
+#include "ladder/ladder.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "kernel/pidfd.h"
+
+namespace proctree {
+
+void Ladder::start(const std::string& reason, int grace_ms, int sig, pid_t main_pid) {
+  if (phase_ != Phase::kIdle) return;
+  start_ns_ = host_->now_ns();
+  report_ = CleanupReport{};
+  report_.reason = reason;
+  report_.verified = c_->verified();
+  grace_ms_ = std::max(grace_ms, 0);
+  sig_ = sig;
+  main_ = main_pid;
+  if (c_->empty()) {
+    finish();
+    return;
+  }
+  if (grace_ms_ == 0) {
+    start_kill();
+    return;
+  }
+  // Freeze first: a member that forks while we read the members would be
+  // missed, and a frozen member can neither fork nor exit under us.
+  if (c_->can_freeze() && !c_->set_frozen(true)) {
+    froze_ = true;
+    if (c_->frozen()) {
+      graceful_pass();
+      return;
+    }
+    phase_ = Phase::kFreezing;
+    phase_start_ns_ = host_->now_ns();
+    phase_limit_ms_ = std::min(grace_ms_, LadderLimits::kMaxFreezeWaitMs);
+    // cgroup.events notifies at most once per ~10 ms, and a young call has
+    // just used that up with 'populated 1': re-read at 1, 2, 4 … ms too.
+    freeze_recheck_ms_ = 1;
+    host_->arm_timer(freeze_recheck_ms_);
+    return;
+  }
+  graceful_pass();
+}
+
+bool Ladder::escaped(pid_t pid) const {
+  if (main_ <= 0) return false;
+  // Left the main process's group or session: what kill(-pgid) would miss.
+  return getsid(pid) != main_ || getpgid(pid) != main_;
+}
+
+int Ladder::ms_since(uint64_t t) const { return static_cast<int>((host_->now_ns() - t) / 1000000ULL); }
+
+void Ladder::graceful_pass() {
+  // Frozen, one read is complete; unfrozen (no freezer, or the freeze timed
+  // out), re-read until a read shows no one new. Each member exactly once.
+  const bool frozen = froze_ && c_->frozen();
+  const int rounds = frozen ? 1 : LadderLimits::kMaxPassRounds;
+  std::unordered_set<pid_t> done;
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<pid_t> pids, fresh;
+    if (SysError e = c_->members(&pids)) {
+      if (!error_) error_ = e;
+      break;
+    }
+    for (pid_t pid : pids) {
+      if (done.insert(pid).second) fresh.push_back(pid);
+    }
+    if (fresh.empty()) break;
+    SysError e = for_each_confirmed(
+        fresh, [this](std::vector<Held>* held) { return c_->confirm(held); },
+        [this](Held& h) {
+          bool out = escaped(h.pid);
+          if (pidfd_signal(h.pidfd.get(), sig_) != 0) return;  // gone meanwhile, or not ours to signal
+          ++report_.signaled;
+          if (out) ++report_.escaped;
+          // SIGCONT too: a stopped member must run to act on the signal.
+          if (sig_ != SIGCONT && sig_ != SIGKILL) pidfd_signal(h.pidfd.get(), SIGCONT);
+          if (watched_ < LadderLimits::kMaxWatchedMembers) {
+            ++watched_;
+            host_->watch_member(std::move(h.pidfd));
+          }
+        });
+    if (e && !error_) error_ = e;
+  }
+  if (froze_) {
+    c_->set_frozen(false);
+    froze_ = false;
+  }
+  if (c_->empty()) {
+    finish();
+    return;
+  }
+  phase_ = Phase::kGrace;
+  phase_start_ns_ = host_->now_ns();
+  phase_limit_ms_ = grace_ms_;
+  wait(grace_ms_);
+}
+
+void Ladder::start_kill() {
+  if (froze_) {
+    c_->set_frozen(false);
+    froze_ = false;
+  }
+  std::vector<pid_t> pids;
+  c_->members(&pids);
+  report_.killed = static_cast<int>(pids.size());
+  // Without a graceful pass (grace 0) the escapes are counted here, on the
+  // same definition, from the snapshot.
+  if (grace_ms_ == 0) {
+    for (pid_t pid : pids) {
+      if (escaped(pid)) ++report_.escaped;
+    }
+  }
+  phase_ = Phase::kKilling;
+  phase_start_ns_ = host_->now_ns();
+  phase_limit_ms_ = LadderLimits::kKillWaitMs;
+  kill_round();
+}
+
+void Ladder::kill_round() {
+  Confinement::Kill how = c_->kill_all();
+  if (c_->empty()) {
+    finish();
+    return;
+  }
+  int left = phase_limit_ms_ - ms_since(phase_start_ns_);
+  wait(how == Confinement::Kill::kRound ? std::min(LadderLimits::kKillRoundMs, std::max(left, 1)) : left);
+}
+
+// Waits up to ms, in steps of the tier's poll interval when emptiness raises
+// no event there.
+void Ladder::wait(int ms) {
+  int poll = c_->poll_ms();
+  host_->arm_timer(std::max(poll > 0 ? std::min(poll, ms) : ms, 0));
+}
+
+void Ladder::on_change() {
+  switch (phase_) {
+    case Phase::kFreezing:
+      if (c_->empty()) {
+        host_->cancel_timer();
+        froze_ = false;
+        c_->set_frozen(false);
+        finish();
+      } else if (c_->frozen()) {
+        host_->cancel_timer();
+        graceful_pass();
+      }
+      break;
+    case Phase::kGrace:
+    case Phase::kKilling:
+      if (c_->empty()) {
+        host_->cancel_timer();
+        finish();
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+void Ladder::on_timer() {
+  switch (phase_) {
+    case Phase::kFreezing: {
+      if (c_->empty()) {
+        c_->set_frozen(false);
+        froze_ = false;
+        finish();
+      } else if (c_->frozen() || ms_since(phase_start_ns_) >= phase_limit_ms_) {
+        graceful_pass();
+      } else {
+        freeze_recheck_ms_ *= 2;
+        host_->arm_timer(std::min(freeze_recheck_ms_, phase_limit_ms_ - ms_since(phase_start_ns_) + 1));
+      }
+      break;
+    }
+    case Phase::kGrace:
+      if (c_->empty()) {
+        finish();
+      } else if (ms_since(phase_start_ns_) >= phase_limit_ms_) {
+        start_kill();
+      } else {
+        wait(phase_limit_ms_ - ms_since(phase_start_ns_));
+      }
+      break;
+    case Phase::kKilling:
+      if (c_->empty()) {
+        finish();
+      } else if (ms_since(phase_start_ns_) >= phase_limit_ms_) {
+        give_up();
+      } else {
+        kill_round();
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+void Ladder::finish() {
+  phase_ = Phase::kDone;
+  report_.duration_ms = static_cast<double>(host_->now_ns() - start_ns_) / 1e6;
+  host_->ladder_finished();
+}
+
+void Ladder::give_up() {
+  // The kill did not empty the tree in time: what is still there is the
+  // report's leftovers, a failure.
+  std::vector<pid_t> pids;
+  c_->members(&pids);
+  for (pid_t pid : pids) {
+    ProcessInfo info;
+    if (read_process_info(pid, &info)) report_.leftovers.push_back(info);
+  }
+  finish();
+}
+
+SysError Ladder::take_error() {
+  SysError e = error_;
+  error_ = SysError::none();
+  return e;
+}
+
+}  // namespace proctree

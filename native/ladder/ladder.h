@@ -1,0 +1,110 @@
+// The kill ladder, written once for every tier: optional freeze → snapshot of
+// the members → the graceful signal once to each (+ SIGCONT) → thaw → wait
+// up to `grace` → kill everything → verify empty → report. It drives a
+// Confinement (confinement.h) and asks its host for the clock and one timer,
+// so it runs the same on the event loop and in unit tests with a fake clock.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernel/fd.h"
+#include "kernel/procfs.h"
+#include "kernel/sys_error.h"
+#include "ladder/confinement.h"
+
+namespace proctree {
+
+// The ladder's time limits, in one place.
+struct LadderLimits {
+  // How long a freeze may take (bounded by grace too) before the ladder
+  // signals unfrozen: a member in uninterruptible sleep can hold it up.
+  static constexpr int kMaxFreezeWaitMs = 1000;
+  // How long the kill phase may take before what is left is reported.
+  static constexpr int kKillWaitMs = 5000;
+  // Between SIGKILL rounds where the kernel has no one-shot kill.
+  static constexpr int kKillRoundMs = 20;
+  // Re-reads of the members in one unfrozen pass, until none is new.
+  static constexpr int kMaxPassRounds = 16;
+  // Member pidfds handed to the host to watch for an early end of grace.
+  static constexpr size_t kMaxWatchedMembers = 64;
+};
+
+struct CleanupReport {
+  std::string reason;  // timeout | abort | terminate | leftovers | shutdown | idle
+  int signaled = 0;    // members that got the graceful signal (exactly once each)
+  int killed = 0;      // members still alive when grace ran out
+  int escaped = 0;     // members outside the main process's group or session
+  std::string verified;  // how emptiness was proved (Confinement::verified)
+  std::vector<ProcessInfo> leftovers;  // alive after the whole ladder: a failure
+  double duration_ms = 0;
+};
+
+class LadderHost {
+ public:
+  virtual ~LadderHost() = default;
+  virtual uint64_t now_ns() = 0;
+  // One timer: arming replaces the previous deadline.
+  virtual void arm_timer(int ms) = 0;
+  virtual void cancel_timer() = 0;
+  // A member that got the graceful signal: its exit may be the tree's last,
+  // so the host may watch the pidfd and call on_change() when it turns
+  // readable. The host may also just drop it.
+  virtual void watch_member(Fd pidfd) = 0;
+  // The report is ready (done() is true).
+  virtual void ladder_finished() = 0;
+};
+
+class Ladder {
+ public:
+  Ladder(Confinement* confinement, LadderHost* host) : c_(confinement), host_(host) {}
+
+  // Starts the ladder; later calls do nothing. main_pid: the command's pid,
+  // whose group and session define "escaped" (-1: unknown, none counted).
+  void start(const std::string& reason, int grace_ms, int sig, pid_t main_pid);
+  bool started() const { return phase_ != Phase::kIdle; }
+  bool running() const { return started() && !done(); }
+  bool done() const { return phase_ == Phase::kDone; }
+  // Whether the ladder has the tree frozen right now.
+  bool holds_freeze() const { return froze_; }
+  const CleanupReport& report() const { return report_; }
+  // A resource error seen during a pass (EMFILE: some members could not be
+  // held, so they were not signalled); cleared by reading it.
+  SysError take_error();
+
+  // The confinement may have changed: its tree emptied, or froze.
+  void on_change();
+  void on_timer();
+
+ private:
+  enum class Phase { kIdle, kFreezing, kGrace, kKilling, kDone };
+
+  void graceful_pass();
+  void start_kill();
+  void kill_round();
+  void wait(int ms);
+  void finish();
+  void give_up();
+  bool escaped(pid_t pid) const;
+  int ms_since(uint64_t t) const;
+
+  Confinement* c_;
+  LadderHost* host_;
+  Phase phase_ = Phase::kIdle;
+  CleanupReport report_;
+  SysError error_;
+  int grace_ms_ = 0;
+  int sig_ = 15;
+  pid_t main_ = -1;
+  uint64_t start_ns_ = 0;
+  uint64_t phase_start_ns_ = 0;
+  int phase_limit_ms_ = 0;  // how long the current phase may last
+  int freeze_recheck_ms_ = 1;
+  bool froze_ = false;
+  size_t watched_ = 0;
+};
+
+}  // namespace proctree

@@ -1,0 +1,311 @@
+#include "loop/environment.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "kernel/stdio_fds.h"
+#include "ladder/cgroup_confinement.h"
+#include "ladder/pidns_confinement.h"
+#include "ladder/session_confinement.h"
+#include "ladder/subreaper_confinement.h"
+
+namespace proctree {
+namespace {
+
+// Call ids are unique in the process, so several environments (workers) can
+// share a subtree name without their leaves colliding.
+std::atomic<uint64_t> g_next_call_id{1};
+
+void sleep_ms(int ms) {
+  timespec ts{ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, nullptr);
+}
+
+}  // namespace
+
+Environment::Environment(uv_loop_t* loop, EventSink* sink)
+    : loop_(loop), sink_(sink), reactor_(loop, this), subtrees_(loop) {}
+
+Environment::~Environment() {
+  for (auto& kv : calls_) delete kv.second;
+}
+
+SysError Environment::location(CgroupLocation* out) { return subtrees_.location(out); }
+
+SysError Environment::ensure_open() {
+  if (opened_) return open_error_;
+  opened_ = true;
+  open_error_ = reactor_.open();
+  if (open_error_) return open_error_;
+  flush_timer_ = new uv_timer_t;
+  uv_timer_init(loop_, flush_timer_);
+  flush_timer_->data = this;
+  uv_unref(reinterpret_cast<uv_handle_t*>(flush_timer_));
+  return SysError::none();
+}
+
+SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
+  if (closing_) return SysError::of(ECANCELED, "spawn");
+  if (SysError e = ensure_open()) return e;
+  switch (opts.tier) {
+    case Tier::kCgroup:
+      return spawn_cgroup(opts, std::move(req), out);
+    case Tier::kPgroup: {
+      req.new_session = true;
+      SpawnResult proc;
+      if (SysError e = spawn_process(req, stack_, &proc)) return e;
+      uint64_t id = g_next_call_id.fetch_add(1);
+      out->id = id;
+      out->pid = proc.pid;
+      out->method = proc.method;
+      pid_t leader = proc.pid;
+      return adopt(new Call(this, id, std::move(proc), std::make_unique<SessionConfinement>(leader), Fd()));
+    }
+    default:
+      return spawn_shim(opts, std::move(req), out);
+  }
+}
+
+SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
+  uint64_t id = g_next_call_id.fetch_add(1);
+  CgroupDir leaf;
+  if (SysError e = subtrees_.make_leaf(opts.group, id, opts.helper, stack_, &leaf, &out->guardian_error)) {
+    if (calls_.empty()) subtrees_.idle();
+    return e;
+  }
+  // The clone() fallback: the child writes itself into cgroup.procs.
+  if (!clone3_available()) {
+    if (SysError e = leaf.open_procs_for_write()) {
+      leaf.remove();
+      return e;
+    }
+  }
+  req.cgroup_dir = leaf.dir_fd();
+  req.cgroup_procs = leaf.procs_fd();
+  SpawnResult proc;
+  if (SysError e = spawn_process(req, stack_, &proc)) {
+    leaf.remove();
+    if (calls_.empty()) subtrees_.idle();
+    return e;
+  }
+  out->id = id;
+  out->pid = proc.pid;
+  out->cgroup = leaf.path();
+  out->method = proc.method;
+  return adopt(new Call(this, id, std::move(proc), std::make_unique<CgroupConfinement>(std::move(leaf)), Fd()));
+}
+
+SysError Environment::spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
+  const bool pidns = opts.tier == Tier::kPidns;
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return SysError::from_errno("socketpair");
+  Fd ours(sv[0]), theirs(sv[1]);
+  // The shim's end goes after the command's own fds, which the shim hands on
+  // untouched; like every source it must sit above them.
+  const int control = static_cast<int>(req.fds.size());
+  if (theirs.get() <= control) {
+    theirs.reset(fcntl(theirs.get(), F_DUPFD_CLOEXEC, control + 1));
+    if (!theirs) return SysError::from_errno("fcntl");
+  }
+  req.fds.push_back(theirs.get());
+  // The command, with the same execvpe search, goes after the shim's own
+  // arguments. A terminal is the command's controlling terminal, not the
+  // shim's: the shim's child takes it after its own setsid().
+  std::vector<std::string> argv = {opts.helper, pidns ? "init" : "subreaper", std::to_string(control),
+                                   req.controlling_tty ? "1" : "0", std::to_string(req.candidates.size())};
+  argv.insert(argv.end(), req.candidates.begin(), req.candidates.end());
+  argv.push_back("--");
+  argv.insert(argv.end(), req.argv.begin(), req.argv.end());
+  req.argv = std::move(argv);
+  req.candidates = {opts.helper};
+  req.controlling_tty = false;
+  req.new_session = true;
+  if (pidns) {
+    // The init dies with the thread that spawned it, and its death kills the
+    // namespace; the control socket's EOF covers the harness dying anyway.
+    req.pdeathsig = SIGKILL;
+    req.ns_flags = CLONE_NEWPID | (geteuid() == 0 ? 0 : CLONE_NEWUSER);
+  }
+  SpawnResult proc;
+  SysError e = spawn_process(req, stack_, &proc);
+  if (e && pidns && e.err == EPERM && !(req.ns_flags & CLONE_NEWUSER)) {
+    // Root without CAP_SYS_ADMIN (a container): a user namespace may still do.
+    req.ns_flags |= CLONE_NEWUSER;
+    e = spawn_process(req, stack_, &proc);
+  }
+  if (e) {
+    // The helper itself could not start: say so, not "spawn <file> ENOENT".
+    if (std::string(e.syscall) == "execve") e = SysError::of(e.err, "proctree-helper", opts.helper);
+    return e;
+  }
+  theirs.reset();
+  uint64_t id = g_next_call_id.fetch_add(1);
+  out->id = id;
+  out->pid = -1;  // reported by the shim: a kStarted event follows
+  out->shim = proc.pid;
+  out->method = proc.method;
+  std::unique_ptr<Confinement> c;
+  if (pidns) {
+    c = std::make_unique<PidnsConfinement>(proc.pid, proc.pidfd.get());
+  } else {
+    c = std::make_unique<SubreaperConfinement>(proc.pid, proc.pidfd.get());
+  }
+  return adopt(new Call(this, id, std::move(proc), std::move(c), std::move(ours)));
+}
+
+SysError Environment::adopt(Call* call) {
+  calls_[call->id()] = call;
+  ++referenced_;
+  reactor_.set_ref(true);
+  // From here the call exists: whatever fails now is the call's to report,
+  // never a reason to pretend it did not start.
+  call->start();
+  return SysError::none();
+}
+
+void Environment::set_referenced(uint64_t id, bool ref) {
+  if (Call* c = find(id)) c->set_referenced(ref);
+}
+
+void Environment::on_call_ref_changed(bool was, bool now) {
+  if (was == now) return;
+  if (now) {
+    ++referenced_;
+  } else {
+    --referenced_;
+  }
+  reactor_.set_ref(referenced_ > 0);
+}
+
+Call* Environment::find(uint64_t id) {
+  auto it = calls_.find(id);
+  return it == calls_.end() ? nullptr : it->second;
+}
+
+void Environment::post(CallEvent event) {
+  pending_.push_back(std::move(event));
+  // Events caused by a JavaScript call (terminate, kill) are delivered on a
+  // later turn of the loop, never from inside that call.
+  if (!flushing_ && flush_timer_ && !closing_) {
+    uv_timer_start(flush_timer_, on_flush_timer, 0, 0);
+    uv_ref(reinterpret_cast<uv_handle_t*>(flush_timer_));
+  }
+}
+
+void Environment::on_flush_timer(uv_timer_t* t) {
+  uv_unref(reinterpret_cast<uv_handle_t*>(t));
+  static_cast<Environment*>(t->data)->flush();
+}
+
+void Environment::flush() {
+  if (flushing_) return;
+  flushing_ = true;
+  // A listener may call back into us (terminate from an 'exit' handler):
+  // what it posts is appended and delivered by this same loop, in order.
+  while (!pending_.empty()) {
+    CallEvent ev = std::move(pending_.front());
+    pending_.pop_front();
+    if (!closing_) sink_->deliver(ev);
+  }
+  flushing_ = false;
+  reap_finished();
+}
+
+void Environment::reap_finished() {
+  if (reaping_ || closing_) return;
+  reaping_ = true;
+  std::vector<Call*> done;
+  for (auto& kv : calls_) {
+    if (kv.second->finished()) done.push_back(kv.second);
+  }
+  for (Call* c : done) {
+    calls_.erase(c->id());
+    if (c->referenced()) on_call_ref_changed(true, false);
+    c->dispose();
+  }
+  if (!done.empty() && calls_.empty()) subtrees_.idle();
+  reaping_ = false;
+}
+
+void Environment::on_main_readable(uint64_t id) {
+  if (Call* c = find(id)) c->on_main_readable();
+}
+
+void Environment::on_control_readable(uint64_t id) {
+  if (Call* c = find(id)) c->on_control_readable();
+}
+
+void Environment::on_change(uint64_t id) {
+  if (Call* c = find(id)) c->on_change();
+}
+
+void Environment::shutdown_sync(int wait_ms) {
+  // One write per subtree ends every call in it; each call's own kill for
+  // the other tiers. Where the kernel has no one-shot kill, repeat.
+  subtrees_.kill_round();
+  for (auto& kv : calls_) kv.second->kill_now();
+  for (int waited = 0; waited < wait_ms; waited += 2) {
+    bool any = subtrees_.populated();
+    for (auto& kv : calls_) any = any || kv.second->populated_now();
+    if (!any) break;
+    sleep_ms(2);
+    if (waited % 20 == 18) {
+      subtrees_.kill_round();
+      for (auto& kv : calls_) kv.second->kill_now();
+    }
+  }
+  for (auto& kv : calls_) kv.second->finish_sync();
+  subtrees_.remove_all();
+  pending_.clear();
+}
+
+void Environment::close_handles(void (*done)(void*), void* arg) {
+  closing_ = true;
+  closed_cb_ = done;
+  closed_arg_ = arg;
+  // One count for this function itself, released at its end, so that
+  // handles closing synchronously cannot finish the count early.
+  handles_open_ = 1;
+  std::vector<Call*> calls;
+  for (auto& kv : calls_) calls.push_back(kv.second);
+  calls_.clear();
+  for (Call* c : calls) {
+    ++handles_open_;
+    c->dispose();
+  }
+  ++handles_open_;
+  reactor_.close([](void* self) { static_cast<Environment*>(self)->handle_closed(); }, this);
+  subtrees_.remove_all();
+  ++handles_open_;
+  subtrees_.close([](void* self) { static_cast<Environment*>(self)->handle_closed(); }, this);
+  if (flush_timer_) {
+    ++handles_open_;
+    uv_timer_stop(flush_timer_);
+    uv_close(reinterpret_cast<uv_handle_t*>(flush_timer_), [](uv_handle_t* h) {
+      Environment* self = static_cast<Environment*>(h->data);
+      delete reinterpret_cast<uv_timer_t*>(h);
+      self->handle_closed();
+    });
+    flush_timer_ = nullptr;
+  }
+  handle_closed();
+}
+
+void Environment::on_call_disposed() {
+  if (closing_) handle_closed();
+}
+
+void Environment::handle_closed() {
+  if (--handles_open_ > 0) return;
+  if (closed_cb_) closed_cb_(closed_arg_);
+}
+
+}  // namespace proctree

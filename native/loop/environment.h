@@ -1,0 +1,116 @@
+// Everything proctree keeps for one Node environment (the main thread or a
+// worker): the table of live calls, the queue of their events waiting to be
+// delivered to JavaScript in order, the reactor that watches them, and the
+// cgroup subtrees their leaves live in. Spawning a call in any tier starts
+// here.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kernel/cgroup.h"
+#include "kernel/spawn.h"
+#include "ladder/confinement.h"
+#include "loop/call.h"
+#include "loop/reactor.h"
+#include "loop/subtrees.h"
+
+namespace proctree {
+
+// Where events go: the binding (to JavaScript), or a unit test.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void deliver(const CallEvent& event) = 0;
+};
+
+struct SpawnedCall {
+  uint64_t id = 0;
+  pid_t pid = -1;    // the command's pid; -1 while a shim has not reported it
+  pid_t shim = -1;   // pidns/subreaper: the shim's pid
+  std::string cgroup;
+  CloneMethod method = CloneMethod::kClone3;
+  // The cgroup tier made a subtree now and could not start the guardian:
+  // the call runs, but is not stopped if the harness is SIGKILLed.
+  SysError guardian_error;
+};
+
+struct SpawnOptions {
+  Tier tier = Tier::kCgroup;
+  std::string group;   // the subtree's directory name (cgroup tier)
+  std::string helper;  // the proctree-helper executable (shims, guardian)
+};
+
+class Environment {
+ public:
+  Environment(uv_loop_t* loop, EventSink* sink);
+  Environment(const Environment&) = delete;
+  Environment& operator=(const Environment&) = delete;
+  ~Environment();
+
+  // Where call cgroups go; fails when there is no cgroup2 showing ours.
+  SysError location(CgroupLocation* out);
+
+  // Starts req in a new call of the given tier. On error nothing is left:
+  // no process, no directory, no descriptor.
+  SysError spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
+
+  Call* find(uint64_t id);
+  ChildStack& child_stack() { return stack_; }
+  void set_referenced(uint64_t id, bool ref);
+  size_t live() const { return calls_.size(); }
+
+  // Environment teardown or process exit: SIGKILL every call, wait a bounded
+  // time for the trees to empty, remove every directory we made.
+  void shutdown_sync(int wait_ms);
+  // Closes libuv handles; done() runs when all have closed.
+  void close_handles(void (*done)(void*), void* arg);
+
+  // For calls.
+  uv_loop_t* loop() { return loop_; }
+  Reactor& reactor() { return reactor_; }
+  void post(CallEvent event);
+  // Deliver what was posted, now: called at the end of a libuv callback.
+  void flush();
+  void on_call_ref_changed(bool was, bool now);
+  void on_call_disposed();
+
+  // For the reactor.
+  void on_main_readable(uint64_t id);
+  void on_control_readable(uint64_t id);
+  void on_change(uint64_t id);
+
+ private:
+  SysError ensure_open();
+  SysError spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
+  SysError spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
+  SysError adopt(Call* call);
+  void reap_finished();
+  static void on_flush_timer(uv_timer_t* t);
+  void handle_closed();
+
+  uv_loop_t* loop_;
+  EventSink* sink_;
+  Reactor reactor_;
+  Subtrees subtrees_;
+  bool opened_ = false;
+  bool closing_ = false;
+  SysError open_error_;
+  ChildStack stack_;
+  std::unordered_map<uint64_t, Call*> calls_;
+  size_t referenced_ = 0;  // live calls that keep the loop alive
+  std::deque<CallEvent> pending_;
+  bool flushing_ = false;
+  bool reaping_ = false;
+  uv_timer_t* flush_timer_ = nullptr;
+  int handles_open_ = 0;
+  void (*closed_cb_)(void*) = nullptr;
+  void* closed_arg_ = nullptr;
+};
+
+}  // namespace proctree

@@ -1,0 +1,100 @@
+#include "loop/subtrees.h"
+
+#include "kernel/guardian_launch.h"
+
+namespace proctree {
+
+SysError Subtrees::location(CgroupLocation* out) {
+  if (!located_) {
+    location_error_ = locate_cgroup2(&location_);
+    located_ = true;
+  }
+  if (location_error_) return location_error_;
+  *out = location_;
+  return SysError::none();
+}
+
+SysError Subtrees::make_leaf(const std::string& group, uint64_t id, const std::string& helper, ChildStack& stack,
+                             CgroupDir* out, SysError* guardian_error) {
+  CgroupLocation loc;
+  if (SysError e = location(&loc)) return e;
+  if (linger_) uv_timer_stop(linger_);
+  auto g = groups_.find(group);
+  if (g == groups_.end()) {
+    // The delegation rule: only ever below the harness's own cgroup. The
+    // name carries this process's random prefix, so a directory that exists
+    // already is another harness's unless we made it earlier and it is still
+    // there: never share one.
+    bool ours = made_.count(group) != 0;
+    CgroupDir dir;
+    if (SysError e = CgroupDir::create(loc.own_path + "/" + group, ours, &dir)) return e;
+    made_.insert(group);
+    g = groups_.emplace(group, std::move(dir)).first;
+    // Checked once per subtree made, not per call: the guardian watches
+    // every subtree of this harness by its prefix.
+    GuardianInfo info;
+    *guardian_error = ensure_guardian(helper, loc.own_path, subtree_prefix(), stack, &info);
+  }
+  if (SysError e = CgroupDir::create(g->second.path() + "/c" + std::to_string(id), false, out)) {
+    // The subtree vanished under us (removed by hand): forget it, so that
+    // the next call makes it anew.
+    if (e.err == ENOENT) groups_.erase(g);
+    return e;
+  }
+  return SysError::none();
+}
+
+void Subtrees::idle() {
+  if (groups_.empty()) return;
+  if (!linger_) {
+    linger_ = new uv_timer_t;
+    uv_timer_init(loop_, linger_);
+    linger_->data = this;
+  }
+  // Unreferenced: at exit the 'exit' hook (or the guardian) removes them.
+  uv_timer_start(linger_, on_linger, kLingerMs, 0);
+  uv_unref(reinterpret_cast<uv_handle_t*>(linger_));
+}
+
+void Subtrees::on_linger(uv_timer_t* t) { static_cast<Subtrees*>(t->data)->remove_all(); }
+
+void Subtrees::kill_round() {
+  for (auto& kv : groups_) kv.second.kill_round();
+}
+
+bool Subtrees::populated() const {
+  for (const auto& kv : groups_) {
+    CgroupEvents ev;
+    if (!kv.second.read_events(&ev) && ev.populated) return true;
+  }
+  return false;
+}
+
+void Subtrees::remove_all() {
+  // rmdir fails harmlessly (EBUSY) on one that still holds a call.
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    if (!it->second.remove()) {
+      it = groups_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Subtrees::close(void (*closed)(void*), void* arg) {
+  if (!linger_) {
+    closed(arg);
+    return;
+  }
+  closed_ = closed;
+  closed_arg_ = arg;
+  uv_timer_stop(linger_);
+  uv_close(reinterpret_cast<uv_handle_t*>(linger_), [](uv_handle_t* h) {
+    Subtrees* self = static_cast<Subtrees*>(h->data);
+    delete reinterpret_cast<uv_timer_t*>(h);
+    self->linger_ = nullptr;
+    self->closed_(self->closed_arg_);
+  });
+}
+
+}  // namespace proctree

@@ -1,0 +1,63 @@
+// The cgroup subtrees of one environment: proctree-<pid>-<random>[-<name>]
+// directories below the harness's own cgroup, each holding one leaf per call
+// (c<id>). A subtree is made on first use, exclusively (a name that exists
+// already is not ours), and the guardian that outlives the harness is checked
+// each time one is made. Once no call is left, the subtrees are kept for a
+// moment (a harness running calls one after another does not pay a mkdir and
+// an rmdir for each), then removed.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+
+#include "kernel/cgroup.h"
+#include "kernel/clone.h"
+
+namespace proctree {
+
+class Subtrees {
+ public:
+  explicit Subtrees(uv_loop_t* loop) : loop_(loop) {}
+  Subtrees(const Subtrees&) = delete;
+  Subtrees& operator=(const Subtrees&) = delete;
+
+  // Where call cgroups go (located once).
+  SysError location(CgroupLocation* out);
+
+  // A new leaf for call `id` in subtree `group`. *guardian_error is set when
+  // the subtree was made now and the guardian could not be started (the call
+  // still runs; it is stopped on a normal exit, not on SIGKILL).
+  SysError make_leaf(const std::string& group, uint64_t id, const std::string& helper, ChildStack& stack,
+                     CgroupDir* out, SysError* guardian_error);
+
+  // No live call is left: remove the subtrees after kLingerMs.
+  void idle();
+  // SIGKILL everything in every subtree (one round; repeat until empty()).
+  void kill_round();
+  bool populated() const;
+  void remove_all();
+  // Closes the linger timer; closed(arg) once it has.
+  void close(void (*closed)(void*), void* arg);
+
+  static constexpr uint64_t kLingerMs = 1000;
+
+ private:
+  static void on_linger(uv_timer_t* t);
+
+  uv_loop_t* loop_;
+  CgroupLocation location_;
+  SysError location_error_;
+  bool located_ = false;
+  std::map<std::string, CgroupDir> groups_;
+  // Every subtree name this environment made: only those may be reopened.
+  std::set<std::string> made_;
+  uv_timer_t* linger_ = nullptr;
+  void (*closed_)(void*) = nullptr;
+  void* closed_arg_ = nullptr;
+};
+
+}  // namespace proctree
