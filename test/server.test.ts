@@ -218,6 +218,25 @@ describe('requests and events', () => {
     expect(liveWith(t2)).toEqual([]);
   });
 
+  it('a shim tier (its start reported later): the answer still comes first, a failed start has no events', async () => {
+    const s = new Server();
+    const probes = ((await s.request('capabilities')).capabilities as { probes: Record<string, { ok: boolean }> }).probes;
+    const tiers = ['subreaper', 'pidns'].filter((t) => probes[t]?.ok && probes.helper?.ok);
+    if (tiers.length === 0) return; // no helper here: the tiers tests say why
+    for (const tier of tiers) {
+      const res = await s.request('spawn', { id: tier, file: 'sh', args: ['-c', 'echo out; exit 4'], options: { confinement: tier } });
+      expect(res).toMatchObject({ ok: true, id: tier, confinement: tier });
+      expect(await s.closed(tier)).toMatchObject({ code: 4 });
+      expect(s.events(tier)[0]).toMatchObject({ event: 'spawn', pid: res.pid });
+      expect(s.messages.indexOf(res)).toBeLessThan(s.messages.indexOf(s.events(tier)[0]));
+      expect(s.output(tier)).toBe('out\n');
+      const missing = await s.request('spawn', { id: `${tier}-x`, file: 'proctree-no-such-command-xyz', options: { confinement: tier } });
+      expect(missing.error?.code).toBe('ENOENT');
+      expect(s.events(`${tier}-x`)).toEqual([]);
+      expect(await s.request('list')).toMatchObject({ calls: [] });
+    }
+  });
+
   it('capabilities and list', async () => {
     const s = new Server();
     const caps = await s.request('capabilities');

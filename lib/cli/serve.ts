@@ -51,11 +51,13 @@ class OutputFlow {
    * and 'close' waits for it, so a client's pause no longer holds.
    */
   treeEmpty = false;
+  /** The spawn is not answered yet (a shim's start is pending): output waits for the answer. */
+  starting = false;
 
   constructor(private readonly streams: Readable[]) {}
 
   apply(): void {
-    const hold = this.waitingForDrain || (this.clientPaused && !this.treeEmpty);
+    const hold = this.starting || this.waitingForDrain || (this.clientPaused && !this.treeEmpty);
     for (const s of this.streams) {
       if (hold) s.pause();
       else s.resume();
@@ -283,7 +285,7 @@ export class ProtocolServer {
     // Which tiers exist is the library's call; it rejects the ones it lacks.
     if (confinement !== undefined) options.confinement = confinement as SpawnOptions['confinement'];
     const call = spawn(req.file, req.args ?? [], options);
-    if (call.pid === undefined) {
+    if (!call.started) {
       // It could not start: the error arrives on the next tick.
       return new Promise<never>((_, reject) => call.once('error', reject));
     }
@@ -291,27 +293,67 @@ export class ProtocolServer {
     let resolveClosed!: () => void;
     const flow = new OutputFlow([call.stdout, call.stderr].filter((s): s is Readable => s !== null));
     const live: LiveCall = { call, startedAt: performance.now(), report: null, closed: new Promise((r) => (resolveClosed = r)), flow };
+    // Open from now on, even while its start is pending: terminate and
+    // stop-all reach it.
     this.#calls.set(id, live);
-
-    call.on('spawn', () => this.#send({ event: 'spawn', id, pid: call.pid as number }));
+    const answer = (): Record<string, unknown> => ({ id, pid: call.pid as number, cgroup: call.cgroup ?? '', confinement: call.confinement });
+    // The call's events go out after the spawn answer. A shim (pidns,
+    // subreaper) reports the command's pid, or why it could not start, a
+    // little later: until then its events wait here and its output in its
+    // pipes, and a start that fails sends an error answer and no events.
+    let held: Event[] | null = null;
+    const emit = (event: Event): void => {
+      if (held) held.push(event);
+      else this.#send(event);
+    };
+    let pending: Promise<Record<string, unknown>> | null = null;
+    if (call.pid === undefined) {
+      held = [];
+      flow.starting = true;
+      flow.apply();
+      pending = new Promise((resolve, reject) => {
+        call.once('spawn', () => {
+          resolve(answer());
+          // After the answer, whose delivery is already queued.
+          queueMicrotask(() => {
+            const waiting = held ?? [];
+            held = null;
+            this.#send({ event: 'spawn', id, pid: call.pid as number });
+            for (const event of waiting) this.#send(event);
+            flow.starting = false;
+            flow.apply();
+          });
+        });
+        call.once('error', (err) => {
+          if (call.started) return;
+          this.#calls.delete(id);
+          resolveClosed();
+          reject(err);
+        });
+      });
+    } else {
+      call.on('spawn', () => emit({ event: 'spawn', id, pid: call.pid as number }));
+    }
     call.stdout?.on('data', (chunk: Buffer) => this.#sendOutput(flow, 'stdout', id, chunk));
     call.stderr?.on('data', (chunk: Buffer) => this.#sendOutput(flow, 'stderr', id, chunk));
     call.on('empty', () => {
       flow.treeEmpty = true;
       flow.apply();
     });
-    call.on('exit', (code, signal) => this.#send({ event: 'exit', id, code, signal }));
-    call.on('leftover', (processes) => this.#send({ event: 'leftover', id, processes }));
+    call.on('exit', (code, signal) => emit({ event: 'exit', id, code, signal }));
+    call.on('leftover', (processes) => emit({ event: 'leftover', id, processes }));
     call.on('cleanup', (report) => {
       live.report = report;
       if (report.leftovers.length > 0) this.#leftoversSeen = true;
-      this.#send({ event: 'cleanup', id, report });
+      emit({ event: 'cleanup', id, report });
     });
-    call.on('error', (err) => this.#send({ event: 'error', id, error: errorOf(err) }));
+    call.on('error', (err) => {
+      if (call.started) emit({ event: 'error', id, error: errorOf(err) });
+    });
     call.on('close', (code, signal) => {
       this.#calls.delete(id);
       this.#waitingForDrain.delete(flow);
-      this.#send({
+      emit({
         event: 'close',
         id,
         code,
@@ -322,7 +364,7 @@ export class ProtocolServer {
       });
       resolveClosed();
     });
-    return { id, pid: call.pid, cgroup: call.cgroup ?? '', confinement: call.confinement };
+    return pending ?? answer();
   }
 
   #stopAll(grace: number | undefined): Promise<number> {
