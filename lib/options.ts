@@ -329,8 +329,8 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     throw invalidArgValue('options.leftovers', leftovers, "must be one of: 'kill', 'wait'");
   }
   const confinement = opts.confinement ?? 'auto';
-  if (!['auto', 'cgroup', 'pidns', 'subreaper', 'pgroup'].includes(confinement as string)) {
-    throw invalidArgValue('options.confinement', confinement, "must be one of: 'auto', 'cgroup', 'pidns', 'subreaper', 'pgroup'");
+  if (!['auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup'].includes(confinement as string)) {
+    throw invalidArgValue('options.confinement', confinement, "must be one of: 'auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup'");
   }
   const grace = checkMs(opts.grace, 'grace', defaults.grace ?? 2000);
   warnUnknownOptions(opts, defaults.where ?? 'spawn');

@@ -125,6 +125,7 @@ SysError start_call(Broker& b, const SpawnMessage& m, const int (&stdio)[3], con
   req.fds.assign(stdio, stdio + 3);
   req.cgroup_dir = leaf.dir_fd();
   req.new_session = (m.flags & broker::kNewSession) != 0;
+  req.controlling_tty = (m.flags & broker::kControllingTty) != 0;
   return spawn_process(req, b.stack, out);
 }
 

@@ -117,6 +117,7 @@ SysError BrokerClient::send_spawn(const BrokerSpawn& spawn, uint64_t* id) {
   m.argv = spawn.argv;
   m.envp = spawn.envp;
   m.flags = spawn.new_session ? uint32_t{broker::kNewSession} : 0u;
+  if (spawn.controlling_tty) m.flags |= broker::kControllingTty;
   Outgoing o;
   for (int i = 0; i < 3; ++i) {
     if (spawn.stdio[i] < 0) continue;

@@ -64,6 +64,7 @@ struct BrokerSpawn {
   // may close its own right after. -1: /dev/null.
   int stdio[3] = {-1, -1, -1};
   bool new_session = true;
+  bool controlling_tty = false;  // stdio[0] is a terminal's slave
 };
 
 struct BrokerEvent {

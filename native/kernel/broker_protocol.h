@@ -54,6 +54,7 @@ enum Flags : uint32_t {
   kStdout = 1u << 1,
   kStderr = 1u << 2,
   kNewSession = 1u << 8,
+  kControllingTty = 1u << 9,  // fd 0 is a terminal: make it the session's
   kHasCgroupKill = 1u << 16,  // kReady: the broker's cgroups have cgroup.kill
 };
 

@@ -61,6 +61,9 @@ class LadderHost {
 class Ladder {
  public:
   Ladder(Confinement* confinement, LadderHost* host) : c_(confinement), host_(host) {}
+  // The tree to work on, when it is known only after the ladder's owner was
+  // made (the systemd tier learns its leaf from the broker). Before start().
+  void bind(Confinement* confinement) { c_ = confinement; }
 
   // Starts the ladder; later calls do nothing. main_pid: the command's pid,
   // whose group and session define "escaped" (-1: unknown, none counted).
