@@ -238,6 +238,9 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   out->pid = proc.pid;
   out->cgroup = leaf.path();
   out->method = proc.method;
+  // The clone has used the leaf's descriptors: a live call keeps none (they
+  // are reopened if a ladder or members() needs them).
+  leaf.close();
   return adopt(new Call(this, id, std::move(proc), std::make_unique<CgroupConfinement>(std::move(leaf)), Fd()));
 }
 
