@@ -145,9 +145,10 @@ void Call::on_main_readable() {
   }
   if (!st.done) return;  // spurious readiness
   main_exited_ = true;
-  if (main_watched_) env_->reactor().unwatch(main_.pidfd.get());
+  // A shim's pidfd stays: it is how its tier tells the tree is empty. Closing
+  // the others takes them out of the epoll set (nothing else holds them).
+  if (main_watched_ && (keep || shim())) env_->reactor().unwatch(main_.pidfd.get());
   main_watched_ = false;
-  // A shim's pidfd stays: it is how its tier tells the tree is empty.
   if (!keep && !shim()) main_.pidfd.reset();
   if (shim()) {
     // The shim is gone, so is its tree (it exits only with no child left,
