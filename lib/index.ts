@@ -1,8 +1,8 @@
 export { spawn, run } from './run';
 export { ToolCall, type ToolCallEvents } from './toolcall';
-export { Supervisor, type SupervisorOptions, type SupervisorEvents } from './supervisor';
+export { Supervisor, getDefaultSupervisor, type SupervisorOptions, type SupervisorEvents } from './supervisor';
 export { capabilities, type Capabilities } from './capabilities';
-export { LeftoversError, ConfinementUnavailableError, type SpawnError } from './errors';
+export { AbortError, LeftoversError, ConfinementUnavailableError, type SpawnError } from './errors';
 export type {
   CleanupReason,
   CleanupReport,

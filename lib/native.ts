@@ -19,7 +19,7 @@ export interface NativeSpawnSpec {
   pty?: { cols: number; rows: number };
   uid?: number;
   gid?: number;
-  tier: 'cgroup' | 'pidns' | 'subreaper' | 'pgroup';
+  tier: 'cgroup' | 'systemd' | 'pidns' | 'subreaper' | 'pgroup';
   /** The proctree-helper executable: the shim of pidns and subreaper, and the guardian. */
   helper: string;
 }
@@ -39,7 +39,7 @@ export interface NativeSpawned {
   pending?: true;
   cgroup: string;
   method: 'clone3' | 'clone' | 'clone+pidfd_open';
-  tier: 'cgroup' | 'pidns' | 'subreaper' | 'pgroup';
+  tier: 'cgroup' | 'systemd' | 'pidns' | 'subreaper' | 'pgroup';
   /** One per stdio entry: our end of a 'pipe', else -1. */
   stdio: number[];
   /** The terminal's master side (non-blocking, close-on-exec) when stdio asked for 'pty'. */
@@ -61,12 +61,25 @@ export interface NativeReport {
   durationMs: number;
 }
 
+/** What the Empty event carries: the whole tree's usage, as far as the tier can see it. */
+export interface NativeUsage {
+  /** The most processes seen in the tree at once (members() and the ladder's reads). */
+  peakProcesses: number;
+  /** Absent when the tier could not tell. */
+  userMs?: number;
+  systemMs?: number;
+  /** 'cgroup': cpu.stat of the call's cgroup; 'rusage': what the main process (pgroup) or the shim (pidns, subreaper) reaped. */
+  source?: 'cgroup' | 'rusage';
+  /** memory.peak, where the memory controller is delegated. */
+  memoryPeakBytes?: number;
+}
+
 export const enum NativeEventKind {
   Exit = 0,
   Cleanup = 1,
   Empty = 2,
   Error = 3,
-  /** The shim started the command: a = its pid. */
+  /** The shim (or the systemd tier's broker) started the command: a = its pid, b = its cgroup (systemd tier). */
   Started = 4,
   /** The shim could not start the command: a = the error. */
   StartFailed = 5,
@@ -74,8 +87,8 @@ export const enum NativeEventKind {
 
 export type NativeEventCallback = (
   kind: NativeEventKind,
-  a?: number | null | NativeReport | NativeErrorShape,
-  b?: number,
+  a?: number | null | NativeReport | NativeErrorShape | NativeUsage,
+  b?: number | string,
 ) => void;
 
 export interface NativeLocation {
@@ -106,7 +119,8 @@ export interface NativeProbes {
     | 'pidns'
     | 'userns'
     | 'subreaper'
-    | 'helper',
+    | 'helper'
+    | 'userManager',
     NativeProbe
   >;
 }

@@ -1,23 +1,41 @@
-// Validation at the boundary: bad input throws synchronously with Node's codes,
-// before anything is created.
+// Validation at the boundary, in the order and with the codes of Node 20's
+// child_process.spawn: bad input throws synchronously, before anything is
+// created; options are read as Node reads them (own properties only, except
+// `env`, which is walked with for…in as Node does).
 import { constants as osConstants } from 'node:os';
 import path from 'node:path';
+import type { Readable, Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 
-import { invalidArgType, invalidArgValue, outOfRange, unknownSignal } from './errors';
-import type { NativeStdio } from './native';
-import type { Confinement, RunOptions, SpawnOptions, StdioOption } from './types';
+import {
+  invalidArgType,
+  invalidArgValue,
+  invalidSyncForkInput,
+  ipcOnePipe,
+  ipcUnsupported,
+  outOfRange,
+  unknownSignal,
+} from './errors';
+import type { Confinement, RunOptions, SpawnOptions } from './types';
+
+/**
+ * One stdio entry as the call will set it up: a pipe we create, /dev/null,
+ * or an fd of ours that the child gets (a number, 'inherit', or a stream's fd).
+ */
+export type StdioEntry =
+  | { kind: 'pipe' }
+  | { kind: 'ignore' }
+  | { kind: 'inherit' }
+  | { kind: 'fd'; fd: number; stream?: Readable | Writable };
 
 export interface ResolvedSpawn {
   file: string;
-  /** argv as the command sees it, argv[0] included. */
+  /** argv as the command sees it, argv[0] included; also what Node calls spawnargs. */
   argv: string[];
-  /** What a ChildProcess calls spawnargs: the file and its arguments. */
-  spawnargs: string[];
   candidates: string[];
   env: string[];
   cwd: string | undefined;
-  stdio: [NativeStdio, NativeStdio, NativeStdio];
+  stdio: StdioEntry[];
   timeout: number;
   grace: number;
   killSignal: number;
@@ -26,6 +44,7 @@ export interface ResolvedSpawn {
   uid: number | undefined;
   gid: number | undefined;
   confinement: 'auto' | Confinement;
+  detached: boolean;
 }
 
 const signalNumbers: Record<string, number> = osConstants.signals as Record<string, number>;
@@ -33,80 +52,144 @@ const signalNames = new Map<number, NodeJS.Signals>(
   Object.entries(signalNumbers).map(([name, num]) => [num, name as NodeJS.Signals]),
 );
 
-export function signalNumber(signal: unknown, name = 'signal'): number {
+/** Node's convertToValidSignal: a known number, or a name in any case. */
+function validSignal(signal: string | number): number {
   if (typeof signal === 'number') {
-    if (Number.isInteger(signal) && (signal === 0 || signalNames.has(signal))) return signal;
+    if (signalNames.has(signal)) return signal;
     throw unknownSignal(signal);
   }
-  if (typeof signal === 'string') {
-    const num = signalNumbers[signal];
-    if (num === undefined) throw unknownSignal(signal);
-    return num;
-  }
-  throw invalidArgType(name, 'of type string or number', signal);
+  const num = signalNumbers[signal.toUpperCase()];
+  if (num === undefined) throw unknownSignal(signal);
+  return num;
+}
+
+/** The signal of kill(): 0 (a probe), or a valid signal; SIGTERM when omitted. */
+export function signalNumber(signal: unknown): number {
+  if (signal === 0) return 0;
+  if (signal === undefined) return signalNumbers.SIGTERM;
+  if (typeof signal === 'string' || typeof signal === 'number') return validSignal(signal);
+  throw unknownSignal(signal);
+}
+
+/** Node's sanitizeKillSignal: a valid signal (never 0), SIGTERM when null or undefined. */
+function killSignalNumber(signal: unknown): number {
+  if (typeof signal === 'string' || typeof signal === 'number') return validSignal(signal);
+  if (signal != null) throw invalidArgType('options.killSignal', ['string', 'number'], signal);
+  return signalNumbers.SIGTERM;
 }
 
 export function signalName(num: number): NodeJS.Signals | null {
   return num === 0 ? null : signalNames.get(num) ?? null;
 }
 
-function checkString(value: unknown, name: string): string {
-  if (typeof value !== 'string') throw invalidArgType(name, 'of type string', value);
-  if (value.includes('\0')) throw invalidArgValue(name, value, 'must be a string without null bytes');
+function nullCheck(value: unknown, name: string): void {
+  if (typeof value === 'string' && value.includes('\0')) {
+    throw invalidArgValue(name, value, 'must be a string without null bytes');
+  }
+}
+
+function checkBoolean(value: unknown, name: string): boolean {
+  if (value == null) return false;
+  if (typeof value !== 'boolean') throw invalidArgType(name, 'boolean', value);
   return value;
 }
 
+function isInt32(value: unknown): value is number {
+  return typeof value === 'number' && value === (value | 0);
+}
+
+// proctree's own durations: ms, an integer that setTimeout can hold.
 function checkMs(value: unknown, name: string, fallback: number): number {
   if (value === undefined) return fallback;
-  if (typeof value !== 'number') throw invalidArgType(`options.${name}`, 'of type number', value);
+  if (typeof value !== 'number') throw invalidArgType(`options.${name}`, 'number', value);
   if (!Number.isInteger(value) || value < 0 || value > 2 ** 31 - 1) {
     throw outOfRange(`options.${name}`, 'an integer >= 0 and <= 2147483647', value);
   }
   return value;
 }
 
-function checkId(value: unknown, name: string): number | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== 'number') throw invalidArgType(`options.${name}`, 'of type number', value);
-  if (!Number.isInteger(value) || value < 0 || value > 2 ** 32 - 2) {
-    throw outOfRange(`options.${name}`, 'an integer >= 0 and <= 4294967294', value);
-  }
-  return value;
+export function checkGrace(value: unknown, fallback: number): number {
+  return checkMs(value, 'grace', fallback);
 }
 
-function checkStdio(value: unknown): [NativeStdio, NativeStdio, NativeStdio] {
-  if (value === undefined) return ['pipe', 'pipe', 'pipe'];
-  const one = (v: unknown, i: number): NativeStdio => {
-    if (v === 'pipe' || v === 'ignore' || v === 'inherit') return v;
-    if (v === null || v === undefined) return i === 0 ? 'pipe' : 'pipe';
-    if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return v;
-    throw invalidArgValue(`options.stdio[${i}]`, v, "must be 'pipe', 'ignore', 'inherit' or a file descriptor");
-  };
-  if (typeof value === 'string') {
-    const kind = one(value, 0);
-    return [kind, kind, kind];
+// Node's getValidatedPath for options.cwd: a string, a Buffer or a file: URL.
+function checkCwd(value: unknown): string | undefined {
+  let cwd: string;
+  if (value instanceof URL) cwd = fileURLToPath(value);
+  else if (typeof value === 'string') cwd = value;
+  else if (value instanceof Uint8Array) cwd = Buffer.from(value).toString();
+  else throw invalidArgType('options.cwd', ['string', 'Buffer', 'URL'], value);
+  if (cwd.includes('\0')) {
+    throw invalidArgValue('options.cwd', value, 'must be a string, Uint8Array, or URL without null bytes');
   }
-  if (!Array.isArray(value)) throw invalidArgType('options.stdio', 'a string or an array', value);
-  if (value.length > 3) throw invalidArgValue('options.stdio', value, 'must have at most 3 entries');
-  return [one(value[0] as StdioOption, 0), one(value[1] as StdioOption, 1), one(value[2] as StdioOption, 2)];
+  // Node passes an empty cwd as "no cwd".
+  return cwd === '' ? undefined : cwd;
 }
 
-function checkEnv(value: unknown): string[] {
-  const source = value === undefined ? process.env : value;
-  if (source === null || typeof source !== 'object') throw invalidArgType('options.env', 'of type object', value);
+function toArg(value: unknown, name: string): string {
+  // Node converts every argument with ToString (holes are 'undefined'); a
+  // Symbol cannot be converted, which Node reports without a code.
+  if (typeof value === 'symbol') throw invalidArgType(name, ['string'], value);
+  const s = String(value);
+  nullCheck(s, name);
+  return s;
+}
+
+function envPairs(env: object): string[] {
   const out: string[] = [];
-  for (const [key, raw] of Object.entries(source as Record<string, unknown>)) {
-    if (raw === undefined) continue;
-    const str = String(raw);
-    if (key.includes('\0') || str.includes('\0')) {
-      throw invalidArgValue('options.env', `${key}=${str}`, 'must not contain null bytes');
-    }
-    if (key.includes('=') || key === '') {
-      throw invalidArgValue('options.env', key, "must not have a key that is empty or contains '='");
-    }
+  // Node walks env with for…in: inherited keys are included, on purpose.
+  // eslint-disable-next-line guard-for-in
+  for (const key in env) {
+    const value = (env as Record<string, unknown>)[key];
+    if (value === undefined) continue;
+    if (typeof value === 'symbol') throw invalidArgType(`options.env['${key}']`, ['string'], value);
+    nullCheck(key, `options.env['${key}']`);
+    const str = String(value);
+    nullCheck(str, `options.env['${key}']`);
     out.push(`${key}=${str}`);
   }
   return out;
+}
+
+// A stream given as a stdio entry: its fd goes to the child (Node's 'fd' and
+// 'wrap' entries: a file stream, a socket, another call's pipe).
+function streamFd(value: object): number | undefined {
+  const s = value as { fd?: unknown; _handle?: { fd?: unknown } | null; handle?: { fd?: unknown } | null };
+  if (typeof s.fd === 'number') return s.fd;
+  for (const h of [s._handle, s.handle]) if (h && typeof h.fd === 'number' && h.fd >= 0) return h.fd;
+  return undefined;
+}
+
+// Node's getValidStdio, without IPC.
+function checkStdio(value: unknown): StdioEntry[] {
+  let entries: unknown[];
+  if (value === undefined || value === null || value === '') entries = ['pipe', 'pipe', 'pipe'];
+  else if (typeof value === 'string') {
+    if (value === 'inherit') entries = [0, 1, 2];
+    else if (value === 'pipe' || value === 'ignore' || value === 'overlapped') entries = [value, value, value];
+    else throw invalidArgValue('stdio', value);
+  } else if (Array.isArray(value)) {
+    entries = [...(value as unknown[])];
+  } else {
+    throw invalidArgValue('stdio', value);
+  }
+  while (entries.length < 3) entries.push(undefined);
+  if (entries.filter((e) => e === 'ipc').length > 1) throw ipcOnePipe();
+  return entries.map((raw, i): StdioEntry => {
+    const v = raw ?? (i < 3 ? 'pipe' : 'ignore');
+    if (v === 'ignore') return { kind: 'ignore' };
+    if (v === 'pipe' || v === 'overlapped' || (typeof v === 'number' && v < 0)) return { kind: 'pipe' };
+    if (v === 'ipc') throw ipcUnsupported();
+    // Node: 'inherit' at index i is the parent's fd i.
+    if (v === 'inherit') return i < 3 ? { kind: 'inherit' } : { kind: 'fd', fd: i };
+    if (typeof v === 'number') return { kind: 'fd', fd: v };
+    if (typeof v === 'object') {
+      const fd = streamFd(v);
+      if (fd !== undefined) return { kind: 'fd', fd, stream: v as Readable | Writable };
+    }
+    if (typeof v === 'string' || ArrayBuffer.isView(v)) throw invalidSyncForkInput(v);
+    throw invalidArgValue('stdio', v);
+  });
 }
 
 // execvpe's search, done here in the parent; the child execs the first
@@ -118,86 +201,157 @@ function candidatesFor(file: string, env: string[]): string[] {
   return searchPath.split(':').map((dir) => (dir === '' ? file : path.posix.join(dir, file)));
 }
 
-export function checkGrace(value: unknown, fallback: number): number {
-  return checkMs(value, 'grace', fallback);
+// Options spawn() reads: Node's own, proctree's, and run()'s (which spawn()
+// ignores, as Node's spawn ignores exec's `encoding` and `maxBuffer`).
+const nodeOptions = [
+  'cwd', 'env', 'argv0', 'stdio', 'detached', 'uid', 'gid', 'serialization', 'shell',
+  'windowsVerbatimArguments', 'windowsHide', 'signal', 'timeout', 'killSignal',
+];
+const proctreeOptions = ['grace', 'leftovers', 'confinement'];
+const runOptions = ['input', 'encoding', 'maxBuffer'];
+const knownOptions = new Set([...nodeOptions, ...proctreeOptions, ...runOptions]);
+const warned = new Set<string>();
+
+function distance(a: string, b: string): number {
+  const row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    let prev = row[0];
+    row[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const next = Math.min(row[j] + 1, row[j - 1] + 1, prev + (a[i - 1].toLowerCase() === b[j - 1].toLowerCase() ? 0 : 1));
+      prev = row[j];
+      row[j] = next;
+    }
+  }
+  return row[b.length];
 }
 
-export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unknown): ResolvedSpawn {
-  const file0 = checkString(fileArg, 'file');
-  if (file0.length === 0) throw invalidArgValue('file', file0, 'cannot be empty');
-  let args: string[] = [];
-  let opts: SpawnOptions = {};
-  if (Array.isArray(argsArg)) {
-    args = argsArg.map((a, i) => checkString(a, `args[${i}]`));
-    if (optionsArg !== undefined && optionsArg !== null) {
-      if (typeof optionsArg !== 'object') throw invalidArgType('options', 'of type object', optionsArg);
-      opts = optionsArg as SpawnOptions;
-    }
-  } else if (argsArg === undefined || argsArg === null) {
-    if (optionsArg !== undefined && optionsArg !== null) {
-      if (typeof optionsArg !== 'object') throw invalidArgType('options', 'of type object', optionsArg);
-      opts = optionsArg as SpawnOptions;
-    }
-  } else if (typeof argsArg === 'object') {
-    opts = argsArg as SpawnOptions;
-  } else {
-    throw invalidArgType('args', 'an instance of Array', argsArg);
+/**
+ * Options nobody reads are reported, once per name and process, instead of
+ * being dropped silently (a misspelled `maxBufer` would otherwise look like
+ * it worked). Exported for the CLI and the server, which apply the same rule.
+ */
+export function warnUnknownOptions(options: object, where = 'spawn'): void {
+  for (const key of Object.keys(options)) {
+    if (knownOptions.has(key) || warned.has(key)) continue;
+    warned.add(key);
+    const near = [...knownOptions].find((k) => distance(k, key) <= 2);
+    process.emitWarning(
+      `proctree: ${where}() ignores the unknown option "${key}"${near ? ` (did you mean "${near}"?)` : ''}`,
+      { code: 'PROCTREE_UNKNOWN_OPTION' },
+    );
   }
+}
+
+// Node's normalizeSpawnArguments: which argument is which, and a copy of
+// the options' own properties (a polluted Object.prototype cannot reach them).
+function normalize(fileArg: unknown, argsArg: unknown, optionsArg: unknown): { file: string; args: unknown[]; opts: SpawnOptions & Record<string, unknown> } {
+  if (typeof fileArg !== 'string') throw invalidArgType('file', 'string', fileArg);
+  nullCheck(fileArg, 'file');
+  if (fileArg.length === 0) throw invalidArgValue('file', fileArg, 'cannot be empty');
+  let args: unknown[];
+  let options = optionsArg;
+  if (Array.isArray(argsArg)) {
+    args = Array.from(argsArg as unknown[]);
+  } else if (argsArg == null) {
+    args = [];
+  } else if (typeof argsArg !== 'object') {
+    throw invalidArgType('args', 'object', argsArg);
+  } else {
+    options = argsArg;
+    args = [];
+  }
+  if (options !== undefined && (options === null || typeof options !== 'object' || Array.isArray(options))) {
+    throw invalidArgType('options', 'Object', options);
+  }
+  const opts = { __proto__: null, ...(options as object | undefined) } as unknown as SpawnOptions & Record<string, unknown>;
+  return { file: fileArg, args, opts };
+}
+
+/** What the caller of resolveSpawn supplies: the supervisor's default grace, and its name in warnings. */
+export interface SpawnDefaults {
+  grace?: number;
+  where?: 'spawn' | 'run';
+}
+
+export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unknown, defaults: SpawnDefaults = {}): ResolvedSpawn {
+  const { file: file0, args: rawArgs, opts } = normalize(fileArg, argsArg, optionsArg);
+  const args0 = rawArgs.map((a, i) => toArg(a, `args[${i}]`));
+
+  const cwd = opts.cwd != null ? checkCwd(opts.cwd) : undefined;
+  const detached = checkBoolean(opts.detached, 'options.detached');
+  if (opts.uid != null && !isInt32(opts.uid)) throw invalidArgType('options.uid', 'int32', opts.uid);
+  if (opts.gid != null && !isInt32(opts.gid)) throw invalidArgType('options.gid', 'int32', opts.gid);
+  const shell = opts.shell as unknown;
+  if (shell != null && typeof shell !== 'boolean' && typeof shell !== 'string') {
+    throw invalidArgType('options.shell', ['boolean', 'string'], shell);
+  }
+  if (opts.argv0 != null) {
+    if (typeof opts.argv0 !== 'string') throw invalidArgType('options.argv0', 'string', opts.argv0);
+    nullCheck(opts.argv0, 'options.argv0');
+  }
+  checkBoolean(opts.windowsHide, 'options.windowsHide');
+  checkBoolean(opts.windowsVerbatimArguments, 'options.windowsVerbatimArguments');
 
   let file = file0;
-  let argv: string[];
-  const shell = opts.shell;
-  if (shell !== undefined && shell !== false) {
-    if (shell !== true && typeof shell !== 'string') throw invalidArgType('options.shell', 'of type boolean or string', shell);
-    const command = [file0, ...args].join(' ');
-    file = shell === true ? '/bin/sh' : checkString(shell, 'options.shell');
-    argv = [file, '-c', command];
+  let args = args0;
+  if (shell) {
+    nullCheck(shell, 'options.shell');
+    const command = [file0, ...args0].join(' ');
+    file = typeof shell === 'string' ? shell : '/bin/sh';
     args = ['-c', command];
-  } else {
-    argv = [file, ...args];
   }
-  if (opts.argv0 !== undefined) argv[0] = checkString(opts.argv0, 'options.argv0');
+  const argv = [typeof opts.argv0 === 'string' ? opts.argv0 : file, ...args];
 
-  let cwd: string | undefined;
-  if (opts.cwd !== undefined && opts.cwd !== null) {
-    cwd = opts.cwd instanceof URL ? fileURLToPath(opts.cwd) : checkString(opts.cwd, 'options.cwd');
+  // `env || process.env`, as Node: a falsy env means the harness's.
+  const envSource = (opts.env || process.env) as object;
+  const env = envPairs(envSource);
+
+  // Node validates these after the arguments, in this order.
+  const timeout = opts.timeout;
+  if (timeout != null && !(Number.isInteger(timeout) && (timeout as number) >= 0)) {
+    throw outOfRange('timeout', 'an unsigned integer', timeout);
   }
-  const env = checkEnv(opts.env);
-
-  let signal: AbortSignal | undefined;
-  if (opts.signal !== undefined) {
-    const s = opts.signal as unknown;
-    if (s === null || typeof s !== 'object' || !('aborted' in s) || typeof (s as AbortSignal).addEventListener !== 'function') {
-      throw invalidArgType('options.signal', 'an instance of AbortSignal', s);
-    }
-    signal = s as AbortSignal;
+  const signal = opts.signal as unknown;
+  if (signal !== undefined && (signal === null || typeof signal !== 'object' || !('aborted' in signal))) {
+    throw invalidArgType('options.signal', 'AbortSignal', signal);
+  }
+  const killSignal = killSignalNumber(opts.killSignal);
+  const stdio = checkStdio(opts.stdio);
+  const serialization = opts.serialization as unknown;
+  if (serialization !== undefined && serialization !== 'json' && serialization !== 'advanced') {
+    throw invalidArgValue('options.serialization', serialization, "must be one of: undefined, 'json', 'advanced'");
   }
 
+  // proctree's own options.
   const leftovers = opts.leftovers ?? 'kill';
   if (leftovers !== 'kill' && leftovers !== 'wait') {
-    throw invalidArgValue('options.leftovers', leftovers, "must be 'kill' or 'wait'");
+    throw invalidArgValue('options.leftovers', leftovers, "must be one of: 'kill', 'wait'");
   }
   const confinement = opts.confinement ?? 'auto';
-  if (!['auto', 'cgroup', 'pidns', 'subreaper', 'pgroup'].includes(confinement as string)) {
-    throw invalidArgValue('options.confinement', confinement, "must be 'auto', 'cgroup', 'pidns', 'subreaper' or 'pgroup'");
+  if (!['auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup'].includes(confinement as string)) {
+    throw invalidArgValue('options.confinement', confinement, "must be one of: 'auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup'");
   }
+  const grace = checkMs(opts.grace, 'grace', defaults.grace ?? 2000);
+  warnUnknownOptions(opts, defaults.where ?? 'spawn');
 
   return {
     file,
     argv,
-    spawnargs: [file, ...args],
     candidates: candidatesFor(file, env),
     env,
     cwd,
-    stdio: checkStdio(opts.stdio),
-    timeout: checkMs(opts.timeout, 'timeout', 0),
-    grace: checkMs(opts.grace, 'grace', 2000),
-    killSignal: opts.killSignal === undefined ? signalNumbers.SIGTERM : signalNumber(opts.killSignal, 'options.killSignal'),
-    signal,
+    stdio,
+    // Node accepts any unsigned integer; a timer cannot wait longer than this.
+    timeout: Math.min((timeout as number | null | undefined) ?? 0, 2 ** 31 - 1),
+    grace,
+    killSignal,
+    signal: signal as AbortSignal | undefined,
     leftovers,
-    uid: checkId(opts.uid, 'uid'),
-    gid: checkId(opts.gid, 'gid'),
+    uid: opts.uid ?? undefined,
+    gid: opts.gid ?? undefined,
     confinement,
+    detached,
   };
 }
 
@@ -210,24 +364,24 @@ export interface ResolvedRun {
 }
 
 export function resolveRun(options: RunOptions | undefined): ResolvedRun {
-  const o = options ?? {};
+  const o = { __proto__: null, ...(options ?? {}) } as RunOptions;
   let input: Buffer | undefined;
   if (o.input !== undefined) {
     if (typeof o.input === 'string') input = Buffer.from(o.input);
     else if (o.input instanceof Uint8Array) input = Buffer.from(o.input.buffer, o.input.byteOffset, o.input.byteLength);
-    else throw invalidArgType('options.input', 'of type string or an instance of Uint8Array', o.input);
+    else throw invalidArgType('options.input', ['string', 'Buffer', 'TypedArray', 'DataView'], o.input);
   }
   const encoding = o.encoding ?? 'utf8';
   if (encoding !== 'buffer' && !Buffer.isEncoding(encoding)) {
     throw invalidArgValue('options.encoding', encoding, 'is invalid encoding');
   }
   let maxBuffer = 64 * 1024 * 1024;
-  if (o.maxBuffer !== undefined) {
-    if (typeof o.maxBuffer !== 'number') throw invalidArgType('options.maxBuffer', 'of type number', o.maxBuffer);
-    if (!(o.maxBuffer >= 0) || !Number.isFinite(o.maxBuffer)) {
-      throw outOfRange('options.maxBuffer', 'a finite number >= 0', o.maxBuffer);
+  if (o.maxBuffer !== undefined && o.maxBuffer !== null) {
+    // Node's validateMaxBuffer: any number >= 0, else ERR_OUT_OF_RANGE.
+    if (!(typeof o.maxBuffer === 'number' && o.maxBuffer >= 0)) {
+      throw outOfRange('options.maxBuffer', 'a positive number', o.maxBuffer);
     }
-    maxBuffer = Math.floor(o.maxBuffer);
+    maxBuffer = Number.isFinite(o.maxBuffer) ? Math.floor(o.maxBuffer) : Number.MAX_SAFE_INTEGER;
   }
   return { input, encoding, maxBuffer, closeStdin: true };
 }

@@ -95,7 +95,7 @@ export class Supervisor extends EventEmitter {
   spawn(file: string, options?: SpawnOptions): ToolCall;
   spawn(file: string, args?: readonly string[] | SpawnOptions, options?: SpawnOptions): ToolCall {
     this.#checkOpen();
-    const resolved = resolveSpawn(file, args, this.#withGrace(Array.isArray(args) ? options : (args as SpawnOptions)));
+    const resolved = resolveSpawn(file, args, options, { grace: this.#grace });
     return this.#track(new ToolCall(resolved, this.#owner));
   }
 
@@ -104,7 +104,8 @@ export class Supervisor extends EventEmitter {
   run(file: string, args?: readonly string[], options?: RunOptions): Promise<RunResult<string | Buffer>> {
     try {
       this.#checkOpen();
-      const call = this.#track(new ToolCall(resolveSpawn(file, args, this.#withGrace(options)), this.#owner, resolveRun(options)));
+      const resolved = resolveSpawn(file, args, options, { grace: this.#grace, where: 'run' });
+      const call = this.#track(new ToolCall(resolved, this.#owner, resolveRun(options)));
       // A failed start is delivered as the rejection.
       call.on('error', () => {});
       return call.done;
@@ -141,12 +142,6 @@ export class Supervisor extends EventEmitter {
     }
   }
 
-  #withGrace<T extends SpawnOptions>(options: T | undefined): T | undefined {
-    if (options !== undefined && options !== null && typeof options !== 'object') return options;
-    if (options?.grace !== undefined) return options;
-    return { ...(options ?? ({} as T)), grace: this.#grace };
-  }
-
   #track(call: ToolCall): ToolCall {
     this.#calls.add(call);
     call.on('cleanup', (report) => this.emit('cleanup', report, call));
@@ -170,6 +165,10 @@ export class Supervisor extends EventEmitter {
         } else {
           this.#queue.push({ call, start });
         }
+      },
+      dequeue: (call) => {
+        const i = this.#queue.findIndex((q) => q.call === call);
+        if (i >= 0) this.#queue.splice(i, 1);
       },
       release: (call) => {
         this.#calls.delete(call);

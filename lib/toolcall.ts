@@ -7,13 +7,21 @@
 import { EventEmitter } from 'node:events';
 import type { Readable, Writable } from 'node:stream';
 
-import { spawnError } from './errors';
-import { native, NativeEventKind, type NativeErrorShape, type NativeReport } from './native';
+import { AbortError, spawnError, spawnThrow } from './errors';
+import { native, NativeEventKind, type NativeErrorShape, type NativeReport, type NativeUsage, type NativeSpawnSpec } from './native';
 import { checkGrace, type ResolvedRun, resolveRun, type ResolvedSpawn, signalName, signalNumber } from './options';
 import { helperPath, resolveTier, warnNoGuardian } from './capabilities';
-import { cleanupReport, emptyReport, leftoversError, runResult } from './result';
+import { cleanupReport, emptyReport, leftoversError, runResult, verification } from './result';
 import { CallStdio, Collector } from './stdio';
 import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, RunResult } from './types';
+
+/**
+ * How long pipes may stay open once the tree is verified empty. Every
+ * process that could write to them is gone, so what is left is data already
+ * in the pipe (read within this time) or a process outside the tree that was
+ * handed our pipe (fd passing over a unix socket): it must not hang 'close'.
+ */
+export const STDIO_DRAIN_MS = 100;
 
 /**
  * What a call needs from the supervisor that owns it: where its cgroup goes,
@@ -24,6 +32,8 @@ export interface CallOwner {
   readonly group: string;
   /** Calls start() now or later (FIFO), never twice. */
   admit(call: ToolCall, start: () => void): void;
+  /** A queued call that will never start leaves the queue. */
+  dequeue(call: ToolCall): void;
   /** The call has settled ('close', or it could not start): its slot is free. */
   release(call: ToolCall): void;
   /** An 'error' the call has no listener for. */
@@ -32,7 +42,7 @@ export interface CallOwner {
 
 /** Runs the ladder with a reason other than 'terminate' (supervisor shutdown). @internal */
 export const terminateFor = Symbol('proctree.terminateFor');
-/** Fails a call that is still queued, so it never starts. @internal */
+/** Ends a call that is still queued, quietly: it never starts. @internal */
 export const dropQueued = Symbol('proctree.dropQueued');
 
 export interface ToolCallEvents {
@@ -45,27 +55,43 @@ export interface ToolCallEvents {
   error: [err: Error];
 }
 
+// A start that Node reports by throwing from spawn() rather than by 'error':
+// the uid/gid steps (EPERM when not privileged, EINVAL for a bad id).
+function throwsLikeNode(err: NativeErrorShape): boolean {
+  return err.syscall === 'setuid' || err.syscall === 'setgid' || err.syscall === 'setgroups';
+}
+
 export class ToolCall extends EventEmitter {
   /**
    * Pid of the main process (the command, as this process numbers it, in
    * every tier: for pidns and subreaper it is the shim's child, not the
-   * shim); undefined while queued or when it could not start.
+   * shim); undefined while queued, until a pidns/subreaper start is
+   * confirmed, or when it could not start.
    */
   pid: number | undefined;
   readonly stdin: Writable | null;
   readonly stdout: Readable | null;
   readonly stderr: Readable | null;
-  /** Exit code of the main process once it exited, else null. */
+  /** As ChildProcess#stdio: stdin, stdout, stderr, then fd 3, 4, …; null where not a pipe. */
+  readonly stdio: Array<Readable | Writable | null>;
+  /**
+   * Exit code of the main process once it exited, else null; the negative
+   * errno when it could not start, as Node's.
+   */
   exitCode: number | null = null;
   /** Signal that ended the main process, else null. */
   signalCode: NodeJS.Signals | null = null;
-  /** Whether kill() delivered a signal to at least one process. */
+  /** Whether a signal was delivered by kill(), terminate(), the timeout or the abort signal. */
   killed = false;
+  /** Always false: proctree has no IPC channel (duck-typed like ChildProcess). */
+  readonly connected = false;
   /** The confinement tier this call runs in (resolved from 'auto' when it was created). */
   readonly confinement: Confinement;
   /** Absolute path of the call's cgroup; null while queued, when it could not start, or in a tier other than `cgroup`. */
   cgroup: string | null = null;
+  /** The executable (the shell's path with `shell`), as ChildProcess#spawnfile. */
   readonly spawnfile: string;
+  /** argv, argv[0] included, as ChildProcess#spawnargs. */
   readonly spawnargs: string[];
 
   #id = 0;
@@ -74,8 +100,9 @@ export class ToolCall extends EventEmitter {
   readonly #createdAt = performance.now();
   #startedAt = 0;
   #started = false;
-  readonly #stdio: CallStdio;
+  readonly #pipes: CallStdio;
   #spawnError: Error | null = null;
+  #exited = false;
   #empty = false;
   #closed = false;
   #report: CleanupReport | null = null;
@@ -84,11 +111,14 @@ export class ToolCall extends EventEmitter {
   #timedOut = false;
   #aborted = false;
   #timer: NodeJS.Timeout | null = null;
+  #drainTimer: NodeJS.Timeout | null = null;
   #onAbort: (() => void) | null = null;
   #done: Promise<RunResult<string | Buffer>> | null = null;
   #rejectDone: ((err: Error) => void) | null = null;
   #ref = true;
   #killedAll = false;
+  #constructing = false;
+  #throwNow: Error | null = null;
 
   /** @internal use spawn() or Supervisor#spawn() */
   constructor(opts: ResolvedSpawn, owner: CallOwner, run?: ResolvedRun) {
@@ -96,16 +126,70 @@ export class ToolCall extends EventEmitter {
     this.#opts = opts;
     this.#owner = owner;
     this.spawnfile = opts.file;
-    this.spawnargs = opts.spawnargs;
+    this.spawnargs = opts.argv;
     // Before anything is created: an explicit tier this host cannot run throws here.
     this.confinement = resolveTier(opts.confinement);
 
-    this.#stdio = new CallStdio(opts.stdio, () => this.#maybeClose());
-    this.stdin = this.#stdio.stdin;
-    this.stdout = this.#stdio.stdout;
-    this.stderr = this.#stdio.stderr;
+    let stdioError: NativeErrorShape | null = null;
+    try {
+      this.#pipes = new CallStdio(opts.stdio, () => this.#maybeClose());
+    } catch (err) {
+      // Out of fds (EMFILE) while making the pipes: as Node, an 'error', not a throw.
+      stdioError = err as NativeErrorShape;
+      this.#pipes = new CallStdio(opts.stdio.map(() => ({ kind: 'ignore' as const })), () => this.#maybeClose());
+    }
+    this.stdio = this.#pipes.streams;
+    this.stdin = this.#pipes.stdin;
+    this.stdout = this.#pipes.stdout;
+    this.stderr = this.#pipes.stderr;
     if (run) this.#done = this.#collect(run);
+    if (stdioError) {
+      this.#started = true;
+      this.#fail(spawnError(stdioError, opts.file, opts.argv));
+      return;
+    }
+    this.#constructing = true;
     owner.admit(this, () => this.#start());
+    this.#constructing = false;
+    // After admit: an already aborted signal acts a tick after 'spawn' was queued, as in Node.
+    if (!this.#throwNow) this.#watchSignal();
+    if (this.#throwNow) {
+      this.#removeAbortListener();
+      this.#pipes.destroy();
+      owner.release(this);
+      throw this.#throwNow;
+    }
+  }
+
+  // Node listens from spawn() on; so do we, which also lets an abort
+  // take a queued call out of the queue.
+  #watchSignal(): void {
+    const signal = this.#opts.signal;
+    if (!signal) return;
+    this.#onAbort = () => this.#abort(signal.reason);
+    if (signal.aborted) process.nextTick(this.#onAbort);
+    else signal.addEventListener('abort', this.#onAbort, { once: true });
+  }
+
+  #removeAbortListener(): void {
+    if (this.#onAbort) this.#opts.signal?.removeEventListener('abort', this.#onAbort);
+    this.#onAbort = null;
+  }
+
+  #abort(reason: unknown): void {
+    if (this.#onAbort === null) return;
+    this.#removeAbortListener();
+    const err = new AbortError(undefined, { cause: reason });
+    if (!this.#started) {
+      // Queued: it never starts. Node would have killed it; the caller
+      // asked to stop it, and gets the same AbortError.
+      this.#drop(err, true);
+      return;
+    }
+    if (this.#spawnError || this.#exited) return;
+    this.#aborted = true;
+    // As Node's abortChildProcess: 'error' only when the signal was delivered.
+    if (this.#startLadder('abort', this.#opts.grace, true)) this.#emitError(err);
   }
 
   #start(): void {
@@ -115,72 +199,90 @@ export class ToolCall extends EventEmitter {
     const opts = this.#opts;
     let res;
     try {
-      res = native.spawn(
-        {
+      // No prototype: the addon reads optional fields (uid, gid, cwd) by
+      // name, and a polluted Object.prototype.uid must not reach them.
+      const spec: NativeSpawnSpec = Object.assign(Object.create(null) as NativeSpawnSpec, {
           group: this.#owner.group,
           candidates: opts.candidates,
           argv: opts.argv,
           env: opts.env,
-          stdio: this.#stdio.forChild,
+          stdio: this.#pipes.forChild,
           tier: this.confinement,
           helper: helperPath(),
           ...(opts.cwd !== undefined ? { cwd: opts.cwd } : {}),
           ...(opts.uid !== undefined ? { uid: opts.uid } : {}),
           ...(opts.gid !== undefined ? { gid: opts.gid } : {}),
-        },
-        (kind, a, b) => this.#onNative(kind, a, b),
-      );
+      });
+      res = native.spawn(spec, (kind, a, b) => this.#onNative(kind, a, b));
     } catch (err) {
       res = { error: err as NativeErrorShape };
     }
-    this.#stdio.closeChildEnds();
+    this.#pipes.closeChildEnds();
     if ('error' in res) {
-      this.#fail(spawnError(res.error, opts.file, opts.spawnargs));
+      if (this.#constructing && throwsLikeNode(res.error)) this.#throwNow = spawnThrow(res.error);
+      else this.#fail(spawnError(res.error, opts.file, opts.argv));
       return;
     }
     this.#id = res.id;
-    this.pid = res.pid;
     this.cgroup = res.cgroup === '' ? null : res.cgroup;
     if (res.guardianError) warnNoGuardian(res.guardianError);
+    if (!res.pending) {
+      this.pid = res.pid;
+      process.nextTick(() => this.emit('spawn'));
+    }
 
-    if (opts.timeout > 0) {
-      this.#timer = setTimeout(() => {
-        this.#timedOut = true;
-        void this.#startLadder('timeout', opts.grace);
-      }, opts.timeout);
-    }
-    const signal = opts.signal;
-    if (signal) {
-      this.#onAbort = () => {
-        this.#aborted = true;
-        void this.#startLadder('abort', opts.grace);
-      };
-      if (signal.aborted) process.nextTick(this.#onAbort);
-      else signal.addEventListener('abort', this.#onAbort, { once: true });
-    }
+    if (opts.timeout > 0) this.#timer = setTimeout(() => this.#onTimeout(), opts.timeout);
     if (!this.#ref) this.#applyRef();
-    // A shim reports the command's pid (or why it could not start) later.
-    if (!res.pending) process.nextTick(() => this.emit('spawn'));
   }
 
-  /** The call never ran: its streams end, 'error' follows, its slot is freed. */
+  #onTimeout(): void {
+    this.#timer = null;
+    this.#timedOut = true;
+    if (this.#empty) {
+      // pgroup: the visible tree is gone but something still holds our
+      // pipes, maybe an escapee we cannot see: the timeout ends the wait.
+      this.#pipes.releaseReadable();
+      return;
+    }
+    void this.#startLadder('timeout', this.#opts.grace, true);
+  }
+
+  /** The call never ran: 'error', then its streams end and 'close' follows; its slot is freed. */
   #fail(err: Error): void {
     this.#spawnError = err;
+    const errno = (err as { errno?: unknown }).errno;
+    if (typeof errno === 'number') this.exitCode = errno;
+    this.#end(err, true);
+  }
+
+  /** Ends a call that has no process: `emitError` says whether 'error' is due. */
+  #end(err: Error, emitError: boolean): void {
+    this.#spawnError ??= err;
     this.#rejectDone?.(err);
-    this.#stdio.destroy();
+    this.#removeAbortListener();
+    this.#pipes.closeChildEnds();
+    this.stdin?.destroy();
     process.nextTick(() => {
       this.#owner.release(this);
-      this.#emitError(err);
+      if (emitError) this.#emitError(err);
       if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport('terminate', this.confinement));
+      this.#empty = true;
+      this.#pipes.flush();
+      this.#maybeClose();
     });
   }
 
-  /** @internal a queued call dropped by a supervisor shutdown */
+  /** A queued call that will never start: out of the queue, closed. */
+  #drop(err: Error, emitError: boolean): void {
+    if (this.#started) return;
+    this.#started = true;
+    this.#owner.dequeue(this);
+    this.#end(err, emitError);
+  }
+
+  /** @internal a queued call dropped by terminate() or a supervisor shutdown: not an error */
   [dropQueued](err: Error): void {
-    if (!this.#started) {
-      this.#started = true;
-      this.#fail(err);
-    }
+    this.#drop(err, false);
   }
 
   #emitError(err: Error): void {
@@ -195,11 +297,12 @@ export class ToolCall extends EventEmitter {
 
   /**
    * Sends one signal to every process of the tree (escapees included), with
-   * no escalation. Returns whether at least one process got it.
+   * no escalation. Returns whether at least one process got it, and sets
+   * `killed` then, as ChildProcess#kill does. `0` only probes.
    */
   kill(signal: NodeJS.Signals | number = 'SIGTERM'): boolean {
     const num = signalNumber(signal);
-    if (!this.#id || this.#empty) return false;
+    if (!this.#id || this.#empty || this.#spawnError) return false;
     const n = native.kill(this.#id, num);
     if (n > 0) this.killed = true;
     // SIGKILL goes through cgroup.kill: the whole tree is already dying, so
@@ -211,16 +314,30 @@ export class ToolCall extends EventEmitter {
   /**
    * Stops the whole tree: freeze, the graceful signal once to every member,
    * thaw, `grace` ms, cgroup.kill, verified empty. Idempotent: every call
-   * gets the report of the one ladder.
+   * gets the report of the one ladder. A call still queued never starts,
+   * and its report is empty.
    */
   terminate(options: { grace?: number } = {}): Promise<CleanupReport> {
     const grace = checkGrace(options?.grace, this.#opts.grace);
-    return this.#startLadder('terminate', grace);
+    return this.#ladderFor('terminate', grace);
   }
 
   /** @internal */
   [terminateFor](reason: CleanupReason, grace: number): Promise<CleanupReport> {
-    return this.#startLadder(reason, grace);
+    return this.#ladderFor(reason, grace);
+  }
+
+  /** `using call = spawn(…)`: stops the whole tree when the scope ends, unless it was already signalled. */
+  [Symbol.dispose](): void {
+    if (!this.killed && !this.#closed) void this.terminate().catch(() => {});
+  }
+
+  /** `await using call = spawn(…)`: stops the whole tree and waits for 'close'. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    if (this.#closed) return;
+    const closed = new Promise<void>((resolve) => this.once('close', () => resolve()));
+    await this.terminate();
+    await closed;
   }
 
   /**
@@ -241,10 +358,10 @@ export class ToolCall extends EventEmitter {
   }
 
   #applyRef(): void {
-    this.#stdio.setRef(this.#ref);
-    if (this.#timer) {
-      if (this.#ref) this.#timer.ref();
-      else this.#timer.unref();
+    this.#pipes.setRef(this.#ref);
+    for (const t of [this.#timer, this.#drainTimer]) {
+      if (this.#ref) t?.ref();
+      else t?.unref();
     }
     if (this.#id && !this.#empty) native.setRef(this.#id, this.#ref);
   }
@@ -283,29 +400,36 @@ export class ToolCall extends EventEmitter {
     return this.#done as Promise<RunResult>;
   }
 
-  #startLadder(reason: CleanupReason, grace: number): Promise<CleanupReport> {
-    if (this.#report) return Promise.resolve(this.#report);
-    if (this.#ladder) return this.#ladder;
+  #ladderFor(reason: CleanupReason, grace: number): Promise<CleanupReport> {
     if (!this.#started) {
-      // Still queued: it will never start.
+      // Still queued: it will never start, and that is no error.
       this[dropQueued](Object.assign(new Error('The call was stopped before it started'), { code: 'ABORT_ERR' }));
       return Promise.resolve(emptyReport(reason, this.confinement));
     }
-    if (!this.#id || this.#empty) return Promise.resolve(emptyReport(reason, this.confinement));
+    this.#startLadder(reason, grace, reason !== 'leftovers');
+    return this.#ladder ?? Promise.resolve(this.#report ?? emptyReport(reason, this.confinement));
+  }
+
+  /** Starts the ladder once; returns whether it will signal a live tree. */
+  #startLadder(reason: CleanupReason, grace: number, kills: boolean): boolean {
+    if (this.#report || this.#ladder) return false;
+    if (!this.#id || this.#empty || this.#spawnError) return false;
     this.#ladder = new Promise((resolve) => {
       this.#resolveLadder = resolve;
     });
     if (!native.terminate(this.#id, grace, this.#opts.killSignal, reason)) {
       // The tree emptied before any ladder ran: nothing to stop.
       this.#resolveLadder?.(emptyReport(reason, this.confinement));
+      return false;
     }
-    return this.#ladder;
+    if (kills) this.killed = true;
+    return true;
   }
 
-  #onNative(kind: NativeEventKind, a?: number | null | NativeReport | NativeErrorShape, b?: number): void {
+  #onNative(kind: NativeEventKind, a?: number | null | NativeReport | NativeErrorShape | NativeUsage, b?: number | string): void {
     switch (kind) {
       case NativeEventKind.Exit:
-        this.#onExit(a as number | null, b ?? 0);
+        this.#onExit(a as number | null, (b as number | undefined) ?? 0);
         break;
       case NativeEventKind.Cleanup:
         this.#onCleanup(a as NativeReport);
@@ -318,29 +442,35 @@ export class ToolCall extends EventEmitter {
         break;
       case NativeEventKind.Started:
         this.pid = a as number;
+        // The systemd tier learns its leaf from the broker.
+        if (typeof b === 'string') this.cgroup = b;
         this.emit('spawn');
         break;
       case NativeEventKind.StartFailed:
-        // Delivered like a start that failed at once: 'error', and the call
-        // never ran. The shim's own exit follows as Empty, which is ignored.
-        this.#empty = true;
-        if (this.#timer) clearTimeout(this.#timer);
-        if (this.#onAbort) this.#opts.signal?.removeEventListener('abort', this.#onAbort);
-        this.#fail(spawnError(a as NativeErrorShape, this.#opts.file, this.#opts.spawnargs));
+        this.#fail(spawnError(a as NativeErrorShape, this.#opts.file, this.#opts.argv));
         break;
     }
   }
 
   #onExit(code: number | null, signal: number): void {
+    if (this.#spawnError) return;
+    this.#exited = true;
     this.exitCode = code;
     this.signalCode = signalName(signal);
+    // As Node: the abort listener goes at 'exit' (a long-lived signal must
+    // not collect listeners), and so does our end of stdin.
+    this.#removeAbortListener();
+    this.stdin?.destroy();
     this.emit('exit', this.exitCode, this.signalCode);
+    // Node's flushStdio, a tick later: the listeners of 'exit' may still
+    // start reading.
+    process.nextTick(() => this.#pipes.flush());
     if (this.#ladder || this.#empty || this.#killedAll) return;
     const pids = native.members(this.#id);
     if (pids.length === 0) return;
     const infos = native.processInfo(pids);
     if (infos.length > 0) this.emit('leftover', infos);
-    if (this.#opts.leftovers === 'kill' && !this.#ladder) void this.#startLadder('leftovers', this.#opts.grace);
+    if (this.#opts.leftovers === 'kill') this.#startLadder('leftovers', this.#opts.grace, false);
   }
 
   #onCleanup(r: NativeReport): void {
@@ -353,23 +483,40 @@ export class ToolCall extends EventEmitter {
   }
 
   #onEmpty(): void {
-    if (this.#spawnError) return;
+    if (this.#empty || this.#spawnError) return;
     this.#empty = true;
-    if (this.#timer) clearTimeout(this.#timer);
-    if (this.#onAbort) this.#opts.signal?.removeEventListener('abort', this.#onAbort);
+    const unverified = verification[this.confinement] === 'none';
+    // The timeout covers the whole tree; where emptiness is not proven
+    // (pgroup), it also covers the pipes until 'close'.
+    if (this.#timer && !unverified) {
+      clearTimeout(this.#timer);
+      this.#timer = null;
+    }
     // A ladder asked for while the empty event was on its way.
     if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport('terminate', this.confinement));
-    // Nobody is left to read stdin: release our end.
     this.stdin?.destroy();
     this.emit('empty');
+    this.#pipes.flush();
+    if (this.#pipes.openReadable > 0) {
+      // Every writer in the tree is gone; one outside it (handed our pipe)
+      // must not hang 'close'. Unverified tiers wait `grace` for escapees.
+      const wait = unverified ? this.#opts.grace : STDIO_DRAIN_MS;
+      this.#drainTimer = setTimeout(() => {
+        // After one more poll phase: data already in the pipe is read first.
+        setImmediate(() => this.#pipes.releaseReadable());
+      }, wait);
+      if (!this.#ref) this.#drainTimer.unref();
+    }
     this.#maybeClose();
   }
 
   #maybeClose(): void {
-    // Every writer of our pipes was in the tree, so once it is empty the
-    // pipes reach EOF: 'close' cannot hang on a daemon holding stdout.
-    if (this.#closed || !this.#empty || this.#stdio.openReadable > 0) return;
+    if (this.#closed || !this.#empty || this.#pipes.openReadable > 0) return;
     this.#closed = true;
+    for (const t of [this.#timer, this.#drainTimer]) if (t) clearTimeout(t);
+    this.#timer = null;
+    this.#drainTimer = null;
+    this.#removeAbortListener();
     this.#owner.release(this);
     this.emit('close', this.exitCode, this.signalCode);
   }
@@ -387,7 +534,8 @@ export class ToolCall extends EventEmitter {
         return;
       }
       this.#rejectDone = reject;
-      this.once('close', () => {
+      const settle = (): void => {
+        if (this.#spawnError) return;
         resolve(
           runResult(
             {
@@ -407,7 +555,10 @@ export class ToolCall extends EventEmitter {
             run.encoding,
           ),
         );
-      });
+      };
+      // Read after 'close': the result is complete but for the output nobody collected.
+      if (this.#closed) settle();
+      else this.once('close', settle);
     });
   }
 }

@@ -3,6 +3,9 @@
 /**
  * How a call is confined, strongest first (see docs/tiers.md):
  * - `cgroup`: its own cgroup v2 leaf; escape-proof, race-free kill (cgroup.kill).
+ * - `systemd`: its own cgroup v2 leaf in a transient scope a systemd user
+ *   manager delegated (where the harness cannot write its own cgroup: an SSH
+ *   session, a CI runner service); the same guarantees as `cgroup`.
  * - `pidns`: a new PID namespace whose init is a proctree shim; escape-proof,
  *   race-free kill (the kernel kills the namespace when its init dies).
  * - `subreaper`: a shim with PR_SET_CHILD_SUBREAPER; catches every descendant
@@ -11,26 +14,39 @@
  *   calls setsid() is invisible to it. The baseline, used only when nothing
  *   above works.
  */
-export type Confinement = 'cgroup' | 'pidns' | 'subreaper' | 'pgroup';
+export type Confinement = 'cgroup' | 'systemd' | 'pidns' | 'subreaper' | 'pgroup';
 
 /** How a CleanupReport proved the tree empty. */
 export type Verification = 'cgroup.events' | 'pidns' | 'subreaper' | 'none';
 
 /** What a call's stdio stream is connected to. */
 export type StdioKind = 'pipe' | 'ignore' | 'inherit';
-export type StdioOption = StdioKind | number;
+/**
+ * One entry of `stdio`: a kind, `'overlapped'` (= `'pipe'` on Linux), a file
+ * descriptor of the harness, or a stream that has one (a file stream, a
+ * socket, another call's pipe); null/undefined = `'pipe'` for 0–2, `'ignore'` above.
+ */
+export type StdioOption = StdioKind | 'overlapped' | number | import('node:stream').Stream | null | undefined;
 
 export interface SpawnOptions {
   /** Working directory of the command. Default: the harness's. */
-  cwd?: string | URL;
-  /** Environment of the command. Default: `process.env`. Keys and values must not hold NUL bytes. */
-  env?: Readonly<Record<string, string | undefined>>;
+  cwd?: string | URL | Buffer;
+  /**
+   * Environment of the command. Default: `process.env`. Read with for…in as
+   * Node does (inherited keys included); keys and values must not hold NUL bytes.
+   */
+  env?: Readonly<Record<string, string | number | boolean | null | undefined>>;
   /** argv[0] as the command sees it. Default: `file`. */
   argv0?: string;
   /** Run through a shell: `true` for `/bin/sh`, or a shell's path. Default: false, no shell. */
   shell?: boolean | string;
-  /** One kind for all three streams, or one each for stdin, stdout, stderr. Default: `'pipe'`. */
-  stdio?: StdioKind | readonly [StdioOption, StdioOption, StdioOption];
+  /**
+   * One kind for all three streams, or one entry per fd: stdin, stdout,
+   * stderr, then fd 3, 4, … (extra `'pipe'` entries are read by the harness
+   * as `call.stdio[n]`). `'ipc'` is not supported (ERR_PROCTREE_IPC_UNSUPPORTED).
+   * Default: `'pipe'`.
+   */
+  stdio?: StdioKind | 'overlapped' | readonly StdioOption[];
   /** Stop the whole tree after this many ms (the ladder, reason `'timeout'`). 0 = never. Default: 0. */
   timeout?: number;
   /** ms from the graceful signal to SIGKILL. Default: 2000. */
@@ -52,10 +68,22 @@ export interface SpawnOptions {
    * Default: `'auto'`.
    */
   confinement?: 'auto' | Confinement;
-  /** Run the command as this user id (needs privilege). */
+  /** Run the command as this user id (needs privilege; an int32 as in Node). */
   uid?: number;
   /** Run the command as this group id (needs privilege); supplementary groups are dropped. */
   gid?: number;
+  /**
+   * Accepted for child_process compatibility. Every call already leads a
+   * session of its own; unlike Node, a detached call is still stopped when
+   * the harness exits (use unref() to let the harness exit first).
+   */
+  detached?: boolean;
+  /** Accepted for child_process compatibility; no effect on Linux. */
+  windowsHide?: boolean;
+  /** Accepted for child_process compatibility; no effect on Linux. */
+  windowsVerbatimArguments?: boolean;
+  /** Accepted for child_process compatibility (`'json'` or `'advanced'`); without IPC it has no effect. */
+  serialization?: 'json' | 'advanced';
 }
 
 export interface RunOptions extends SpawnOptions {

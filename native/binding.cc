@@ -170,9 +170,20 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
         break;
       case CallEvent::kStarted:
         args.push_back(Napi::Number::New(env_, ev.pid));
+        if (!ev.cgroup.empty()) args.push_back(Napi::String::New(env_, ev.cgroup));
         break;
-      case CallEvent::kEmpty:
+      case CallEvent::kEmpty: {
+        Napi::Object u = Napi::Object::New(env_);
+        u.Set("peakProcesses", ev.peak_processes);
+        if (ev.usage.known) {
+          u.Set("userMs", ev.usage.user_ms);
+          u.Set("systemMs", ev.usage.system_ms);
+          u.Set("source", ev.usage.source);
+          if (ev.usage.memory_peak >= 0) u.Set("memoryPeakBytes", static_cast<double>(ev.usage.memory_peak));
+        }
+        args.push_back(u);
         break;
+      }
     }
     Napi::Object recv = Napi::Object::New(env_);
     napi_value result;
@@ -276,6 +287,8 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     std::string t = tier_v.IsString() ? tier_v.As<Napi::String>().Utf8Value() : "cgroup";
     if (t == "cgroup") {
       opts.tier = Tier::kCgroup;
+    } else if (t == "systemd") {
+      opts.tier = Tier::kSystemd;
     } else if (t == "pidns") {
       opts.tier = Tier::kPidns;
     } else if (t == "subreaper") {
@@ -502,6 +515,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     probes.Set("userns", probe_object(env, h.userns));
     probes.Set("subreaper", probe_object(env, h.subreaper));
     probes.Set("helper", probe_object(env, h.helper));
+    probes.Set("userManager", probe_object(env, h.user_manager));
     out.Set("probes", probes);
     return out;
   }

@@ -67,7 +67,9 @@ function liveWith(needle) {
 }
 
 async function main() {
-  const script = `setsid sleep ${token} & while ! grep -qs ${token} /proc/$!/cmdline; do sleep 0.01; done; exit 0`;
+  // Wait for the sleep itself (comm), not for its token in a cmdline: the
+  // forked bash still carries this whole script, token included, before setsid.
+  const script = `setsid sleep ${token} & until [ "$(cat /proc/$!/comm 2>/dev/null)" = sleep ]; do sleep 0.01; done; exit 0`;
   const result = await proctree.run('bash', ['-c', script]);
   const loaded = fs
     .readFileSync('/proc/self/maps', 'utf8')

@@ -12,7 +12,16 @@ import { waitUntil } from './helpers';
 describe('commands that cannot start', () => {
   it('ENOENT from the PATH search, through run() and through spawn()', async () => {
     const err = await run('proctree-no-such-command-xyz', ['a']).catch((e: unknown) => e);
-    expect(err).toMatchObject({ code: 'ENOENT', syscall: 'execve', path: 'proctree-no-such-command-xyz', spawnargs: ['proctree-no-such-command-xyz', 'a'] });
+    // Node's shape: syscall 'spawn <file>', path the file, spawnargs without it;
+    // the failing step of the start is kept in `step`.
+    expect(err).toMatchObject({
+      code: 'ENOENT',
+      errno: -2,
+      syscall: 'spawn proctree-no-such-command-xyz',
+      path: 'proctree-no-such-command-xyz',
+      spawnargs: ['a'],
+      step: 'execve',
+    });
     expect((err as Error).message).toBe('spawn proctree-no-such-command-xyz ENOENT');
 
     const call = spawn('proctree-no-such-command-xyz');
@@ -27,17 +36,20 @@ describe('commands that cannot start', () => {
     const file = path.join(dir, 'script.sh');
     fs.writeFileSync(file, '#!/bin/sh\necho hi\n', { mode: 0o644 });
     try {
-      await expect(run(file)).rejects.toMatchObject({ code: 'EACCES', syscall: 'execve', path: file });
+      await expect(run(file)).rejects.toMatchObject({ code: 'EACCES', errno: -13, syscall: `spawn ${file}`, path: file, step: 'execve' });
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
   });
 
-  it('a bad cwd names chdir and the directory', async () => {
+  it('a bad cwd: spawn <file> ENOENT as Node, with chdir and the directory as the step', async () => {
     await expect(run('true', [], { cwd: '/proctree-no-such-dir' })).rejects.toMatchObject({
+      message: 'spawn true ENOENT',
       code: 'ENOENT',
-      syscall: 'chdir',
-      path: '/proctree-no-such-dir',
+      syscall: 'spawn true',
+      path: 'true',
+      step: 'chdir',
+      stepPath: '/proctree-no-such-dir',
     });
   });
 
@@ -59,18 +71,37 @@ describe('invalid options throw synchronously', () => {
     ['empty file', () => spawn(''), TypeError, 'ERR_INVALID_ARG_VALUE'],
     ['NUL in args', () => spawn('echo', ['a\0b']), TypeError, 'ERR_INVALID_ARG_VALUE'],
     ['NUL in file', () => spawn('echo\0'), TypeError, 'ERR_INVALID_ARG_VALUE'],
-    ['arg not a string', () => spawn('echo', [1 as unknown as string]), TypeError, 'ERR_INVALID_ARG_TYPE'],
+    ['arg a Symbol', () => spawn('echo', [Symbol('x') as unknown as string]), TypeError, 'ERR_INVALID_ARG_TYPE'],
     ['NUL in env value', () => spawn('echo', [], { env: { A: 'x\0y' } }), TypeError, 'ERR_INVALID_ARG_VALUE'],
-    ['equals sign in env key', () => spawn('echo', [], { env: { 'A=B': 'x' } }), TypeError, 'ERR_INVALID_ARG_VALUE'],
+    ['NUL in env key', () => spawn('echo', [], { env: { 'A\0B': 'x' } }), TypeError, 'ERR_INVALID_ARG_VALUE'],
+    ['Symbol env value', () => spawn('echo', [], { env: { A: Symbol('x') as unknown as string } }), TypeError, 'ERR_INVALID_ARG_TYPE'],
+    // Node 20's validateTimeout: anything but an unsigned integer is out of range, even a string.
     ['negative timeout', () => spawn('echo', [], { timeout: -1 }), RangeError, 'ERR_OUT_OF_RANGE'],
     ['fractional grace', () => spawn('echo', [], { grace: 1.5 }), RangeError, 'ERR_OUT_OF_RANGE'],
-    ['timeout not a number', () => spawn('echo', [], { timeout: '5' as unknown as number }), TypeError, 'ERR_INVALID_ARG_TYPE'],
+    ['timeout not a number', () => spawn('echo', [], { timeout: '5' as unknown as number }), RangeError, 'ERR_OUT_OF_RANGE'],
+    ['grace not a number', () => spawn('echo', [], { grace: '5' as unknown as number }), TypeError, 'ERR_INVALID_ARG_TYPE'],
+    ['killSignal 0', () => spawn('echo', [], { killSignal: 0 }), TypeError, 'ERR_UNKNOWN_SIGNAL'],
+    ['killSignal an object', () => spawn('echo', [], { killSignal: {} as NodeJS.Signals }), TypeError, 'ERR_INVALID_ARG_TYPE'],
     ['unknown killSignal', () => spawn('echo', [], { killSignal: 'SIGNOPE' as NodeJS.Signals }), TypeError, 'ERR_UNKNOWN_SIGNAL'],
-    ['bad stdio kind', () => spawn('echo', [], { stdio: ['pipe', 'bogus' as 'pipe', 'pipe'] }), TypeError, 'ERR_INVALID_ARG_VALUE'],
+    ['bad stdio kind', () => spawn('echo', [], { stdio: 'bogus' as 'pipe' }), TypeError, 'ERR_INVALID_ARG_VALUE'],
+    ['bad stdio entry', () => spawn('echo', [], { stdio: ['pipe', {} as 'pipe', 'pipe'] }), TypeError, 'ERR_INVALID_ARG_VALUE'],
+    ['string stdio entry', () => spawn('echo', [], { stdio: ['pipe', 'bogus' as 'pipe', 'pipe'] }), TypeError, 'ERR_INVALID_SYNC_FORK_INPUT'],
+    ['an ipc stdio entry', () => spawn('echo', [], { stdio: ['pipe', 'pipe', 'pipe', 'ipc' as 'pipe'] }), Error, 'ERR_PROCTREE_IPC_UNSUPPORTED'],
+    ['two ipc stdio entries', () => spawn('echo', [], { stdio: ['pipe', 'pipe', 'pipe', 'ipc' as 'pipe', 'ipc' as 'pipe'] }), Error, 'ERR_IPC_ONE_PIPE'],
     ['bad leftovers', () => spawn('echo', [], { leftovers: 'maybe' as 'kill' }), TypeError, 'ERR_INVALID_ARG_VALUE'],
     ['bad confinement', () => spawn('echo', [], { confinement: 'vm' as 'auto' }), TypeError, 'ERR_INVALID_ARG_VALUE'],
     ['signal not an AbortSignal', () => spawn('echo', [], { signal: {} as AbortSignal }), TypeError, 'ERR_INVALID_ARG_TYPE'],
-    ['negative uid', () => spawn('echo', [], { uid: -1 }), RangeError, 'ERR_OUT_OF_RANGE'],
+    ['uid beyond int32', () => spawn('echo', [], { uid: 2 ** 63 }), TypeError, 'ERR_INVALID_ARG_TYPE'],
+    ['gid not an integer', () => spawn('echo', [], { gid: 1.5 }), TypeError, 'ERR_INVALID_ARG_TYPE'],
+    // Node lets -1 through validation; setuid(-1) fails and spawn() throws, synchronously.
+    ['negative uid', () => spawn('echo', [], { uid: -1 }), Error, 'EINVAL'],
+    ['options null', () => spawn('echo', [], null as unknown as object), TypeError, 'ERR_INVALID_ARG_TYPE'],
+    ['options an array', () => spawn('echo', [], [] as unknown as object), TypeError, 'ERR_INVALID_ARG_TYPE'],
+    ['args a string', () => spawn('echo', 'a' as unknown as string[]), TypeError, 'ERR_INVALID_ARG_TYPE'],
+    ['detached not a boolean', () => spawn('echo', [], { detached: 1 as unknown as boolean }), TypeError, 'ERR_INVALID_ARG_TYPE'],
+    ['windowsHide not a boolean', () => spawn('echo', [], { windowsHide: 'y' as unknown as boolean }), TypeError, 'ERR_INVALID_ARG_TYPE'],
+    ['bad serialization', () => spawn('echo', [], { serialization: 'xml' as 'json' }), TypeError, 'ERR_INVALID_ARG_VALUE'],
+    ['cwd an http URL', () => spawn('echo', [], { cwd: new URL('http://example.com/') }), TypeError, 'ERR_INVALID_URL_SCHEME'],
   ])('%s', (_name, fn, Ctor, code) => {
     let thrown: unknown;
     try {

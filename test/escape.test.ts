@@ -124,15 +124,18 @@ describe('escapes that killpg misses, all stopped', () => {
   it('a daemon that moves into a nested cgroup of the call is still stopped', async () => {
     const t = token();
     // runc's kill.bats case: the tool call creates cgroups of its own inside
-    // its leaf and moves a daemon there.
+    // its leaf and moves a daemon there. The leaf's path comes on stdin from
+    // the harness, which knows it: guessing the cgroup2 mount from
+    // /proc/self/mountinfo breaks on a host with a second cgroup2 mount.
     const script = [
-      `mnt=$(awk '{for(i=1;i<=NF;i++) if($i=="-" && $(i+1)=="cgroup2") print $5}' /proc/self/mountinfo)`,
-      `cg="$mnt$(grep '^0::' /proc/self/cgroup | cut -d: -f3)"`,
+      'read -r cg',
       `mkdir "$cg/inner"`,
       `(setsid sh -c "echo \\$\\$ > $cg/inner/cgroup.procs; exec sleep ${t}" &)`,
       `sleep ${t}`,
     ].join('; ');
-    const call = track(spawn('bash', ['-c', script], { stdio: 'ignore' }));
+    const call = track(spawn('bash', ['-c', script], { stdio: ['pipe', 'ignore', 'ignore'] }));
+    await new Promise((r) => call.once('spawn', r));
+    call.stdin?.end(`${call.cgroup}\n`);
     await waitForLive(t, 2, 'sleep');
     const inner = `${call.cgroup}/inner`;
     const deadline = Date.now() + 3000;

@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -171,7 +172,15 @@ int shim_main(bool as_init, int argc, char** argv) {
       int status = 0;
       pid_t r = waitpid(-1, &status, WNOHANG);
       if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return 0;  // ECHILD
+      if (r < 0) {
+        // ECHILD: the tree is empty. We reaped every process of it, so our
+        // children's usage is the tree's.
+        rusage ru{};
+        getrusage(RUSAGE_CHILDREN, &ru);
+        auto ms = [](const timeval& tv) { return static_cast<int32_t>(tv.tv_sec * 1000 + tv.tv_usec / 1000); };
+        send_message(shim::kUsage, ms(ru.ru_utime), ms(ru.ru_stime));
+        return 0;
+      }
       if (r == 0) break;
       if (r == child) {
         if (WIFEXITED(status)) {

@@ -3,7 +3,8 @@
 // at the fd number named in the shim's arguments (after the command's own
 // stdio fds, which the shim hands on untouched).
 // Shim -> harness: one kExecOk or kExecFailed right after the command was
-// started, then kExit when the command's main process ends. Harness -> shim:
+// started, kExit when the command's main process ends, and kUsage when the
+// tree is empty, just before the shim exits. Harness -> shim:
 // nothing but EOF, which means the harness is gone: the shim then kills its
 // whole tree (the init by exiting: the kernel kills the namespace).
 #pragma once
@@ -16,6 +17,7 @@ enum Kind : int32_t {
   kExecOk = 1,      // a = the command's pid as the harness sees it
   kExecFailed = 2,  // a = errno, b = Stage
   kExit = 3,        // a = exit code or -1, b = terminating signal or 0
+  kUsage = 4,       // the tree is empty: a = user ms, b = system ms (every reaped process)
 };
 
 enum Stage : int32_t {

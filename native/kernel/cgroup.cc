@@ -40,20 +40,25 @@ std::string unescape_mount_field(const std::string& s) {
   return out;
 }
 
-bool read_small_file(const char* path, std::string* out) {
-  Fd fd(open(path, O_RDONLY | O_CLOEXEC));
-  if (!fd) return false;
+// Reads what is left of fd into *out. ENODEV: a cgroup file whose cgroup
+// was removed while we read it, which has nothing more to say.
+bool read_all(int fd, std::string* out) {
   out->clear();
-  char buf[4096];
+  char buf[8192];
   for (;;) {
-    ssize_t n = read(fd.get(), buf, sizeof buf);
+    ssize_t n = read(fd, buf, sizeof buf);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return false;
+      return errno == ENODEV;
     }
     if (n == 0) return true;
     out->append(buf, static_cast<size_t>(n));
   }
+}
+
+bool read_small_file(const char* path, std::string* out) {
+  Fd fd(open(path, O_RDONLY | O_CLOEXEC));
+  return fd && read_all(fd.get(), out);
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -82,17 +87,7 @@ SysError append_procs(int dir, const std::string& path, std::vector<pid_t>* out)
     return SysError::from_errno("open", path + "/cgroup.procs");
   }
   std::string text;
-  char buf[8192];
-  for (;;) {
-    ssize_t n = read(fd.get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == ENODEV) break;  // removed while we read
-      return SysError::from_errno("read", path + "/cgroup.procs");
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-  }
+  if (!read_all(fd.get(), &text)) return SysError::from_errno("read", path + "/cgroup.procs");
   const char* p = text.c_str();
   while (*p) {
     char* end;
@@ -297,6 +292,13 @@ SysError CgroupDir::write_file(const char* name, const char* value) const {
     n = write(fd.get(), value, len);
   } while (n < 0 && errno == EINTR);
   if (n < 0) return SysError::from_errno("write", path_ + "/" + name);
+  return SysError::none();
+}
+
+SysError CgroupDir::read_file(const char* name, std::string* out) const {
+  Fd fd(openat(dir_.get(), name, O_RDONLY | O_CLOEXEC));
+  if (!fd) return SysError::from_errno("open", path_ + "/" + name);
+  if (!read_all(fd.get(), out)) return SysError::from_errno("read", path_ + "/" + name);
   return SysError::none();
 }
 

@@ -69,6 +69,8 @@ class CgroupDir {
   // name or depth (a tool call may make nested cgroups of its own).
   SysError read_procs(std::vector<pid_t>* out) const;
   SysError write_file(const char* name, const char* value) const;
+  // A small file of this cgroup (cpu.stat, memory.peak), whole.
+  SysError read_file(const char* name, std::string* out) const;
   bool has_file(const char* name) const;
   // cgroup.kill exists (Linux 5.14; never in the root cgroup).
   bool has_kill() const;

@@ -25,8 +25,10 @@ SysError for_each_confirmed(const std::vector<pid_t>& pids, const ConfirmMembers
   SysError first;
   size_t i = 0;
   std::vector<Held> held;
+  std::vector<size_t> index;  // where each held pid is in `pids`
   while (i < pids.size()) {
     held.clear();
+    index.clear();
     while (i < pids.size() && held.size() < kBatch) {
       Fd fd = pidfd_open(pids[i]);
       if (!fd) {
@@ -38,10 +40,21 @@ SysError for_each_confirmed(const std::vector<pid_t>& pids, const ConfirmMembers
         continue;
       }
       held.push_back(Held{pids[i], std::move(fd)});
+      index.push_back(i);
       ++i;
     }
     if (held.empty()) continue;
-    if (SysError e = confirm(&held)) {
+    SysError e = confirm(&held);
+    // Confirming needs descriptors too (cgroup.procs, a directory): with the
+    // batch holding nearly all we may have, give half of it back and retry.
+    while (e && (e.err == EMFILE || e.err == ENFILE) && held.size() > 1) {
+      size_t keep = held.size() / 2;
+      i = index[keep];
+      held.resize(keep);
+      index.resize(keep);
+      e = confirm(&held);
+    }
+    if (e) {
       if (!first) first = e;
       continue;
     }

@@ -28,6 +28,10 @@ SysError pidfd_reap(int pidfd, ExitStatus* out, bool keep_zombie) {
     return SysError::none();
   }
   out->done = true;
+  // siginfo's times are in clock ticks.
+  static const double ms_per_tick = 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  out->user_ms = static_cast<double>(info.si_utime) * ms_per_tick;
+  out->system_ms = static_cast<double>(info.si_stime) * ms_per_tick;
   if (info.si_code == CLD_EXITED) {
     out->code = info.si_status;
     out->signal = 0;

@@ -18,6 +18,9 @@ struct ExitStatus {
   bool done = false;  // false: still running
   int code = -1;      // exit code, or -1 when killed by a signal
   int signal = 0;     // terminating signal, 0 if it exited
+  // CPU time of the process and of the children it waited for, in ms.
+  double user_ms = 0;
+  double system_ms = 0;
 };
 
 // waitid(P_PIDFD, WEXITED | WNOHANG) on our own child, and nothing else.

@@ -1,5 +1,9 @@
 #include "ladder/cgroup_confinement.h"
 
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
 namespace proctree {
 
 SysError CgroupConfinement::members(std::vector<pid_t>* out) const {
@@ -46,6 +50,23 @@ Confinement::Kill CgroupConfinement::kill_all() {
     return Kill::kRound;
   }
   return Kill::kOneShot;
+}
+
+void CgroupConfinement::read_usage(Usage* out) const {
+  // cpu.stat is there on cgroup v2 without any controller (5.x); its times
+  // are in microseconds.
+  std::string stat;
+  if (!leaf_.valid() || leaf_.read_file("cpu.stat", &stat)) return;
+  auto field = [&stat](const char* name) -> double {
+    size_t at = stat.find(name);
+    return at == std::string::npos ? 0 : std::strtod(stat.c_str() + at + strlen(name), nullptr);
+  };
+  out->known = true;
+  out->source = "cgroup";
+  out->user_ms = field("user_usec ") / 1000.0;
+  out->system_ms = field("system_usec ") / 1000.0;
+  std::string peak;
+  if (!leaf_.read_file("memory.peak", &peak)) out->memory_peak = std::strtoll(peak.c_str(), nullptr, 10);
 }
 
 SysError CgroupConfinement::release() { return leaf_.remove(); }

@@ -15,8 +15,20 @@
 
 namespace proctree {
 
-enum class Tier { kCgroup, kPidns, kSubreaper, kPgroup };
+enum class Tier { kCgroup, kSystemd, kPidns, kSubreaper, kPgroup };
 const char* tier_name(Tier t);
+
+// What a whole tree used, escapees included where the tier can see them.
+struct Usage {
+  bool known = false;
+  double user_ms = 0;
+  double system_ms = 0;
+  long long memory_peak = -1;  // bytes; -1 where the memory controller is not delegated
+  // Where the CPU times come from: "cgroup" (cpu.stat of the call's cgroup:
+  // every process that was ever in it) or "rusage" (the processes reaped by
+  // the main process, or by the shim: every process of its tree).
+  const char* source = "";
+};
 
 class Confinement {
  public:
@@ -49,6 +61,10 @@ class Confinement {
   // SIGKILL to the whole tree. The default is a round over the confirmed
   // members, for tiers where the kernel offers nothing better.
   virtual Kill kill_all();
+
+  // The tree's resource usage, read once it is empty and before release()
+  // (the cgroup's own files go with it). Tiers that cannot tell leave it.
+  virtual void read_usage(Usage*) const {}
 
   // Releases what the tier made for the call (its cgroup directories), once
   // the tree is empty.

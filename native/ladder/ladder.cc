@@ -67,6 +67,7 @@ void Ladder::graceful_pass() {
       if (!error_) error_ = e;
       break;
     }
+    most_members_ = std::max(most_members_, pids.size());
     for (pid_t pid : pids) {
       if (done.insert(pid).second) fresh.push_back(pid);
     }
@@ -108,6 +109,7 @@ void Ladder::start_kill() {
   }
   std::vector<pid_t> pids;
   c_->members(&pids);
+  most_members_ = std::max(most_members_, pids.size());
   report_.killed = static_cast<int>(pids.size());
   // Without a graceful pass (grace 0) the escapes are counted here, on the
   // same definition, from the snapshot.

@@ -30,7 +30,7 @@ struct LadderLimits {
   // Re-reads of the members in one unfrozen pass, until none is new.
   static constexpr int kMaxPassRounds = 16;
   // Member pidfds handed to the host to watch for an early end of grace.
-  static constexpr size_t kMaxWatchedMembers = 256;
+  static constexpr size_t kMaxWatchedMembers = 64;
 };
 
 struct CleanupReport {
@@ -61,6 +61,9 @@ class LadderHost {
 class Ladder {
  public:
   Ladder(Confinement* confinement, LadderHost* host) : c_(confinement), host_(host) {}
+  // The tree to work on, when it is known only after the ladder's owner was
+  // made (the systemd tier learns its leaf from the broker). Before start().
+  void bind(Confinement* confinement) { c_ = confinement; }
 
   // Starts the ladder; later calls do nothing. main_pid: the command's pid,
   // whose group and session define "escaped" (-1: unknown, none counted).
@@ -71,6 +74,8 @@ class Ladder {
   // Whether the ladder has the tree frozen right now.
   bool holds_freeze() const { return froze_; }
   const CleanupReport& report() const { return report_; }
+  // The most members one of the ladder's reads saw.
+  size_t most_members() const { return most_members_; }
   // A resource error seen during a pass (EMFILE: some members could not be
   // held, so they were not signalled); cleared by reading it.
   SysError take_error();
@@ -105,6 +110,7 @@ class Ladder {
   int freeze_recheck_ms_ = 1;
   bool froze_ = false;
   size_t watched_ = 0;
+  size_t most_members_ = 0;
 };
 
 }  // namespace proctree

@@ -1,0 +1,241 @@
+// What a hostile, unlucky or starved tool call can do to the harness, and
+// why it no longer works. Every outcome is read from the kernel (cgroup
+// membership, /proc), and every process these tests kill is one they started.
+import { type ChildProcess, spawn as cpSpawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
+import fs from 'node:fs';
+import path from 'node:path';
+
+import { afterAll, describe, expect, it } from 'vitest';
+
+import { capabilities, spawn, type ToolCall } from '../dist/cjs/index.js';
+import { cgroupMembers, killCgroup, liveWith, token, waitForLive, waitUntil } from './helpers';
+
+const fixture = path.join(__dirname, 'fixtures', 'hostile-harness.cjs');
+const mount = capabilities().cgroup2?.mount ?? '';
+const calls: ToolCall[] = [];
+const children: ChildProcess[] = [];
+const cgroups: string[] = [];
+afterAll(() => {
+  for (const c of calls) killCgroup(c.cgroup);
+  for (const g of cgroups) killCgroup(g);
+  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+});
+
+function track(call: ToolCall): ToolCall {
+  calls.push(call);
+  return call;
+}
+
+/** Starts the hostile harness in `mode` and returns its first JSON line. */
+async function harness<T>(mode: string, t: string, wrap: string[] = []): Promise<{ child: ChildProcess; info: T }> {
+  const args = [...wrap, process.execPath, fixture, mode, t];
+  const child = cpSpawn(args[0], args.slice(1), { stdio: ['pipe', 'pipe', 'inherit'] });
+  children.push(child);
+  let buf = '';
+  const line = await new Promise<string>((resolve, reject) => {
+    child.stdout?.on('data', (d: Buffer) => {
+      buf += d.toString();
+      const nl = buf.indexOf('\n');
+      if (nl >= 0) resolve(buf.slice(0, nl));
+    });
+    child.once('exit', (code) => reject(new Error(`harness exited with ${code} before reporting`)));
+  });
+  const info = JSON.parse(line) as T & { error?: string; cgroups?: string[] };
+  if (info.error) throw new Error(info.error);
+  for (const g of info.cgroups ?? []) cgroups.push(g);
+  return { child, info };
+}
+
+async function sigkill(child: ChildProcess): Promise<void> {
+  child.kill('SIGKILL');
+  if (child.exitCode === null && child.signalCode === null) await once(child, 'exit');
+}
+
+describe('the guardian and the harness', () => {
+  it('signals arriving during spawns (a handler installed) never make the guardian kill the calls; SIGKILL still does', async () => {
+    const t = token();
+    const { child, info } = await harness<{ got: number; cgroups: string[] }>('signal-storm', t);
+    expect(info.got).toBeGreaterThan(0);
+    // Every call is still alive, in its cgroup, after the storm.
+    for (const g of info.cgroups) expect(cgroupMembers(g)).toHaveLength(3);
+    expect(await waitForLive(t, 60, 'sleep')).toHaveLength(60);
+    await sigkill(child);
+    await waitUntil(() => liveWith(t, 'sleep').length === 0, 2000);
+    expect(liveWith(t, 'sleep')).toEqual([]);
+  });
+
+  it("a call holding every pipe of the harness open can neither block spawns nor blind the guardian", async () => {
+    const t = token();
+    const { child, info } = await harness<{ held: number; results: number[]; cgroups: string[] }>('hijack', t);
+    expect(info.held).toBeGreaterThan(0);
+    expect(info.results).toEqual(Array(30).fill(3));
+    expect(await waitForLive(t, 18, 'sleep')).toHaveLength(18);
+    await sigkill(child);
+    await waitUntil(() => liveWith(t, 'sleep').length === 0 && liveWith(t, 'python3').length === 0, 2000);
+    expect(liveWith(t, 'sleep')).toEqual([]);
+    expect(liveWith(t, 'python3')).toEqual([]);
+  });
+});
+
+describe('trees that try to hide', () => {
+  it("a member in a nested cgroup named '.x' gets the graceful signal, and the cgroup is removed", async () => {
+    const t = token();
+    const script = `CG=${mount}$(sed -n 's/^0:://p' /proc/self/cgroup); mkdir "$CG/.x"; setsid sleep ${t} & echo $! > "$CG/.x/cgroup.procs"; sleep ${t}`;
+    const call = track(spawn('bash', ['-c', script], { stdio: 'ignore' }));
+    await waitForLive(t, 2, 'sleep');
+    const hidden = fs.readFileSync(`${call.cgroup}/.x/cgroup.procs`, 'utf8').trim();
+    expect(hidden).not.toBe('');
+    const report = await call.terminate({ grace: 5000 });
+    // bash (which execs the last sleep) and the hidden one: both got SIGTERM
+    // and both died of it, none was left for SIGKILL.
+    expect(report.signaled).toBe(2);
+    expect(report.escaped).toBe(1);
+    expect(report.killed).toBe(0);
+    expect(report.leftovers).toEqual([]);
+    await once(call, 'close');
+    expect(fs.existsSync(call.cgroup as string)).toBe(false);
+    expect(liveWith(t, 'sleep')).toEqual([]);
+  });
+
+  it('an empty chain of 60 nested cgroups does not leak the call cgroup', async () => {
+    const script = `CG=${mount}$(sed -n 's/^0:://p' /proc/self/cgroup); d="$CG"; for i in $(seq 60); do d="$d/n"; mkdir "$d" || exit 1; done`;
+    const call = track(spawn('bash', ['-c', script], { stdio: 'ignore' }));
+    await once(call, 'close');
+    expect(call.exitCode).toBe(0);
+    expect(fs.existsSync(call.cgroup as string)).toBe(false);
+  });
+
+  it('a 1000-process tree under RLIMIT_NOFILE 512: every member gets the graceful signal', async () => {
+    const t = token();
+    const { child, info } = await harness<{ report: { signaled: number; killed: number; leftovers: unknown[] } }>('fd-limit', t, [
+      'prlimit',
+      '--nofile=512',
+      '--',
+    ]);
+    expect(info.report.signaled).toBe(1001);
+    expect(info.report.killed).toBe(0);
+    expect(info.report.leftovers).toEqual([]);
+    expect(liveWith(t, 'sleep')).toEqual([]);
+    await sigkill(child);
+  }, 60_000);
+});
+
+describe('kernels without cgroup.kill (PROCTREE_TEST_NO_CGROUP_KILL=1)', () => {
+  const env = { ...process.env, PROCTREE_TEST_NO_CGROUP_KILL: '1' };
+
+  it('capabilities() reports cgroup.kill missing, and the ladder still empties an escaping tree that ignores SIGTERM', () => {
+    const t = token();
+    const code = `
+      const { capabilities, run } = require(${JSON.stringify(path.resolve(__dirname, '../dist/cjs/index.js'))});
+      (async () => {
+        const caps = capabilities();
+        const r = await run('bash', ['-c', "trap '' TERM; setsid bash -c 'trap \\"\\" TERM; sleep ${t}' & sleep ${t} & sleep 0.3; exit 0"], { grace: 300 });
+        console.log(JSON.stringify({ kill: caps.probes.cgroupKill.ok, tier: caps.tier, report: r.cleanup }));
+      })();`;
+    const r = spawnSync(process.execPath, ['-e', code], { env, encoding: 'utf8', timeout: 20_000 });
+    expect(r.stderr).toBe('');
+    const out = JSON.parse(r.stdout);
+    expect(out.kill).toBe(false);
+    expect(out.tier).toBe('cgroup');
+    expect(out.report).toMatchObject({ reason: 'leftovers', leftovers: [], verified: 'cgroup.events' });
+    expect(out.report.killed).toBeGreaterThanOrEqual(2);
+    expect(liveWith(t, 'sleep')).toEqual([]);
+  });
+
+  it('the guardian kills every call of a SIGKILLed harness', async () => {
+    const t = token();
+    const child = cpSpawn(process.execPath, [fixture, 'signal-storm', t], { env, stdio: ['pipe', 'pipe', 'inherit'] });
+    children.push(child);
+    const line = await new Promise<string>((resolve) => child.stdout?.once('data', (d: Buffer) => resolve(d.toString())));
+    for (const g of (JSON.parse(line) as { cgroups: string[] }).cgroups) cgroups.push(g);
+    expect(await waitForLive(t, 60, 'sleep')).toHaveLength(60);
+    await sigkill(child);
+    await waitUntil(() => liveWith(t, 'sleep').length === 0, 3000);
+    expect(liveWith(t, 'sleep')).toEqual([]);
+  });
+});
+
+describe('the weaker tiers', () => {
+  it('subreaper: a shim killed from outside is reported as an error, never as a clean empty', async () => {
+    const t = token();
+    const call = track(spawn('bash', ['-c', `setsid sleep ${t} & exec sleep ${t}`], { stdio: 'ignore', confinement: 'subreaper' }));
+    const errors: Array<Error & { code?: string }> = [];
+    call.on('error', (e) => errors.push(e));
+    await once(call, 'spawn');
+    await waitForLive(t, 2, 'sleep');
+    const stat = fs.readFileSync(`/proc/${call.pid}/stat`, 'utf8');
+    const shim = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    // The shim is a process this test started (through the library).
+    process.kill(shim, 'SIGKILL');
+    // (events.once would reject on the 'error' this test waits for.)
+    await new Promise((resolve) => call.once('close', resolve));
+    expect(errors.map((e) => e.code)).toContain('ECHILD');
+    // Its tree went to init, alive: exactly why the call must not look clean.
+    const orphans = liveWith(t, 'sleep');
+    expect(orphans.length).toBe(2);
+    for (const pid of orphans) process.kill(pid, 'SIGKILL');
+  });
+
+  it('pgroup: a new process that gets the main pid and calls setsid() is never taken for a member', () => {
+    const t = token();
+    const reuse = path.join(__dirname, 'fixtures', 'pgroup-reuse.cjs');
+    // A shell as the namespace's init, so orphans are reaped as on a host.
+    const r = spawnSync('unshare', ['--pid', '--fork', '--mount-proc', 'bash', '-c', `"$0" "$1" "$2"; true`, process.execPath, reuse, t], {
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    expect(r.stderr).toBe('');
+    const out = JSON.parse(r.stdout.trim().split('\n').pop() ?? '{}');
+    // While the call watched its session, the number could not come back.
+    expect(out.whileOpen).toBe('notfound');
+    expect(out.membersThen).toBe(0);
+    // Once the call closed, it could, and the call never touched it.
+    expect(out.closed).toBe(true);
+    expect(out.afterClose).toBe('found');
+    expect(out.victimAlive).toBe(true);
+    expect(out.killAfterClose).toBe(false);
+    expect(liveWith(t, 'sleep')).toEqual([]);
+  });
+});
+
+describe('kill()', () => {
+  it('kill(0) asks whether the tree lives and changes nothing: no freeze, no thaw', async () => {
+    const t = token();
+    const call = track(spawn('bash', ['-c', `sleep ${t}`], { stdio: 'ignore' }));
+    await waitForLive(t, 1, 'sleep');
+    const changes: string[] = [];
+    const watcher = fs.watch(`${call.cgroup}/cgroup.events`, () => changes.push(fs.readFileSync(`${call.cgroup}/cgroup.events`, 'utf8')));
+    for (let i = 0; i < 20; i++) expect(call.kill(0)).toBe(true);
+    await new Promise((r) => setTimeout(r, 100));
+    watcher.close();
+    expect(changes).toEqual([]);
+    await call.terminate({ grace: 0 });
+    expect(call.kill(0)).toBe(false);
+  });
+});
+
+describe('a harness that closed its own stdin, stdout and stderr', () => {
+  it('still runs calls in every tier, and nothing it opens lands on 0..2 of the command', () => {
+    const t = token();
+    const out = path.join(fs.mkdtempSync('/tmp/proctree-closed-'), 'out.json');
+    const code = `
+      const fs = require('node:fs');
+      const { run } = require(${JSON.stringify(path.resolve(__dirname, '../dist/cjs/index.js'))});
+      (async () => {
+        const results = {};
+        for (const tier of ['cgroup', 'pidns', 'subreaper', 'pgroup']) {
+          const r = await run('sh', ['-c', 'ls -l /proc/self/fd/0 /proc/self/fd/1 2>&1 | wc -l; sleep ${t} & exit 4'], { confinement: tier, grace: 200 });
+          results[tier] = { code: r.exitCode, out: r.stdout.trim(), left: r.cleanup && r.cleanup.leftovers.length };
+        }
+        fs.writeFileSync(${JSON.stringify(out)}, JSON.stringify(results));
+      })();`;
+    const r = spawnSync('bash', ['-c', `exec ${JSON.stringify(process.execPath)} -e "$1" <&- >&- 2>&-`, 'x', code], { timeout: 30_000 });
+    expect(r.status).toBe(0);
+    const results = JSON.parse(fs.readFileSync(out, 'utf8'));
+    for (const tier of ['cgroup', 'pidns', 'subreaper', 'pgroup']) {
+      expect(results[tier], tier).toEqual({ code: 4, out: '2', left: 0 });
+    }
+    expect(liveWith(t, 'sleep')).toEqual([]);
+  });
+});
