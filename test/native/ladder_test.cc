@@ -575,7 +575,8 @@ TEST(members_appearing_during_the_ladder) {
   CHECK(s.all_dead());
   CHECK(!s.tree.alive(during));
   CHECK(!s.tree.alive(after));
-  CHECK_EQ(s.tree.received(4)[during], 1);
+  std::map<pid_t, int> after_kill = s.tree.received(4);
+  CHECK_EQ(after_kill[during], 1);
 }
 
 // Members that cannot be signalled are not counted: one that exits (and is
