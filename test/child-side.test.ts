@@ -16,9 +16,13 @@ const root = path.resolve(__dirname, '..');
 const checker = path.join(root, 'test', 'native', 'child-side-calls.mjs');
 const objRoot = path.join(root, 'build', 'Release', 'obj.target');
 
-function check(object: string): { status: number | null; output: string } {
-  const r = spawnSync(process.execPath, [checker, object], { encoding: 'utf8' });
+function check(object: string, objdump = 'objdump'): { status: number | null; output: string } {
+  const r = spawnSync(process.execPath, [checker, '--objdump', objdump, object], { encoding: 'utf8' });
   return { status: r.status, output: `${r.stdout}${r.stderr}` };
+}
+
+function have(tool: string): boolean {
+  return spawnSync(tool, ['--version']).status === 0;
 }
 
 // node-gyp's objects of child.cc: build/Release/obj.target/<target>/native/kernel/child.o
@@ -46,11 +50,10 @@ const cxxFlags = [
 const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-child-side-'));
 afterAll(() => fs.rmSync(scratch, { recursive: true, force: true }));
 
-function compile(name: string, source: string): string {
+function compile(name: string, source: string, cxx = process.env.CXX ?? 'c++'): string {
   const src = path.join(scratch, `${name}.cc`);
   const obj = path.join(scratch, `${name}.o`);
   fs.writeFileSync(src, source);
-  const cxx = process.env.CXX ?? 'c++';
   const r = spawnSync(cxx, [...cxxFlags, '-c', src, '-o', obj], { encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`${cxx} failed on ${name}: ${r.error?.message ?? ''}${r.stderr}`);
   return obj;
@@ -72,14 +75,31 @@ describe('the child side of spawn calls nothing outside child.o', () => {
 
   // The check must be able to fail: child.cc itself with one libc call added
   // at the top of child_main, built with binding.gyp's flags.
+  const childSource = fs.readFileSync(path.join(root, 'native', 'kernel', 'child.cc'), 'utf8');
+  const entry = /(int child_main\(void\* arg\) \{\n\s*ChildArgs\* a = static_cast<ChildArgs\*>\(arg\);\n)/;
+  const withStrlen = `#include <cstring>\n${childSource.replace(entry, '$1  a->err = static_cast<int>(strlen(a->cwd));\n')}`;
+
   it('fails on a copy of child.cc that calls strlen', () => {
-    const original = fs.readFileSync(path.join(root, 'native', 'kernel', 'child.cc'), 'utf8');
-    const entry = /(int child_main\(void\* arg\) \{\n\s*ChildArgs\* a = static_cast<ChildArgs\*>\(arg\);\n)/;
-    expect(original, "child_main's first line, where the call is added, moved").toMatch(entry);
-    const broken = `#include <cstring>\n${original.replace(entry, '$1  a->err = static_cast<int>(strlen(a->cwd));\n')}`;
-    const r = check(compile('child-with-strlen', broken));
+    expect(childSource, "child_main's first line, where the call is added, moved").toMatch(entry);
+    const r = check(compile('child-with-strlen', withStrlen));
     expect(r.status, r.output).toBe(1);
-    expect(r.output).toMatch(/child_main\S* calls through the PLT strlen \(R_(X86_64_PLT32|AARCH64_CALL26)/);
+    expect(r.output).toMatch(/child_main\S* calls through the PLT strlen \(R_X86_64_PLT32/);
+  });
+
+  // The arm64 prebuild is cross-compiled: its child side, built the same
+  // way, calls nothing outside the file either (and the check sees a CALL26
+  // when it does). CI has the cross compiler (PROCTREE_REQUIRE_ARM64=1).
+  const crossCxx = 'aarch64-linux-gnu-g++';
+  const crossObjdump = 'aarch64-linux-gnu-objdump';
+  const noCross = have(crossCxx) && have(crossObjdump) ? null : `${crossCxx} or ${crossObjdump} is missing`;
+  it.skipIf(noCross !== null && process.env.PROCTREE_REQUIRE_ARM64 !== '1')('arm64: the same, cross-compiled', () => {
+    if (noCross) throw new Error(`PROCTREE_REQUIRE_ARM64=1, but ${noCross}`);
+    const good = check(compile('child-arm64', childSource, crossCxx), crossObjdump);
+    expect(good.output).toContain('child_main');
+    expect(good.status, good.output).toBe(0);
+    const bad = check(compile('child-arm64-with-strlen', withStrlen, crossCxx), crossObjdump);
+    expect(bad.status, bad.output).toBe(1);
+    expect(bad.output).toMatch(/child_main\S* calls through the PLT strlen \(R_AARCH64_(CALL26|JUMP26)/);
   });
 
   // What child_main reaches through a function of the same file counts too;
