@@ -81,7 +81,11 @@ export interface JobCall {
 
 /** Phases of a call that a job's state is made of. @internal */
 export interface CallPhase {
+  /** The ladder was asked for and has not reported yet. */
   stopping: boolean;
+  /** The tree is gone (verified empty). */
+  empty: boolean;
+  /** Empty and stdio drained: nothing more can come. */
   closed: boolean;
 }
 
@@ -117,7 +121,8 @@ export class Job {
 
   get state(): JobState {
     const phase = this.#phase();
-    if (phase.closed) return this.#call.cleanupReport ? 'stopped' : 'exited';
+    if (this.#call.cleanupReport) return 'stopped';
+    if (phase.empty || phase.closed) return 'exited';
     return phase.stopping ? 'stopping' : 'running';
   }
 

@@ -469,7 +469,7 @@ export class ToolCall extends EventEmitter {
 
   /** @internal */
   [callPhase](): CallPhase {
-    return { stopping: this.#ladder !== null && !this.#closed, closed: this.#closed };
+    return { stopping: this.#ladder !== null && this.#report === null, empty: this.#empty, closed: this.#closed };
   }
 
   #ladderFor(reason: CleanupReason, grace: number): Promise<CleanupReport> {

@@ -353,8 +353,9 @@ describe('proctree ps', () => {
     expect(fs.readFileSync(`/proc/${entry.pid}/stat`, 'utf8')).toContain(' (bash) ');
     expect(entry.ageMs).toBeGreaterThanOrEqual(0);
     expect(entry.ageMs).toBeLessThan(30_000);
-    expect(text.stdout.split('\n')[0]).toMatch(/^CALL\s+HARNESS\s+PID\s+MEMBERS\s+AGE\s+COMMAND$/);
-    expect(text.stdout).toMatch(new RegExp(`${entry.call}\\s+${child.pid}\\s+${entry.pid}\\s+3\\s+\\d+s\\s+bash -c`));
+    expect(entry.id).toBe(path.basename(entry.call));
+    expect(text.stdout.split('\n')[0]).toMatch(/^ID\s+CALL\s+HARNESS\s+PID\s+MEMBERS\s+AGE\s+COMMAND$/);
+    expect(text.stdout).toMatch(new RegExp(`${entry.id}\\s+${entry.call}\\s+${child.pid}\\s+${entry.pid}\\s+3\\s+\\d+s\\s+bash -c`));
     child.kill('SIGTERM');
     expect((await done).code).toBe(143);
     expect(liveWith(t)).toEqual([]);
