@@ -226,10 +226,10 @@ export class CallOutput {
       stderr: new OutputCollector(maxBuffer, keep),
       all: settings.all ? new OutputCollector(maxBuffer, keep) : null,
     };
-    for (const name of ['stdout', 'stderr'] as const) {
-      const s = sources[name];
-      if (s) this.#tap(s, name);
-    }
+    // One stream for both (a terminal) is stdout, tapped once.
+    if (sources.stdout) this.#tap(sources.stdout, 'stdout');
+    if (sources.stderr && sources.stderr !== sources.stdout) this.#tap(sources.stderr, 'stderr');
+    else this.#sources.stderr = null;
   }
 
   #tap(stream: Readable, name: OutputStream): void {
@@ -238,11 +238,18 @@ export class CallOutput {
     // Node's stream_base calls stream.push() once per read from the pipe:
     // the one place every chunk passes, whether anybody listens or not.
     stream.push = (chunk: unknown, encoding?: BufferEncoding): boolean => {
-      if (chunk === null) this.#ended(name);
-      else if (chunk !== undefined && (chunk as { length: number }).length > 0) {
-        this.#arrived(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string, encoding), name);
+      if (chunk === null) {
+        this.#ended(name);
+        return push.call(stream, chunk, encoding);
       }
-      return push.call(stream, chunk, encoding);
+      if (chunk === undefined || (chunk as { length: number }).length === 0) return push.call(stream, chunk, encoding);
+      const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string, encoding);
+      this.#arrived(buf, name);
+      const more = push.call(stream, chunk, encoding);
+      // The user's callback last: if it throws, the chunk is already in the
+      // stream, and the error surfaces as a throwing 'data' listener's would.
+      this.#settings.onOutput?.(buf, name);
+      return more;
     };
     stream.once('close', () => this.#ended(name));
   }
@@ -254,7 +261,6 @@ export class CallOutput {
       c.all?.write(chunk);
     }
     for (const fn of this.#subscribers) fn(chunk, name);
-    this.#settings.onOutput?.(chunk, name);
   }
 
   #ended(name: OutputStream): void {
