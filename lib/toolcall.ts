@@ -62,7 +62,6 @@ export interface ToolCallEvents {
   error: [err: Error];
 }
 
-
 // A start that Node reports by throwing from spawn() rather than by 'error':
 // the uid/gid steps (EPERM when not privileged, EINVAL for a bad id).
 function throwsLikeNode(err: NativeErrorShape): boolean {
@@ -541,12 +540,15 @@ export class ToolCall extends EventEmitter {
     const infos = native.processInfo(pids);
     if (infos.length > 0 && this.#opts.leftovers === 'keep') {
       // What the command left running is a job now, not part of the
-      // command's time: its timers stop. The result comes after one more
+      // command's time: its timers stop (a background call's bound the job
+      // from the start, and keep running). The result comes after one more
       // poll phase, so output already in the pipes is in it.
       this.#remaining = infos;
-      for (const t of [this.#timer, this.#idleTimer]) if (t) clearTimeout(t);
-      this.#timer = null;
-      this.#idleTimer = null;
+      if (!this.#opts.background) {
+        for (const t of [this.#timer, this.#idleTimer]) if (t) clearTimeout(t);
+        this.#timer = null;
+        this.#idleTimer = null;
+      }
       this.#becomeJob();
       setImmediate(() => {
         if (!this.#settleDone) return;

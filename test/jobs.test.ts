@@ -205,6 +205,19 @@ describe('background: true', () => {
     expect(cgroupExists(r.cgroup)).toBe(false);
   });
 
+  it('timeout bounds a background job for its whole life, even past the exit of its main process', async () => {
+    const t = token();
+    tokens.push(t);
+    const r = await run('bash', ['-c', `sleep ${t} & exit 0`], { background: true, leftovers: 'keep', timeout: 500 });
+    cgroups.push(r.cgroup);
+    expect(await waitForLive(t, 1, 'sleep')).toHaveLength(1);
+    const final = await job(r.jobId as string).wait();
+    expect(final.state).toBe('stopped');
+    expect(final.exitCode).toBe(0);
+    expect(final.cleanup).toMatchObject({ reason: 'timeout', leftovers: [] });
+    expect(liveWith(t)).toEqual([]);
+  });
+
   it("output keeps flowing to the ring when nobody reads: 9 MB through 64 KiB pipes, the job exits by itself", async () => {
     const call = spawn(
       process.execPath,
