@@ -10,6 +10,7 @@ import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, ResourceUs
 /** How each tier proves a tree empty (see CleanupReport.verified). */
 export const verification: Readonly<Record<Confinement, Verification>> = {
   cgroup: 'cgroup.events',
+  systemd: 'cgroup.events',
   pidns: 'pidns',
   subreaper: 'subreaper',
   pgroup: 'none',

@@ -170,6 +170,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
         break;
       case CallEvent::kStarted:
         args.push_back(Napi::Number::New(env_, ev.pid));
+        if (!ev.cgroup.empty()) args.push_back(Napi::String::New(env_, ev.cgroup));
         break;
       case CallEvent::kEmpty: {
         Napi::Object u = Napi::Object::New(env_);
@@ -286,6 +287,8 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     std::string t = tier_v.IsString() ? tier_v.As<Napi::String>().Utf8Value() : "cgroup";
     if (t == "cgroup") {
       opts.tier = Tier::kCgroup;
+    } else if (t == "systemd") {
+      opts.tier = Tier::kSystemd;
     } else if (t == "pidns") {
       opts.tier = Tier::kPidns;
     } else if (t == "subreaper") {
@@ -512,6 +515,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     probes.Set("userns", probe_object(env, h.userns));
     probes.Set("subreaper", probe_object(env, h.subreaper));
     probes.Set("helper", probe_object(env, h.helper));
+    probes.Set("userManager", probe_object(env, h.user_manager));
     out.Set("probes", probes);
     return out;
   }

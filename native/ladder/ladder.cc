@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <unordered_set>
 
 #include "kernel/pidfd.h"
 
@@ -58,22 +57,46 @@ int Ladder::ms_since(uint64_t t) const { return static_cast<int>((host_->now_ns(
 void Ladder::graceful_pass() {
   // Frozen, one read is complete; unfrozen (no freezer, or the freeze timed
   // out), re-read until a read shows no one new. Each member exactly once.
-  const bool frozen = froze_ && c_->frozen();
-  const int rounds = frozen ? 1 : LadderLimits::kMaxPassRounds;
-  std::unordered_set<pid_t> done;
-  for (int round = 0; round < rounds; ++round) {
-    std::vector<pid_t> pids, fresh;
-    if (SysError e = c_->members(&pids)) {
-      if (!error_) error_ = e;
-      break;
+  phase_ = Phase::kSignalling;
+  pass_max_rounds_ = froze_ && c_->frozen() ? 1 : LadderLimits::kMaxPassRounds;
+  pass_rounds_ = 0;
+  pass_done_.clear();
+  pass_todo_.clear();
+  pass_next_ = 0;
+  continue_pass();
+}
+
+void Ladder::continue_pass() {
+  size_t budget = LadderLimits::kPassSlice;
+  for (;;) {
+    if (pass_next_ >= pass_todo_.size()) {
+      if (pass_rounds_ >= pass_max_rounds_) break;
+      ++pass_rounds_;
+      std::vector<pid_t> pids;
+      if (SysError e = c_->members(&pids)) {
+        if (!error_) error_ = e;
+        break;
+      }
+      most_members_ = std::max(most_members_, pids.size());
+      pass_todo_.clear();
+      pass_next_ = 0;
+      for (pid_t pid : pids) {
+        if (pass_done_.insert(pid).second) pass_todo_.push_back(pid);
+      }
+      if (pass_todo_.empty()) break;
     }
-    most_members_ = std::max(most_members_, pids.size());
-    for (pid_t pid : pids) {
-      if (done.insert(pid).second) fresh.push_back(pid);
+    if (budget == 0) {
+      // The rest in a later turn of the loop.
+      host_->arm_timer(0);
+      return;
     }
-    if (fresh.empty()) break;
+    size_t n = std::min(budget, pass_todo_.size() - pass_next_);
+    std::vector<pid_t> slice(pass_todo_.begin() + static_cast<long>(pass_next_),
+                             pass_todo_.begin() + static_cast<long>(pass_next_ + n));
+    pass_next_ += n;
+    budget -= n;
     SysError e = for_each_confirmed(
-        fresh, [this](std::vector<Held>* held) { return c_->confirm(held); },
+        slice, [this](std::vector<Held>* held) { return c_->confirm(held); },
         [this](Held& h) {
           bool out = escaped(h.pid);
           if (pidfd_signal(h.pidfd.get(), sig_) != 0) return;  // gone meanwhile, or not ours to signal
@@ -88,6 +111,12 @@ void Ladder::graceful_pass() {
         });
     if (e && !error_) error_ = e;
   }
+  end_pass();
+}
+
+void Ladder::end_pass() {
+  pass_done_.clear();
+  pass_todo_.clear();
   if (froze_) {
     c_->set_frozen(false);
     froze_ = false;
@@ -181,6 +210,9 @@ void Ladder::on_timer() {
       }
       break;
     }
+    case Phase::kSignalling:
+      continue_pass();
+      break;
     case Phase::kGrace:
       if (c_->empty()) {
         finish();

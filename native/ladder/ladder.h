@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "kernel/fd.h"
@@ -31,6 +32,10 @@ struct LadderLimits {
   static constexpr int kMaxPassRounds = 16;
   // Member pidfds handed to the host to watch for an early end of grace.
   static constexpr size_t kMaxWatchedMembers = 64;
+  // Members signalled per turn of the event loop: a pass over a tree of
+  // thousands goes on in later turns (the timer at 0 ms), so that no single
+  // turn blocks the harness's loop for long.
+  static constexpr size_t kPassSlice = 128;
 };
 
 struct CleanupReport {
@@ -61,6 +66,9 @@ class LadderHost {
 class Ladder {
  public:
   Ladder(Confinement* confinement, LadderHost* host) : c_(confinement), host_(host) {}
+  // The tree to work on, when it is known only after the ladder's owner was
+  // made (the systemd tier learns its leaf from the broker). Before start().
+  void bind(Confinement* confinement) { c_ = confinement; }
 
   // Starts the ladder; later calls do nothing. main_pid: the command's pid,
   // whose group and session define "escaped" (-1: unknown, none counted).
@@ -82,9 +90,11 @@ class Ladder {
   void on_timer();
 
  private:
-  enum class Phase { kIdle, kFreezing, kGrace, kKilling, kDone };
+  enum class Phase { kIdle, kFreezing, kSignalling, kGrace, kKilling, kDone };
 
   void graceful_pass();
+  void continue_pass();
+  void end_pass();
   void start_kill();
   void kill_round();
   void wait(int ms);
@@ -108,6 +118,13 @@ class Ladder {
   bool froze_ = false;
   size_t watched_ = 0;
   size_t most_members_ = 0;
+  // The graceful pass in progress: every member exactly once, re-read in
+  // rounds until a read shows no one new (one round when frozen).
+  std::unordered_set<pid_t> pass_done_;
+  std::vector<pid_t> pass_todo_;
+  size_t pass_next_ = 0;
+  int pass_rounds_ = 0;
+  int pass_max_rounds_ = 1;
 };
 
 }  // namespace proctree

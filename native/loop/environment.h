@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernel/broker_client.h"
 #include "kernel/cgroup.h"
 #include "kernel/spawn.h"
 #include "ladder/confinement.h"
@@ -84,11 +85,16 @@ class Environment {
   void on_main_readable(uint64_t id);
   void on_control_readable(uint64_t id);
   void on_change(uint64_t id);
+  void on_broker_socket(bool writable);
+  void on_broker_process();
 
  private:
   SysError ensure_open();
   SysError spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
+  SysError spawn_brokered(const SpawnOptions& opts, const SpawnRequest& req, SpawnedCall* out);
+  SysError ensure_broker(const std::string& helper);
+  void broker_gone(const SysError& e);
   SysError adopt(Call* call);
   void reap_finished();
   static void on_flush_timer(uv_timer_t* t);
@@ -103,6 +109,12 @@ class Environment {
   SysError open_error_;
   ChildStack stack_;
   std::unordered_map<uint64_t, Call*> calls_;
+  // The systemd tier: one broker per environment, started on first use,
+  // living in the transient scope it asked the user manager for; the calls
+  // waiting for or running under it, by the broker's request id.
+  std::unique_ptr<BrokerClient> broker_;
+  SysError broker_error_;  // set once it is gone: later spawns fail with it
+  std::unordered_map<uint64_t, uint64_t> brokered_;  // request id -> call id
   size_t referenced_ = 0;  // live calls that keep the loop alive
   std::deque<CallEvent> pending_;
   bool flushing_ = false;
