@@ -17,7 +17,7 @@ import {
   outOfRange,
   unknownSignal,
 } from './errors';
-import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, type OutputSettings } from './output';
+import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, type OutputSettings, UNREAD_MAX_BUFFER } from './output';
 import type { Confinement, RunOptions, SpawnOptions } from './types';
 
 /**
@@ -415,7 +415,8 @@ export function checkBytes(value: unknown, name: string, fallback: number): numb
 /** The output options (OutputOptions), validated. */
 function resolveOutput(o: SpawnOptions): OutputSettings {
   let maxBuffer = DEFAULT_MAX_BUFFER;
-  if (o.maxBuffer !== undefined && o.maxBuffer !== null) {
+  const given = o.maxBuffer !== undefined && o.maxBuffer !== null;
+  if (given) {
     // Node's validateMaxBuffer: any number >= 0, else ERR_OUT_OF_RANGE.
     if (!(typeof o.maxBuffer === 'number' && o.maxBuffer >= 0)) {
       throw outOfRange('options.maxBuffer', 'a positive number', o.maxBuffer);
@@ -434,5 +435,8 @@ function resolveOutput(o: SpawnOptions): OutputSettings {
   const all = checkBoolean(o.all, 'options.all');
   const onOutput = o.onOutput as unknown;
   if (onOutput !== undefined && typeof onOutput !== 'function') throw invalidArgType('options.onOutput', 'function', onOutput);
-  return { maxBuffer, keep, marker, all, onOutput: onOutput as OutputSettings['onOutput'] };
+  // A limit the caller chose is kept from the first byte; the default one
+  // only once `done` is read (a call that only streams holds 1 MiB a stream).
+  const unreadMax = given ? maxBuffer : Math.min(maxBuffer, UNREAD_MAX_BUFFER);
+  return { maxBuffer, unreadMax, keep, marker, all, onOutput: onOutput as OutputSettings['onOutput'] };
 }

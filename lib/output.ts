@@ -16,6 +16,12 @@ export type Keep = 'head' | 'tail' | 'both';
 /** The output options of a call, validated (see resolveOutputOptions in options.ts). */
 export interface OutputSettings {
   maxBuffer: number;
+  /**
+   * Bytes kept per stream until `done` is read (then `maxBuffer`): a call
+   * whose output only streams past (a drop-in ChildProcess, a server) holds
+   * little, and one whose `done` is read late still gets what fit, flagged.
+   */
+  unreadMax: number;
   keep: Keep;
   /** The text put where bytes were omitted, `{omitted}` replaced by their count; null = none. */
   marker: string | null;
@@ -24,6 +30,8 @@ export interface OutputSettings {
 }
 
 export const DEFAULT_MAX_BUFFER = 64 * 1024 * 1024;
+/** What spawn() keeps per stream for `done` until it is read, unless `maxBuffer` was given. */
+export const UNREAD_MAX_BUFFER = 1024 * 1024;
 /** What `marker: true` inserts. */
 export const DEFAULT_MARKER = '\n[... {omitted} bytes omitted ...]\n';
 
@@ -58,10 +66,22 @@ export class ByteTail {
   #chunks: Buffer[] = [];
   #first = 0;
   #size = 0;
+  #capacity: number;
   /** Bytes written since the start, kept or not. */
   total = 0;
 
-  constructor(readonly capacity: number) {}
+  constructor(capacity: number) {
+    this.#capacity = capacity;
+  }
+
+  get capacity(): number {
+    return this.#capacity;
+  }
+
+  /** Keeps more from now on (what was dropped stays dropped). */
+  grow(capacity: number): void {
+    this.#capacity = Math.max(this.#capacity, capacity);
+  }
 
   /** Bytes held now. */
   get size(): number {
@@ -75,18 +95,19 @@ export class ByteTail {
 
   write(chunk: Buffer): void {
     this.total += chunk.length;
-    if (this.capacity === 0 || chunk.length === 0) return;
-    if (chunk.length >= this.capacity) {
-      this.#chunks = [chunk.subarray(chunk.length - this.capacity)];
+    const capacity = this.#capacity;
+    if (capacity === 0 || chunk.length === 0) return;
+    if (chunk.length >= capacity) {
+      this.#chunks = [chunk.subarray(chunk.length - capacity)];
       this.#first = 0;
-      this.#size = this.capacity;
+      this.#size = capacity;
       return;
     }
     this.#chunks.push(chunk);
     this.#size += chunk.length;
-    while (this.#size > this.capacity) {
+    while (this.#size > capacity) {
       const head = this.#chunks[this.#first];
-      const excess = this.#size - this.capacity;
+      const excess = this.#size - capacity;
       if (head.length <= excess) {
         this.#first++;
         this.#size -= head.length;
@@ -136,12 +157,25 @@ export interface Kept {
 export class OutputCollector {
   readonly #head: Buffer[] = [];
   #headSize = 0;
-  readonly #headMax: number;
+  #headMax: number;
   readonly #tail: ByteTail;
+  readonly #keep: Keep;
 
   constructor(max: number, keep: Keep) {
+    this.#keep = keep;
     this.#headMax = keep === 'head' ? max : keep === 'both' ? Math.floor(max / 2) : 0;
     this.#tail = new ByteTail(keep === 'head' ? 0 : max - this.#headMax);
+  }
+
+  /**
+   * Raises the limit to `max` from now on. The head grows only while nothing
+   * went past it yet (else the bytes after it are gone and it stays as it
+   * is); the tail keeps more from now on.
+   */
+  grow(max: number): void {
+    const headMax = this.#keep === 'head' ? max : this.#keep === 'both' ? Math.floor(max / 2) : 0;
+    if (this.#tail.total === 0) this.#headMax = Math.max(this.#headMax, headMax);
+    if (this.#keep !== 'head') this.#tail.grow(max - this.#headMax);
   }
 
   get total(): number {
@@ -220,11 +254,11 @@ export class CallOutput {
     this.#sources = { stdout: sources.stdout, stderr: sources.stderr };
     this.#settings = settings;
     this.#canResume = canResume;
-    const { maxBuffer, keep } = settings;
+    const { unreadMax, keep } = settings;
     this.#collectors = {
-      stdout: new OutputCollector(maxBuffer, keep),
-      stderr: new OutputCollector(maxBuffer, keep),
-      all: settings.all ? new OutputCollector(maxBuffer, keep) : null,
+      stdout: new OutputCollector(unreadMax, keep),
+      stderr: new OutputCollector(unreadMax, keep),
+      all: settings.all ? new OutputCollector(unreadMax, keep) : null,
     };
     // One stream for both (a terminal) is stdout, tapped once.
     if (sources.stdout) this.#tap(sources.stdout, 'stdout');
@@ -304,6 +338,13 @@ export class CallOutput {
     if (!c.all) return result;
     const all = keptValue(c.all, encoding, marker);
     return { ...result, all: all.value, allOmitted: all.omitted };
+  }
+
+  /** Somebody reads the result: keep up to `maxBuffer` from now on. */
+  resultWanted(): void {
+    const c = this.#collectors;
+    if (!c) return;
+    for (const collector of [c.stdout, c.stderr, c.all]) collector?.grow(this.#settings.maxBuffer);
   }
 
   /** The result was delivered: what arrives later is not kept for it. */

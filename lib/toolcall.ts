@@ -174,8 +174,11 @@ export class ToolCall extends EventEmitter {
     this.#done = this.#collect(run ?? { input: undefined, encoding: 'utf8', closeStdin: false });
     // 'done' carries a failed start; do not also crash on it.
     this.#done.catch(() => {});
-    // run() reads the streams itself: nobody else can.
-    if (run) this.#pipes.flush();
+    // run() reads the streams itself (nobody else can) and wants the result.
+    if (run) {
+      this.#output.resultWanted();
+      this.#pipes.flush();
+    }
     if (stdioError) {
       this.#started = true;
       this.#fail(spawnError(stdioError, opts.file, opts.argv));
@@ -436,11 +439,15 @@ export class ToolCall extends EventEmitter {
 
   /**
    * Settles once the tree is empty and stdio drained, with the whole result
-   * (output collected from the start, whenever this is read) — or, for a
-   * job, when it became one: at 'spawn' with `background`, when the main
-   * process exited with `leftovers: 'keep'`.
+   * — or, for a job, when it became one: at 'spawn' with `background`, when
+   * the main process exited with `leftovers: 'keep'`. Output is collected
+   * from the first byte: up to `maxBuffer` once this is read (or from the
+   * start when `maxBuffer` was given), up to 1 MiB a stream before.
    */
   get done(): Promise<RunResult> {
+    // Reading the result reads the streams, as collecting them always did.
+    this.#output.resultWanted();
+    this.#pipes.flush();
     return this.#done as Promise<RunResult>;
   }
 

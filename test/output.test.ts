@@ -216,6 +216,36 @@ describe('streaming', () => {
   });
 });
 
+describe('what spawn() holds for done', () => {
+  const big = 'head -c 3000000 /dev/zero | tr "\\0" a';
+  async function lateDone(options: object): Promise<Awaited<ToolCall['done']>> {
+    const call = spawn('sh', ['-c', big], options);
+    calls.push(call);
+    call.stdout?.resume();
+    await new Promise((resolve) => call.once('close', resolve));
+    return call.done;
+  }
+
+  it('a call that only streams holds 1 MiB a stream for done; read late, done says what is missing', async () => {
+    const r = await lateDone({});
+    expect(r.stdout.length).toBe(1024 * 1024);
+    expect(r.stdoutTruncated).toBe(true);
+    expect(r.stdoutOmitted).toBe(3_000_000 - 1024 * 1024);
+  });
+
+  it('done read at once, or a maxBuffer given, keeps up to maxBuffer from the first byte', async () => {
+    const early = spawn('sh', ['-c', big]);
+    calls.push(early);
+    const r1 = await early.done;
+    expect(r1.stdout.length).toBe(3_000_000);
+    const r2 = await lateDone({ maxBuffer: 4_000_000 });
+    expect(r2.stdout.length).toBe(3_000_000);
+    expect(r2.stdoutOmitted).toBe(0);
+    const r3 = await lateDone({ maxBuffer: 2_000_000, keep: 'tail' });
+    expect(r3.stdout.length).toBe(2_000_000);
+  });
+});
+
 describe('idleTimeout', () => {
   it("stops a `read line` that waits for input that never comes, reason 'idle'", async () => {
     const t = token();
