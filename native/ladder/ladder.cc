@@ -9,8 +9,9 @@
 
 namespace proctree {
 
-void Ladder::start(const std::string& reason, int grace_ms, int sig, pid_t main_pid) {
+void Ladder::start(const std::string& reason, int grace_ms, int sig, pid_t main_pid, bool frozen_by_owner) {
   if (phase_ != Phase::kIdle) return;
+  owner_froze_ = frozen_by_owner;
   start_ns_ = host_->now_ns();
   report_ = CleanupReport{};
   report_.reason = reason;
@@ -27,9 +28,10 @@ void Ladder::start(const std::string& reason, int grace_ms, int sig, pid_t main_
     return;
   }
   // Freeze first: a member that forks while we read the members would be
-  // missed, and a frozen member can neither fork nor exit under us.
-  if (c_->can_freeze() && !c_->set_frozen(true)) {
-    froze_ = true;
+  // missed, and a frozen member can neither fork nor exit under us. (Unless
+  // the owner froze the tree from above: then only wait for it to show.)
+  if (owner_froze_ || (c_->can_freeze() && !c_->set_frozen(true))) {
+    froze_ = !owner_froze_;
     if (c_->frozen()) {
       graceful_pass();
       return;
@@ -58,7 +60,7 @@ void Ladder::graceful_pass() {
   // Frozen, one read is complete; unfrozen (no freezer, or the freeze timed
   // out), re-read until a read shows no one new. Each member exactly once.
   phase_ = Phase::kSignalling;
-  pass_max_rounds_ = froze_ && c_->frozen() ? 1 : LadderLimits::kMaxPassRounds;
+  pass_max_rounds_ = (froze_ || owner_froze_) && c_->frozen() ? 1 : LadderLimits::kMaxPassRounds;
   pass_rounds_ = 0;
   pass_done_.clear();
   pass_todo_.clear();
@@ -121,6 +123,7 @@ void Ladder::end_pass() {
     c_->set_frozen(false);
     froze_ = false;
   }
+  release_owner_freeze();
   if (c_->empty()) {
     finish();
     return;
@@ -136,6 +139,7 @@ void Ladder::start_kill() {
     c_->set_frozen(false);
     froze_ = false;
   }
+  release_owner_freeze();
   std::vector<pid_t> pids;
   c_->members(&pids);
   most_members_ = std::max(most_members_, pids.size());
@@ -175,8 +179,8 @@ void Ladder::on_change() {
     case Phase::kFreezing:
       if (c_->empty()) {
         host_->cancel_timer();
+        if (froze_) c_->set_frozen(false);
         froze_ = false;
-        c_->set_frozen(false);
         finish();
       } else if (c_->frozen()) {
         host_->cancel_timer();
@@ -199,7 +203,7 @@ void Ladder::on_timer() {
   switch (phase_) {
     case Phase::kFreezing: {
       if (c_->empty()) {
-        c_->set_frozen(false);
+        if (froze_) c_->set_frozen(false);
         froze_ = false;
         finish();
       } else if (c_->frozen() || ms_since(phase_start_ns_) >= phase_limit_ms_) {
@@ -236,7 +240,14 @@ void Ladder::on_timer() {
   }
 }
 
+void Ladder::release_owner_freeze() {
+  if (!owner_froze_) return;
+  owner_froze_ = false;
+  host_->freeze_released();
+}
+
 void Ladder::finish() {
+  release_owner_freeze();
   phase_ = Phase::kDone;
   report_.duration_ms = static_cast<double>(host_->now_ns() - start_ns_) / 1e6;
   host_->ladder_finished();

@@ -240,6 +240,26 @@ void Call::on_change() {
   check_finished();
 }
 
+bool Call::terminate_frozen_by_group(int grace_ms, int sig, const std::string& reason) {
+  if (finished_ || ladder_.started() || !confinement_) {
+    freeze_released();
+    return terminate(grace_ms, sig, reason);
+  }
+  watch_emptiness();
+  ladder_.start(reason, grace_ms, sig, command_, true);
+  check_finished();
+  return true;
+}
+
+std::string Call::subtree_path() const {
+  if (tier_ != Tier::kCgroup || !confinement_) return {};
+  const std::string& leaf = static_cast<CgroupConfinement*>(confinement_.get())->leaf().path();
+  size_t slash = leaf.rfind('/');
+  return slash == std::string::npos ? std::string() : leaf.substr(0, slash);
+}
+
+void Call::freeze_released() { env_->group_freeze_released(id_); }
+
 bool Call::terminate(int grace_ms, int sig, const std::string& reason) {
   if (finished_ || ladder_.started()) return ladder_.started();
   if (!confinement_) {

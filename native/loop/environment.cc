@@ -388,6 +388,46 @@ void Environment::on_change(uint64_t id) {
   if (Call* c = find(id)) c->on_change();
 }
 
+std::vector<bool> Environment::terminate_group(const std::vector<uint64_t>& ids, const std::vector<int>& sigs,
+                                               int grace_ms, const std::string& reason) {
+  std::vector<bool> out(ids.size(), false);
+  // Which calls share which subtree: one freeze each, where it can be had.
+  std::unordered_map<std::string, std::vector<size_t>> by_subtree;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Call* c = find(ids[i]);
+    if (!c) continue;
+    std::string subtree = grace_ms > 0 ? c->subtree_path() : std::string();
+    if (!subtree.empty()) by_subtree[subtree].push_back(i);
+  }
+  for (auto& kv : by_subtree) {
+    if (group_freezes_.count(kv.first) || kv.second.size() < 2) continue;
+    GroupFreeze g;
+    if (CgroupDir::open_existing(kv.first, &g.subtree) || g.subtree.write_file("cgroup.freeze", "1")) continue;
+    g.holders = kv.second.size();
+    for (size_t i : kv.second) freeze_holder_[ids[i]] = kv.first;
+    group_freezes_.emplace(kv.first, std::move(g));
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Call* c = find(ids[i]);
+    if (!c) continue;
+    out[i] = freeze_holder_.count(ids[i]) ? c->terminate_frozen_by_group(grace_ms, sigs[i], reason)
+                                          : c->terminate(grace_ms, sigs[i], reason);
+  }
+  return out;
+}
+
+void Environment::group_freeze_released(uint64_t call_id) {
+  auto h = freeze_holder_.find(call_id);
+  if (h == freeze_holder_.end()) return;
+  auto g = group_freezes_.find(h->second);
+  freeze_holder_.erase(h);
+  if (g == group_freezes_.end()) return;
+  if (--g->second.holders > 0) return;
+  // The last call is done signalling: everyone runs again, signals pending.
+  g->second.subtree.write_file("cgroup.freeze", "0");
+  group_freezes_.erase(g);
+}
+
 void Environment::shutdown_sync(int wait_ms) {
   // The broker kills every leaf of its scope once its socket closes; we do
   // it ourselves too (the leaves are ours), without waiting for it.

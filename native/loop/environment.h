@@ -66,6 +66,15 @@ class Environment {
   void set_referenced(uint64_t id, bool ref);
   size_t live() const { return calls_.size(); }
 
+  // Runs the ladder on many calls at once (a supervisor's shutdown): every
+  // cgroup subtree they share is frozen with one write, each call's ladder
+  // signals its members while it is frozen, and the subtree is thawed once
+  // the last of them is done with it. Returns, per call, whether a cleanup
+  // event has been or will be posted.
+  std::vector<bool> terminate_group(const std::vector<uint64_t>& ids, const std::vector<int>& sigs, int grace_ms,
+                                    const std::string& reason);
+  void group_freeze_released(uint64_t call_id);
+
   // Environment teardown or process exit: SIGKILL every call, wait a bounded
   // time for the trees to empty, remove every directory we made.
   void shutdown_sync(int wait_ms);
@@ -115,6 +124,13 @@ class Environment {
   std::unique_ptr<BrokerClient> broker_;
   SysError broker_error_;  // set once it is gone: later spawns fail with it
   std::unordered_map<uint64_t, uint64_t> brokered_;  // request id -> call id
+  // Subtrees frozen by terminate_group, and the calls still using each freeze.
+  struct GroupFreeze {
+    CgroupDir subtree;
+    size_t holders = 0;
+  };
+  std::unordered_map<std::string, GroupFreeze> group_freezes_;  // by subtree path
+  std::unordered_map<uint64_t, std::string> freeze_holder_;     // call id -> subtree path
   size_t referenced_ = 0;  // live calls that keep the loop alive
   std::deque<CallEvent> pending_;
   bool flushing_ = false;
