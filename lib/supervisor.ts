@@ -7,7 +7,7 @@ import { invalidArgType, invalidArgValue } from './errors';
 import { Job, type JobInfo, JobRegistry } from './jobs';
 import { native } from './native';
 import { checkBytes, checkGrace, DEFAULT_JOB_BUFFER, resolveRun, resolveSpawn } from './options';
-import { callPhase, type CallOwner, dropQueued, terminateFor, ToolCall } from './toolcall';
+import { callPhase, type CallOwner, dropQueued, terminateMany, ToolCall } from './toolcall';
 import type { CleanupReport, RunOptions, RunResult, SpawnOptions } from './types';
 
 export interface SupervisorOptions {
@@ -156,7 +156,7 @@ export class Supervisor extends EventEmitter {
     });
     for (const { call } of this.#queue.splice(0)) call[dropQueued](closed);
     const running = [...this.#calls].filter((c) => c.started);
-    return Promise.all(running.map((c) => c[terminateFor]('shutdown', grace)));
+    return ToolCall[terminateMany](running, 'shutdown', grace);
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

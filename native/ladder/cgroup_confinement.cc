@@ -35,7 +35,14 @@ bool CgroupConfinement::can_freeze() const {
   return has_freeze_ == 1;
 }
 
-SysError CgroupConfinement::set_frozen(bool frozen) { return leaf_.write_file("cgroup.freeze", frozen ? "1" : "0"); }
+SysError CgroupConfinement::set_frozen(bool frozen, bool now) {
+  const char* value = frozen ? "1" : "0";
+  if (writes_ && !now) {
+    writes_->write_later(leaf_.path() + "/cgroup.freeze", value);
+    return SysError::none();
+  }
+  return leaf_.write_file("cgroup.freeze", value);
+}
 
 bool CgroupConfinement::frozen() const {
   CgroupEvents ev;
@@ -46,7 +53,15 @@ Confinement::Kill CgroupConfinement::kill_all() {
   if (!leaf_.valid()) return Kill::kOneShot;
   if (has_kill_ < 0) has_kill_ = leaf_.has_kill() ? 1 : 0;
   // Before 5.14: freeze, SIGKILL each member, thaw — repeated until empty.
-  if (has_kill_ == 0 || leaf_.write_file("cgroup.kill", "1")) {
+  if (has_kill_ == 0) {
+    leaf_.kill_round();
+    return Kill::kRound;
+  }
+  if (writes_) {
+    writes_->write_later(leaf_.path() + "/cgroup.kill", "1");
+    return Kill::kOneShot;
+  }
+  if (leaf_.write_file("cgroup.kill", "1")) {
     leaf_.kill_round();
     return Kill::kRound;
   }

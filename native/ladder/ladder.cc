@@ -69,7 +69,6 @@ void Ladder::graceful_pass() {
 }
 
 void Ladder::continue_pass() {
-  size_t budget = LadderLimits::kPassSlice;
   for (;;) {
     if (pass_next_ >= pass_todo_.size()) {
       if (pass_rounds_ >= pass_max_rounds_) break;
@@ -87,18 +86,14 @@ void Ladder::continue_pass() {
       }
       if (pass_todo_.empty()) break;
     }
-    if (budget == 0) {
-      // The rest in a later turn of the loop.
-      host_->arm_timer(0);
-      return;
-    }
-    size_t n = std::min(budget, pass_todo_.size() - pass_next_);
-    std::vector<pid_t> slice(pass_todo_.begin() + static_cast<long>(pass_next_),
+    size_t n = host_->pass_budget(std::min(LadderLimits::kPassSlice, pass_todo_.size() - pass_next_));
+    // No budget left in this turn: the host calls on_timer() in a later one.
+    if (n == 0) return;
+    std::vector<pid_t> batch(pass_todo_.begin() + static_cast<long>(pass_next_),
                              pass_todo_.begin() + static_cast<long>(pass_next_ + n));
     pass_next_ += n;
-    budget -= n;
     SysError e = for_each_confirmed(
-        slice, [this](std::vector<Held>* held) { return c_->confirm(held); },
+        batch, [this](std::vector<Held>* held) { return c_->confirm(held); },
         [this](Held& h) {
           bool out = escaped(h.pid);
           if (pidfd_signal(h.pidfd.get(), sig_) != 0) return;  // gone meanwhile, or not ours to signal

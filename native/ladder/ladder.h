@@ -32,9 +32,9 @@ struct LadderLimits {
   static constexpr int kMaxPassRounds = 16;
   // Member pidfds handed to the host to watch for an early end of grace.
   static constexpr size_t kMaxWatchedMembers = 64;
-  // Members signalled per turn of the event loop: a pass over a tree of
-  // thousands goes on in later turns (the timer at 0 ms), so that no single
-  // turn blocks the harness's loop for long.
+  // Members asked for at once (LadderHost::pass_budget): a pass over a tree
+  // of thousands goes on in later turns of the owner's loop, so that no
+  // single turn blocks it for long.
   static constexpr size_t kPassSlice = 128;
 };
 
@@ -65,6 +65,11 @@ class LadderHost {
   // or it went straight to the kill, or the tree was empty): called once,
   // for a ladder whose freeze was its owner's (see start()).
   virtual void freeze_released() {}
+  // How many of `wanted` members the ladder may signal now: the owner may
+  // share one budget per turn of its event loop among many ladders (a
+  // supervisor's shutdown starts a hundred at once). When it grants none,
+  // it calls the ladder's on_timer() in a later turn, with budget again.
+  virtual size_t pass_budget(size_t wanted) { return wanted; }
 };
 
 class Ladder {

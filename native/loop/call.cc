@@ -51,7 +51,7 @@ void Call::on_broker_spawned(pid_t pid, Fd pidfd, CgroupDir leaf) {
   command_ = pid;
   main_.pid = pid;
   main_.pidfd = std::move(pidfd);
-  confinement_ = std::make_unique<CgroupConfinement>(std::move(leaf), tier_);
+  confinement_ = std::make_unique<CgroupConfinement>(std::move(leaf), tier_, env_->slow_writes());
   ladder_.bind(confinement_.get());
   CallEvent ev{CallEvent::kStarted, id_, {}, {}, {}};
   ev.pid = pid;
@@ -251,6 +251,12 @@ bool Call::terminate_frozen_by_group(int grace_ms, int sig, const std::string& r
   return true;
 }
 
+void Call::prepare_stop() {
+  if (finished_ || !confinement_) return;
+  watch_emptiness();
+  confinement_->empty();
+}
+
 std::string Call::subtree_path() const {
   if (tier_ != Tier::kCgroup || !confinement_) return {};
   const std::string& leaf = static_cast<CgroupConfinement*>(confinement_.get())->leaf().path();
@@ -259,6 +265,14 @@ std::string Call::subtree_path() const {
 }
 
 void Call::freeze_released() { env_->group_freeze_released(id_); }
+
+size_t Call::pass_budget(size_t wanted) { return env_->take_pass_budget(id_, wanted); }
+
+void Call::resume_pass() {
+  if (finished_ || !ladder_.running()) return;
+  ladder_.on_timer();
+  check_finished();
+}
 
 bool Call::terminate(int grace_ms, int sig, const std::string& reason) {
   if (finished_ || ladder_.started()) return ladder_.started();
@@ -360,7 +374,7 @@ int Call::signal_all(int sig) {
   // freeze takes effect asynchronously, so spin briefly for it, and signal
   // in re-read rounds whatever happens. Never touch a freeze the ladder holds.
   bool froze = false;
-  if (confinement_->can_freeze() && !ladder_.holds_freeze() && !confinement_->set_frozen(true)) {
+  if (confinement_->can_freeze() && !ladder_.holds_freeze() && !confinement_->set_frozen(true, true)) {
     froze = true;
     uint64_t until = now_ns() + kKillFreezeSpinNs;
     while (!confinement_->frozen() && now_ns() < until) sched_yield();
@@ -382,7 +396,7 @@ int Call::signal_all(int sig) {
     if (e) post_error(e);
     if (froze && confinement_->frozen()) break;
   }
-  if (froze) confinement_->set_frozen(false);
+  if (froze) confinement_->set_frozen(false, true);
   return n;
 }
 

@@ -321,7 +321,7 @@ class FakeConfinement : public Confinement {
   int poll_ms() const override { return poll; }
 
   bool can_freeze() const override { return freezable; }
-  SysError set_frozen(bool f) override {
+  SysError set_frozen(bool f, bool /*now*/ = false) override {
     freeze_calls.push_back(f);
     freeze_requested = f;
     if (f) freeze_requested_at = host_->now;
