@@ -1,5 +1,6 @@
 export { spawn, run } from './run';
 export { ToolCall, type ToolCallEvents } from './toolcall';
+export { PtyStream } from './pty';
 export { Supervisor, getDefaultSupervisor, type SupervisorOptions, type SupervisorEvents } from './supervisor';
 export { capabilities, type Capabilities } from './capabilities';
 export { AbortError, LeftoversError, ConfinementUnavailableError, type SpawnError } from './errors';
@@ -8,6 +9,7 @@ export type {
   CleanupReport,
   Confinement,
   ProcessInfo,
+  PtyOptions,
   RunOptions,
   RunResult,
   SpawnOptions,

@@ -16,6 +16,7 @@ import {
   outOfRange,
   unknownSignal,
 } from './errors';
+import { ptyStdio, resolvePty, type ResolvedPty, withTerm } from './pty';
 import type { Confinement, RunOptions, SpawnOptions } from './types';
 
 /**
@@ -26,7 +27,8 @@ export type StdioEntry =
   | { kind: 'pipe' }
   | { kind: 'ignore' }
   | { kind: 'inherit' }
-  | { kind: 'fd'; fd: number; stream?: Readable | Writable };
+  | { kind: 'fd'; fd: number; stream?: Readable | Writable }
+  | { kind: 'pty' };
 
 export interface ResolvedSpawn {
   file: string;
@@ -45,6 +47,8 @@ export interface ResolvedSpawn {
   gid: number | undefined;
   confinement: 'auto' | Confinement;
   detached: boolean;
+  /** A terminal for fds 0–2 (options.pty), or none. */
+  pty: ResolvedPty | undefined;
 }
 
 const signalNumbers: Record<string, number> = osConstants.signals as Record<string, number>;
@@ -207,7 +211,7 @@ const nodeOptions = [
   'cwd', 'env', 'argv0', 'stdio', 'detached', 'uid', 'gid', 'serialization', 'shell',
   'windowsVerbatimArguments', 'windowsHide', 'signal', 'timeout', 'killSignal',
 ];
-const proctreeOptions = ['grace', 'leftovers', 'confinement'];
+const proctreeOptions = ['grace', 'leftovers', 'confinement', 'pty'];
 const runOptions = ['input', 'encoding', 'maxBuffer'];
 const knownOptions = new Set([...nodeOptions, ...proctreeOptions, ...runOptions]);
 const warned = new Set<string>();
@@ -333,15 +337,16 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     throw invalidArgValue('options.confinement', confinement, "must be one of: 'auto', 'cgroup', 'pidns', 'subreaper', 'pgroup'");
   }
   const grace = checkMs(opts.grace, 'grace', defaults.grace ?? 2000);
+  const pty = resolvePty(opts.pty);
   warnUnknownOptions(opts, defaults.where ?? 'spawn');
 
   return {
     file,
     argv,
     candidates: candidatesFor(file, env),
-    env,
+    env: pty ? withTerm(env, pty.term) : env,
     cwd,
-    stdio,
+    stdio: pty ? ptyStdio(stdio, opts.stdio) : stdio,
     // Node accepts any unsigned integer; a timer cannot wait longer than this.
     timeout: Math.min((timeout as number | null | undefined) ?? 0, 2 ** 31 - 1),
     grace,
@@ -352,6 +357,7 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     gid: opts.gid ?? undefined,
     confinement,
     detached,
+    pty,
   };
 }
 

@@ -13,6 +13,7 @@ import { checkGrace, type ResolvedRun, resolveRun, type ResolvedSpawn, signalNam
 import { helperPath, resolveTier, warnNoGuardian } from './capabilities';
 import { cleanupReport, emptyReport, leftoversError, runResult, verification } from './result';
 import { CallStdio, Collector } from './stdio';
+import { attachMaster, flushPty, noTerminal, PtyStream, ptyBytes, ptyPending, releasePty, setPtyRef, typeInput } from './pty';
 import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, RunResult } from './types';
 
 /**
@@ -93,6 +94,11 @@ export class ToolCall extends EventEmitter {
   readonly spawnfile: string;
   /** argv, argv[0] included, as ChildProcess#spawnargs. */
   readonly spawnargs: string[];
+  /**
+   * The call's terminal with options.pty (the master side: read what it
+   * shows, write to type), else null; stdin, stdout and stderr are null then.
+   */
+  readonly pty: PtyStream | null;
 
   #id = 0;
   readonly #opts: ResolvedSpawn;
@@ -142,6 +148,7 @@ export class ToolCall extends EventEmitter {
     this.stdin = this.#pipes.stdin;
     this.stdout = this.#pipes.stdout;
     this.stderr = this.#pipes.stderr;
+    this.pty = opts.pty ? new PtyStream(opts.pty, () => this.#maybeClose(), () => this.members()) : null;
     if (run) this.#done = this.#collect(run);
     if (stdioError) {
       this.#started = true;
@@ -212,6 +219,7 @@ export class ToolCall extends EventEmitter {
           ...(opts.cwd !== undefined ? { cwd: opts.cwd } : {}),
           ...(opts.uid !== undefined ? { uid: opts.uid } : {}),
           ...(opts.gid !== undefined ? { gid: opts.gid } : {}),
+          ...(this.pty ? { pty: { cols: this.pty.cols, rows: this.pty.rows } } : {}),
       });
       res = native.spawn(spec, (kind, a, b) => this.#onNative(kind, a, b));
     } catch (err) {
@@ -224,6 +232,7 @@ export class ToolCall extends EventEmitter {
       return;
     }
     this.#id = res.id;
+    if (res.ptyMaster !== undefined) this.pty?.[attachMaster](res.ptyMaster);
     this.cgroup = res.cgroup === '' ? null : res.cgroup;
     if (res.guardianError) warnNoGuardian(res.guardianError);
     if (!res.pending) {
@@ -242,6 +251,7 @@ export class ToolCall extends EventEmitter {
       // pgroup: the visible tree is gone but something still holds our
       // pipes, maybe an escapee we cannot see: the timeout ends the wait.
       this.#pipes.releaseReadable();
+      this.pty?.[releasePty]();
       return;
     }
     void this.#startLadder('timeout', this.#opts.grace, true);
@@ -262,6 +272,7 @@ export class ToolCall extends EventEmitter {
     this.#removeAbortListener();
     this.#pipes.closeChildEnds();
     this.stdin?.destroy();
+    this.pty?.[releasePty]();
     process.nextTick(() => {
       this.#owner.release(this);
       if (emitError) this.#emitError(err);
@@ -322,6 +333,15 @@ export class ToolCall extends EventEmitter {
     return this.#ladderFor('terminate', grace);
   }
 
+  /**
+   * Sets the terminal's window size (options.pty): the foreground process
+   * group gets SIGWINCH. Throws ERR_PROCTREE_NO_PTY for a call without one.
+   */
+  resize(cols: number, rows: number): void {
+    if (!this.pty) throw noTerminal();
+    this.pty.resize(cols, rows);
+  }
+
   /** @internal */
   [terminateFor](reason: CleanupReason, grace: number): Promise<CleanupReport> {
     return this.#ladderFor(reason, grace);
@@ -359,6 +379,7 @@ export class ToolCall extends EventEmitter {
 
   #applyRef(): void {
     this.#pipes.setRef(this.#ref);
+    this.pty?.[setPtyRef](this.#ref);
     for (const t of [this.#timer, this.#drainTimer]) {
       if (this.#ref) t?.ref();
       else t?.unref();
@@ -462,7 +483,10 @@ export class ToolCall extends EventEmitter {
     this.emit('exit', this.exitCode, this.signalCode);
     // Node's flushStdio, a tick later: the listeners of 'exit' may still
     // start reading.
-    process.nextTick(() => this.#pipes.flush());
+    process.nextTick(() => {
+      this.#pipes.flush();
+      this.pty?.[flushPty]();
+    });
     if (this.#ladder || this.#empty || this.#killedAll) return;
     const pids = native.members(this.#id);
     if (pids.length === 0) return;
@@ -495,13 +519,17 @@ export class ToolCall extends EventEmitter {
     this.stdin?.destroy();
     this.emit('empty');
     this.#pipes.flush();
-    if (this.#pipes.openReadable > 0) {
+    this.pty?.[flushPty]();
+    if (this.#pipes.openReadable > 0 || this.pty?.[ptyPending]) {
       // Every writer in the tree is gone; one outside it (handed our pipe)
       // must not hang 'close'. Unverified tiers wait `grace` for escapees.
       const wait = unverified ? this.#opts.grace : STDIO_DRAIN_MS;
       this.#drainTimer = setTimeout(() => {
         // After one more poll phase: data already in the pipe is read first.
-        setImmediate(() => this.#pipes.releaseReadable());
+        setImmediate(() => {
+          this.#pipes.releaseReadable();
+          this.pty?.[releasePty]();
+        });
       }, wait);
       if (!this.#ref) this.#drainTimer.unref();
     }
@@ -509,7 +537,7 @@ export class ToolCall extends EventEmitter {
   }
 
   #maybeClose(): void {
-    if (this.#closed || !this.#empty || this.#pipes.openReadable > 0) return;
+    if (this.#closed || !this.#empty || this.#pipes.openReadable > 0 || this.pty?.[ptyPending]) return;
     this.#closed = true;
     for (const t of [this.#timer, this.#drainTimer]) if (t) clearTimeout(t);
     this.#timer = null;
@@ -520,9 +548,12 @@ export class ToolCall extends EventEmitter {
   }
 
   #collect(run: ResolvedRun): Promise<RunResult<string | Buffer>> {
-    const out = new Collector(this.stdout, run.maxBuffer);
+    // A terminal is one stream: what it shows is the output.
+    const out = new Collector(this.pty ? (this.pty[ptyBytes]() as unknown as Readable) : this.stdout, run.maxBuffer);
     const err = new Collector(this.stderr, run.maxBuffer);
-    if (this.stdin) {
+    if (this.pty) {
+      if (run.input !== undefined || run.closeStdin) typeInput(this.pty, run.input);
+    } else if (this.stdin) {
       if (run.input !== undefined) this.stdin.end(run.input);
       else if (run.closeStdin) this.stdin.end();
     }
