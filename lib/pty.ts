@@ -80,9 +80,11 @@ export function noTerminal(): Error & { code: string } {
 export const attachMaster = Symbol('proctree.attachMaster');
 /** @internal Node's flushStdio for the terminal: resumed so it reaches its end. */
 export const flushPty = Symbol('proctree.flushPty');
-/** @internal closes the master (nothing in the tree can write any more, or the call never ran). */
+/** @internal the tree is empty: the master may close once its output is read. */
+export const ptyTreeEmpty = Symbol('proctree.ptyTreeEmpty');
+/** @internal closes the master now (something outside the tree holds the slave, or the call never ran). */
 export const releasePty = Symbol('proctree.releasePty');
-/** @internal whether the call's 'close' still waits for the terminal's output. */
+/** @internal whether the call's 'close' still waits for the terminal (output not over, or master open). */
 export const ptyPending = Symbol('proctree.ptyPending');
 /** @internal every byte read from the master, for run() and `done`, whatever the stream's encoding. */
 export const ptyBytes = Symbol('proctree.ptyBytes');
@@ -91,6 +93,8 @@ export const setPtyRef = Symbol('proctree.setPtyRef');
 
 const MAX_RETRY_MS = 20;
 
+type Destroy = (err: Error | null, cb: (err?: Error | null) => void) => void;
+
 /**
  * The master side of a call's terminal. Reading gives what the command
  * wrote to its terminal (stdout and stderr merged, as a screen shows them,
@@ -98,6 +102,12 @@ const MAX_RETRY_MS = 20;
  * the terminal raw); writing is typing. It ends when no process holds the
  * terminal any more (EIO or EOF on the master: normal termination, never an
  * 'error'), which is after everything the tree wrote has been read.
+ *
+ * The master stays open until the call's tree is empty, even after that
+ * end: closing it hangs the terminal up, and the kernel would send SIGHUP to
+ * a session leader that closed its fds but has not exited yet (`cat` at
+ * EOF), changing how it ends. `destroy()` closes it at once: a hangup, as
+ * closing a terminal window.
  */
 export class PtyStream extends Duplex {
   /** The window size the command sees (TIOCGWINSZ), as last set. */
@@ -105,12 +115,16 @@ export class PtyStream extends Duplex {
   rows: number;
   /** What TERM says in the command's environment. */
   readonly term: string;
-  /** /dev/pts/N (the slave), once the call started; null before. */
+  /** /dev/pts/N (the slave), once the call started; null before (and on kernels before 4.18). */
   path: string | null = null;
 
   #fd = -1;
+  #master: 'waiting' | 'open' | 'closed' = 'waiting';
   #reader: tty.ReadStream | null = null;
-  #state: 'waiting' | 'open' | 'done' = 'waiting';
+  #outputEnded = false;
+  // Until the tree is empty, a master whose output ended is kept open.
+  #hold = true;
+  #closeMaster: (() => void) | null = null;
   // One write in flight at most (Writable serializes _write): the rest of it
   // waits here while the terminal's input queue is full.
   #blocked: { chunk: Buffer; offset: number; cb: (err?: Error | null) => void } | null = null;
@@ -119,23 +133,23 @@ export class PtyStream extends Duplex {
   #ref = true;
   #settled = false;
   #bytes: EventEmitter | null = null;
-  readonly #onSettled: () => void;
+  readonly #onChange: () => void;
   readonly #members: () => number[];
 
-  /** @internal created by the call; `onSettled` runs once the output is over (ended or destroyed). */
-  constructor(opts: ResolvedPty, onSettled: () => void, members: () => number[]) {
+  /** @internal created by the call; `onChange` runs when the output ends and when the master closes. */
+  constructor(opts: ResolvedPty, onChange: () => void, members: () => number[]) {
     // allowHalfOpen false: once the terminal is gone, typing ends too.
     super({ allowHalfOpen: false, decodeStrings: true });
     this.cols = opts.cols;
     this.rows = opts.rows;
     this.term = opts.term;
-    this.#onSettled = onSettled;
+    this.#onChange = onChange;
     this.#members = members;
     if (opts.encoding) this.setEncoding(opts.encoding);
     const settle = (): void => {
       if (this.#settled) return;
       this.#settled = true;
-      this.#onSettled();
+      this.#onChange();
     };
     this.once('end', settle);
     this.once('close', settle);
@@ -153,24 +167,18 @@ export class PtyStream extends Duplex {
     const r = checkSize(rows, 'rows', this.rows);
     this.cols = c;
     this.rows = r;
-    if (this.#state !== 'open') return;
-    try {
-      native.ptyResize(this.#fd, c, r);
-    } catch (err) {
-      // The slave side is gone (the tree ended): nobody is left to see a size.
-      if ((err as { code?: string }).code !== 'EIO') throw err;
-    }
+    if (this.#master === 'open') native.ptyResize(this.#fd, c, r);
   }
 
   /**
    * The terminal's foreground process group (tcgetpgrp on the master) as
    * one of its processes: the group's leader, or a member of the call in
    * that group when the leader is gone. `comm` says what it is ("vim is in
-   * the foreground"); null before the start, after the end, or when no
-   * group is in the foreground.
+   * the foreground"); null before the start, once the tree is gone, or when
+   * no group is in the foreground.
    */
   foreground(): ProcessInfo | null {
-    if (this.#state !== 'open') return null;
+    if (this.#master !== 'open') return null;
     const pgid = native.ptyForeground(this.#fd);
     if (pgid <= 0) return null;
     // The pgid names the leader only while it lives: check the pgid it has
@@ -182,51 +190,90 @@ export class PtyStream extends Duplex {
 
   /** @internal */
   [attachMaster](fd: number): void {
-    if (this.#state !== 'waiting') {
+    if (this.#master !== 'waiting') {
       // Destroyed before the call started: closing the master hangs the
-      // terminal up, as a closed terminal window would.
+      // terminal up, as closing a terminal window would.
       native.closeFd(fd);
       return;
     }
     let reader: tty.ReadStream;
     try {
       // libuv reads a pty master as a TTY stream (net.Socket refuses the fd
-      // type); it does not make it blocking, since it cannot reopen a master.
+      // type); it leaves it non-blocking, since it cannot reopen a master.
       reader = new tty.ReadStream(fd);
     } catch (err) {
       native.closeFd(fd);
-      this.#state = 'done';
+      this.#master = 'closed';
       this.destroy(err as Error);
       return;
     }
     this.#fd = fd;
     this.#reader = reader;
-    this.#state = 'open';
+    this.#master = 'open';
     this.path = ptsPath(fd);
+    // Node destroys the handle itself on EIO, which would close the master
+    // at once; the close waits here while the tree may still be running.
+    const closeHandle = (reader as unknown as { _destroy: Destroy })._destroy;
+    (reader as unknown as { _destroy: Destroy })._destroy = (err, cb) => {
+      const close = (): void => {
+        this.#closeMaster = null;
+        this.#master = 'closed';
+        this.#fd = -1;
+        closeHandle.call(reader, err, cb);
+        this.#onChange();
+      };
+      if (this.#hold) this.#closeMaster = close;
+      else close();
+    };
     reader.on('data', (chunk: Buffer) => {
       this.#bytes?.emit('data', chunk);
       if (!this.push(chunk)) reader.pause();
     });
     // EIO (no process holds the slave any more) and EOF are how a terminal
-    // ends: the stream ends, no 'error'.
-    reader.on('end', () => this.#readerDone(null));
-    reader.on('error', (err: Error & { code?: string }) => this.#readerDone(err.code === 'EIO' ? null : err));
-    reader.on('close', () => this.#readerDone(null));
+    // ends: the stream ends, no 'error'. libuv reports EOF itself when the
+    // master polls POLLHUP (the slave is closed) after a short read, which
+    // on a terminal is every read: what the kernel still buffers is read
+    // here, before the handle goes.
+    reader.on('end', () => {
+      this.#readRest();
+      this.#outputDone(null);
+    });
+    reader.on('error', (err: Error & { code?: string }) => this.#outputDone(err.code === 'EIO' ? null : err));
+    reader.on('close', () => this.#outputDone(null));
     if (!this.#ref) reader.unref();
     this.#drainWrite();
   }
 
-  #readerDone(err: Error | null): void {
-    if (this.#state === 'done') return;
-    this.#state = 'done';
-    // The handle closes the master (libuv closes fds above 2): ours is gone.
-    this.#fd = -1;
-    this.#reader?.destroy();
-    this.#reader = null;
+  // Reads the master until EIO (empty, and no process holds the slave).
+  // The kernel flushes its queue before it reports EIO, so nothing written
+  // before the last slave closed is lost. EAGAIN: someone opened the slave
+  // again; the end of the tree will close the master.
+  #readRest(): void {
+    if (this.#master !== 'open') return;
+    const buf = Buffer.allocUnsafe(64 * 1024);
+    for (;;) {
+      let n: number;
+      try {
+        n = fs.readSync(this.#fd, buf, 0, buf.length, null);
+      } catch {
+        return;
+      }
+      if (n <= 0) return;
+      const chunk = Buffer.from(buf.subarray(0, n));
+      this.#bytes?.emit('data', chunk);
+      this.push(chunk);
+    }
+  }
+
+  #outputDone(err: Error | null): void {
+    if (this.#outputEnded) return;
+    this.#outputEnded = true;
     this.#bytes?.emit('end');
-    this.#drainWrite();
     if (err) this.destroy(err);
     else this.push(null);
+    // The tree may already be gone (EIO after the empty event).
+    if (!this.#hold) this.#reader?.destroy();
+    this.#drainWrite();
   }
 
   /** @internal */
@@ -235,14 +282,22 @@ export class PtyStream extends Duplex {
   }
 
   /** @internal */
+  [ptyTreeEmpty](): void {
+    this.#hold = false;
+    if (this.#closeMaster) this.#closeMaster();
+    else if (this.#outputEnded) this.#reader?.destroy();
+  }
+
+  /** @internal */
   [releasePty](): void {
-    if (this.#state === 'waiting') this.#state = 'done';
+    this.#hold = false;
+    if (this.#master === 'waiting') this.#master = 'closed';
     this.destroy();
   }
 
   /** @internal */
   get [ptyPending](): boolean {
-    return !this.#settled;
+    return !this.#settled || this.#master === 'open';
   }
 
   /**
@@ -253,7 +308,7 @@ export class PtyStream extends Duplex {
   [ptyBytes](): EventEmitter {
     if (!this.#bytes) {
       this.#bytes = new EventEmitter();
-      if (this.#state === 'done') process.nextTick(() => this.#bytes?.emit('end'));
+      if (this.#outputEnded) process.nextTick(() => this.#bytes?.emit('end'));
       this.resume();
     }
     return this.#bytes;
@@ -288,15 +343,14 @@ export class PtyStream extends Duplex {
     if (this.#retry) clearTimeout(this.#retry);
     this.#retry = null;
     this.#blocked = null;
-    if (this.#state === 'waiting') this.#state = 'done';
-    if (this.#reader) {
-      const reader = this.#reader;
-      this.#reader = null;
-      this.#state = 'done';
-      this.#fd = -1;
-      reader.destroy();
+    this.#hold = false;
+    if (this.#master === 'waiting') this.#master = 'closed';
+    if (!this.#outputEnded) {
+      this.#outputEnded = true;
       this.#bytes?.emit('end');
     }
+    if (this.#closeMaster) this.#closeMaster();
+    else this.#reader?.destroy();
     cb(err);
   }
 
@@ -305,8 +359,8 @@ export class PtyStream extends Duplex {
   // command does not read. Here EAGAIN waits a little and tries again.
   #drainWrite(): void {
     const b = this.#blocked;
-    if (!b || this.#state === 'waiting' || this.#retry) return;
-    if (this.#state === 'done') {
+    if (!b || this.#master === 'waiting' || this.#retry) return;
+    if (this.#master === 'closed' || this.#outputEnded) {
       // Nobody holds the terminal: typing goes nowhere, as into a closed window.
       this.#blocked = null;
       b.cb();

@@ -13,7 +13,7 @@ import { checkGrace, type ResolvedRun, resolveRun, type ResolvedSpawn, signalNam
 import { helperPath, resolveTier, warnNoGuardian } from './capabilities';
 import { cleanupReport, emptyReport, leftoversError, runResult, verification } from './result';
 import { CallStdio, Collector } from './stdio';
-import { attachMaster, flushPty, noTerminal, PtyStream, ptyBytes, ptyPending, releasePty, setPtyRef, typeInput } from './pty';
+import { attachMaster, flushPty, noTerminal, PtyStream, ptyBytes, ptyPending, ptyTreeEmpty, releasePty, setPtyRef, typeInput } from './pty';
 import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, RunResult } from './types';
 
 /**
@@ -519,6 +519,7 @@ export class ToolCall extends EventEmitter {
     this.stdin?.destroy();
     this.emit('empty');
     this.#pipes.flush();
+    this.pty?.[ptyTreeEmpty]();
     this.pty?.[flushPty]();
     if (this.#pipes.openReadable > 0 || this.pty?.[ptyPending]) {
       // Every writer in the tree is gone; one outside it (handed our pipe)
