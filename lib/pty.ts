@@ -404,13 +404,17 @@ function ptsPath(fd: number): string | null {
 }
 
 /**
- * run()'s `input` on a terminal: typed, then the end-of-file character
- * (VEOF, ^D) at the start of a line, which is how a terminal says "no more
- * input" in canonical mode — the counterpart of closing a stdin pipe.
+ * "No more input" on a terminal in canonical mode: the end-of-file
+ * character (VEOF, ^D) at the start of a line — the counterpart of closing a
+ * stdin pipe. After a partial line (`last` is not a newline) the first ^D
+ * hands that line to the reader and the second is the EOF.
  */
+export function typeEndOfInput(pty: PtyStream, last: number | undefined): void {
+  pty.write(last === undefined || last === 0x0a || last === 0x0d ? '\x04' : '\x04\x04');
+}
+
+/** run()'s `input` on a terminal: typed, then the end of input. */
 export function typeInput(pty: PtyStream, input: Buffer | undefined): void {
   if (input !== undefined && input.length > 0) pty.write(input);
-  const last = input !== undefined && input.length > 0 ? input[input.length - 1] : undefined;
-  // A pending partial line: the first ^D hands it to the reader, the second is EOF.
-  pty.write(last === undefined || last === 0x0a || last === 0x0d ? '\x04' : '\x04\x04');
+  typeEndOfInput(pty, input !== undefined && input.length > 0 ? input[input.length - 1] : undefined);
 }

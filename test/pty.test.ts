@@ -390,6 +390,62 @@ describe.each(tiers)('confinement %s', (tier) => {
   });
 });
 
+describe('proctree run --pty', () => {
+  const bin = path.resolve(__dirname, '..', 'bin', 'proctree.js');
+
+  it('stdin not a terminal: the command still gets one, bytes are piped through, the end of stdin is ^D', () => {
+    const r = spawnSync(process.execPath, [bin, 'run', '--pty', '--', 'bash', '-c', 'tty; stty size; read -r x; echo "got $x"; cat; echo "status of cat $?"'], {
+      input: 'hello\nrest',
+      encoding: 'utf8',
+      timeout: 20_000,
+    });
+    expect(r.status).toBe(0);
+    // What was typed is echoed by the terminal when it arrives (which may be
+    // before or after the first lines), then read; the last partial line,
+    // then the end of input, reach cat.
+    const shown = r.stdout.replace('hello\r\nrest', '');
+    expect(shown).toMatch(/^\/dev\/pts\/\d+\r\n24 80\r\ngot hello\r\nreststatus of cat 0\r\n$/);
+    const py = spawnSync(process.execPath, [bin, 'run', '--pty', '--', 'python3', '-c', 'import sys; print(sys.stdout.isatty())'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      encoding: 'utf8',
+    });
+    expect(py.stdout).toBe('True\r\n');
+  });
+
+  it("on a user's terminal: raw keys, size and TERM forwarded, SIGWINCH followed, the mode restored, the status passed on", async () => {
+    const dir = tmpDir();
+    const py = path.join(dir, 'winch.py');
+    fs.writeFileSync(
+      py,
+      [
+        'import os, signal, sys, time',
+        "signal.signal(signal.SIGWINCH, lambda *a: print('winch', *os.get_terminal_size(), flush=True))",
+        "print('size', *os.get_terminal_size(), os.environ['TERM'], flush=True)",
+        "print('read', repr(sys.stdin.readline()), flush=True)",
+        'time.sleep(30)',
+      ].join('\n'),
+    );
+    // The user's terminal is a proctree terminal too; bash shows its mode before and after.
+    const script = `stty -g; ${JSON.stringify(process.execPath)} ${bin} run --pty -- python3 ${py}; echo "status $?"; stty -g`;
+    const call = track(spawn('bash', ['-c', script], { pty: { cols: 100, rows: 30, term: 'screen' } }));
+    const screen = new Screen(call);
+    const before = (await screen.take(/^([0-9a-f:]+)\r\n/))[1];
+    await screen.take(/^size 100 30 screen\r\n$/);
+    call.resize(120, 40);
+    await screen.take(/^winch 120 40\r\n$/);
+    call.pty?.write('abc\r');
+    // Output passes through unprocessed (no \r\r\n): the user's terminal is raw, output processing included.
+    await screen.take(/^abc\r\nread 'abc\\n'\r\n$/);
+    // ^C is a key like any other: the command's terminal makes it SIGINT for python, not for proctree.
+    call.pty?.write('\x03');
+    await screen.take(/KeyboardInterrupt\r\nstatus 130\r\n/);
+    const after = (await screen.take(/^([0-9a-f:]+)\r\n/))[1];
+    expect(after).toBe(before);
+    await closed(call);
+    expect(call.exitCode).toBe(0);
+  });
+});
+
 describe('resources', () => {
   it('200 terminal calls leave no fd, no /dev/pts entry, no zombie and no cgroup', async () => {
     const first = await run('true', [], { pty: true });

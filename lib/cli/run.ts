@@ -6,6 +6,7 @@ import { spawn } from '../run';
 import type { ToolCall } from '../toolcall';
 import type { CleanupReport, RunResult, SpawnOptions } from '../types';
 import { EXIT_USAGE, flagString, parseDuration, parseFlags, splitCommand, UsageError } from './args';
+import { attachTerminal, terminalOptions } from './terminal';
 
 export const runHelp = `Usage: proctree run [options] [--] COMMAND [ARG...]
 
@@ -21,6 +22,9 @@ Options:
                         the library rejects the tiers this host or version lacks)
   --leftovers MODE      when COMMAND exits with descendants alive: kill (default)
                         runs the ladder on them; wait keeps going until they end
+  --pty                 run COMMAND on a terminal of its own (a pseudo-terminal),
+                        like script(1): on a terminal, keys go to COMMAND raw and
+                        its window follows this one; else bytes are piped through
   --report              print the cleanup report to stderr on one line
   --json                print the whole result as JSON on stdout instead of
                         passing COMMAND's output through
@@ -42,6 +46,7 @@ const runOptions = {
   leftovers: { type: 'string' },
   report: { type: 'boolean' },
   json: { type: 'boolean' },
+  pty: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -70,6 +75,7 @@ interface RunPlan {
   options: SpawnOptions;
   report: boolean;
   json: boolean;
+  pty: boolean;
 }
 
 export function planRun(argv: string[]): RunPlan | 'help' {
@@ -97,11 +103,19 @@ export function planRun(argv: string[]): RunPlan | 'help' {
   // Passed through unchecked: which tiers exist is the library's business,
   // and it rejects the ones it does not have with ERR_INVALID_ARG_VALUE.
   if (confinement !== undefined) options.confinement = confinement as SpawnOptions['confinement'];
-  return { file: command[0], args: command.slice(1), options, report: flags.report === true, json: flags.json === true };
+  return {
+    file: command[0],
+    args: command.slice(1),
+    options,
+    report: flags.report === true,
+    json: flags.json === true,
+    pty: flags.pty === true,
+  };
 }
 
 function startCall(plan: RunPlan): ToolCall {
   try {
+    if (plan.pty) return spawn(plan.file, plan.args, { ...plan.options, pty: terminalOptions() });
     return spawn(plan.file, plan.args, { ...plan.options, stdio: ['inherit', plan.json ? 'pipe' : 'inherit', plan.json ? 'pipe' : 'inherit'] });
   } catch (err) {
     // Options the library refused (ERR_INVALID_ARG_VALUE, ERR_UNKNOWN_SIGNAL, …)
@@ -136,6 +150,7 @@ export async function runCommand(argv: string[]): Promise<number> {
   };
   const stopSignals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
   for (const s of stopSignals) process.on(s, stopTree);
+  const detach = plan.pty ? attachTerminal(call, plan.json) : null;
   try {
     const r = await result;
     if (plan.report) process.stderr.write(`${reportLine(r.cleanup)}\n`);
@@ -149,6 +164,7 @@ export async function runCommand(argv: string[]): Promise<number> {
     if (e.code === 'EACCES' || e.code === 'ENOEXEC' || e.code === 'EISDIR' || e.code === 'ENOTDIR') return EXIT_CANNOT_INVOKE;
     return EXIT_FAILED;
   } finally {
+    detach?.();
     for (const s of stopSignals) process.off(s, stopTree);
   }
 }
