@@ -143,7 +143,7 @@ describe('what the command sees', () => {
     expect(call.exitCode).toBe(0);
   });
 
-  it('the default window is 80x24; a size set while queued is the one it starts with', async () => {
+  it('the default window is 80x24; a size set while queued is the one it starts with; Supervisor#spawn and #run', async () => {
     expect((await run('stty', ['size'], { pty: true })).stdout).toBe('24 80\r\n');
     const sup = new Supervisor({ name: `ptyq-${process.pid}`, maxConcurrent: 1 });
     const first = sup.spawn('sleep', ['0.3'], { stdio: 'ignore' });
@@ -153,6 +153,8 @@ describe('what the command sees', () => {
     const screen = new Screen(queued);
     await closed(queued);
     expect(screen.text).toBe('10 90\r\n');
+    const r = await sup.run('sh', ['-c', 'tty; stty size'], { pty: { cols: 40, rows: 5 } });
+    expect(r.stdout).toMatch(/^\/dev\/pts\/\d+\r\n5 40\r\n$/);
     await sup.shutdown();
   });
 
@@ -229,6 +231,21 @@ describe('output and its end', () => {
     const r = await run('bash', ['-c', script], { pty: true, leftovers: 'wait' });
     expect(r.stdout).toBe('main done\r\nfrom the daemon\r\n');
     expect(r.cleanup).toBeNull();
+  });
+
+  it('a daemon that escaped and holds the terminal is a leftover: the ladder stops it, the call closes by itself', async () => {
+    const t = token(30);
+    tokens.push(t);
+    const up = path.join(tmpDir(), 'up');
+    const script = `setsid sh -c "touch ${up}; echo daemon up; exec sleep ${t}" & while [ ! -e ${up} ]; do sleep 0.01; done; echo main done`;
+    const call = track(spawn('bash', ['-c', script], { pty: true, grace: 500 }));
+    const leftovers = new Promise<number>((resolve) => call.once('leftover', (procs) => resolve(procs.length)));
+    const r = await call.done;
+    expect(await leftovers).toBe(1);
+    expect(r.stdout).toContain('daemon up\r\n');
+    expect(r.stdout).toContain('main done\r\n');
+    expect(r.cleanup).toMatchObject({ reason: 'leftovers', escaped: 1, leftovers: [] });
+    expect(liveWith(t)).toEqual([]);
   });
 
   it('10 MB through the terminal (set raw) arrive complete, by run() and by reading call.pty', async () => {
