@@ -4,6 +4,9 @@
       "target_name": "proctree",
       "sources": [
         "native/binding.cc",
+        "native/compat/glibcxx_3_4_29.cc",
+        "native/kernel/broker_client.cc",
+        "native/kernel/broker_protocol.cc",
         "native/kernel/cgroup.cc",
         "native/kernel/child.cc",
         "native/kernel/clone.cc",
@@ -16,6 +19,7 @@
         "native/kernel/pty.cc",
         "native/kernel/spawn.cc",
         "native/kernel/stdio_fds.cc",
+        "native/kernel/systemd_probe.cc",
         "native/ladder/cgroup_confinement.cc",
         "native/ladder/confinement.cc",
         "native/ladder/ladder.cc",
@@ -44,19 +48,27 @@
       "type": "executable",
       "include_dirs": ["native"],
       "sources": [
+        "native/helper/broker.cc",
         "native/helper/guardian.cc",
         "native/helper/main.cc",
         "native/helper/shim.cc",
+        "native/kernel/broker_protocol.cc",
         "native/kernel/cgroup.cc",
+        "native/kernel/child.cc",
+        "native/kernel/clone.cc",
         "native/kernel/members.cc",
         "native/kernel/pidfd.cc",
         "native/kernel/proc_scan.cc",
-        "native/kernel/procfs.cc"
+        "native/kernel/procfs.cc",
+        "native/kernel/pty.cc",
+        "native/kernel/spawn.cc",
+        "native/kernel/stdio_fds.cc"
       ],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-fno-exceptions", "-fstack-protector-strong", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
       "conditions": [
-        ["'<!(echo $PROCTREE_WERROR)'=='1'", { "cflags_cc": ["-Werror"] }]
+        ["'<!(echo $PROCTREE_WERROR)'=='1'", { "cflags_cc": ["-Werror"] }],
+        ["'<!(echo $PROCTREE_STATIC_HELPER)'=='1'", { "ldflags": ["-static"] }]
       ]
     }
   ]

@@ -19,7 +19,7 @@ export interface NativeSpawnSpec {
   pty?: { cols: number; rows: number };
   uid?: number;
   gid?: number;
-  tier: 'cgroup' | 'pidns' | 'subreaper' | 'pgroup';
+  tier: 'cgroup' | 'systemd' | 'pidns' | 'subreaper' | 'pgroup';
   /** The proctree-helper executable: the shim of pidns and subreaper, and the guardian. */
   helper: string;
 }
@@ -39,7 +39,7 @@ export interface NativeSpawned {
   pending?: true;
   cgroup: string;
   method: 'clone3' | 'clone' | 'clone+pidfd_open';
-  tier: 'cgroup' | 'pidns' | 'subreaper' | 'pgroup';
+  tier: 'cgroup' | 'systemd' | 'pidns' | 'subreaper' | 'pgroup';
   /** One per stdio entry: our end of a 'pipe', else -1. */
   stdio: number[];
   /** The terminal's master side (non-blocking, close-on-exec) when stdio asked for 'pty'. */
@@ -79,7 +79,7 @@ export const enum NativeEventKind {
   Cleanup = 1,
   Empty = 2,
   Error = 3,
-  /** The shim started the command: a = its pid. */
+  /** The shim (or the systemd tier's broker) started the command: a = its pid, b = its cgroup (systemd tier). */
   Started = 4,
   /** The shim could not start the command: a = the error. */
   StartFailed = 5,
@@ -88,7 +88,7 @@ export const enum NativeEventKind {
 export type NativeEventCallback = (
   kind: NativeEventKind,
   a?: number | null | NativeReport | NativeErrorShape | NativeUsage,
-  b?: number,
+  b?: number | string,
 ) => void;
 
 export interface NativeLocation {
@@ -119,7 +119,8 @@ export interface NativeProbes {
     | 'pidns'
     | 'userns'
     | 'subreaper'
-    | 'helper',
+    | 'helper'
+    | 'userManager',
     NativeProbe
   >;
 }
@@ -128,6 +129,8 @@ export interface NativeBinding {
   probe(helperPath: string): NativeProbes;
   spawn(spec: NativeSpawnSpec, onEvent: NativeEventCallback): NativeSpawned | { error: NativeErrorShape };
   terminate(id: number, graceMs: number, signal: number, reason: string): boolean;
+  /** The ladder on many calls at once, one freeze per shared subtree: per call, whether a cleanup event will come. */
+  terminateGroup(ids: readonly number[], signals: readonly number[], graceMs: number, reason: string): boolean[];
   kill(id: number, signal: number): number;
   members(id: number): number[];
   processInfo(pids: readonly number[]): NativeProcessInfo[];

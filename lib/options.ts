@@ -4,6 +4,7 @@
 // `env`, which is walked with for…in as Node does).
 import { constants as osConstants } from 'node:os';
 import path from 'node:path';
+import { isMainThread } from 'node:worker_threads';
 import type { Readable, Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 
@@ -35,7 +36,8 @@ export interface ResolvedSpawn {
   /** argv as the command sees it, argv[0] included; also what Node calls spawnargs. */
   argv: string[];
   candidates: string[];
-  env: string[];
+  /** null: the harness's own environment, passed by the addon without a copy (main thread). */
+  env: string[] | null;
   cwd: string | undefined;
   stdio: StdioEntry[];
   timeout: number;
@@ -198,10 +200,10 @@ function checkStdio(value: unknown): StdioEntry[] {
 
 // execvpe's search, done here in the parent; the child execs the first
 // candidate that exists (relative entries resolve against the new cwd).
-function candidatesFor(file: string, env: string[]): string[] {
+function candidatesFor(file: string, env: string[] | null): string[] {
   if (file.includes('/')) return [file];
-  const entry = env.find((e) => e.startsWith('PATH='));
-  const searchPath = entry !== undefined ? entry.slice(5) : '/usr/local/bin:/usr/bin:/bin';
+  const entry = env === null ? process.env.PATH : env.find((e) => e.startsWith('PATH='))?.slice(5);
+  const searchPath = entry !== undefined ? entry : '/usr/local/bin:/usr/bin:/bin';
   return searchPath.split(':').map((dir) => (dir === '' ? file : path.posix.join(dir, file)));
 }
 
@@ -307,9 +309,11 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
   }
   const argv = [typeof opts.argv0 === 'string' ? opts.argv0 : file, ...args];
 
-  // `env || process.env`, as Node: a falsy env means the harness's.
-  const envSource = (opts.env || process.env) as object;
-  const env = envPairs(envSource);
+  // `env || process.env`, as Node: a falsy env means the harness's. On the
+  // main thread process.env is this process's own environment, which the
+  // addon hands to the command as it is (nothing copied); a worker's
+  // process.env is its own copy, so it goes through like any other object.
+  const env = !opts.env && isMainThread ? null : envPairs((opts.env || process.env) as object);
 
   // Node validates these after the arguments, in this order.
   const timeout = opts.timeout;
@@ -333,8 +337,8 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     throw invalidArgValue('options.leftovers', leftovers, "must be one of: 'kill', 'wait'");
   }
   const confinement = opts.confinement ?? 'auto';
-  if (!['auto', 'cgroup', 'pidns', 'subreaper', 'pgroup'].includes(confinement as string)) {
-    throw invalidArgValue('options.confinement', confinement, "must be one of: 'auto', 'cgroup', 'pidns', 'subreaper', 'pgroup'");
+  if (!['auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup'].includes(confinement as string)) {
+    throw invalidArgValue('options.confinement', confinement, "must be one of: 'auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup'");
   }
   const grace = checkMs(opts.grace, 'grace', defaults.grace ?? 2000);
   const pty = resolvePty(opts.pty);

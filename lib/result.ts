@@ -8,6 +8,7 @@ import type { Collector } from './stdio';
 /** How each tier proves a tree empty (see CleanupReport.verified). */
 export const verification: Readonly<Record<Confinement, Verification>> = {
   cgroup: 'cgroup.events',
+  systemd: 'cgroup.events',
   pidns: 'pidns',
   subreaper: 'subreaper',
   pgroup: 'none',

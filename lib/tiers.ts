@@ -37,12 +37,14 @@ export interface Probes {
   subreaper: Probe;
   /** The proctree-helper executable next to the addon, run once (`--version`). */
   helper: Probe;
+  /** A systemd user manager answers (its private socket or the user bus, run by our uid), and systemd-run is on PATH. */
+  userManager: Probe;
   /** A new session and process group: always available. */
   pgroup: Probe;
 }
 
 /** The tiers, strongest first. */
-export const tiers: readonly Confinement[] = ['cgroup', 'pidns', 'subreaper', 'pgroup'];
+export const tiers: readonly Confinement[] = ['cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup'];
 
 // Every tier addresses processes only by pidfd and waits with waitid(P_PIDFD):
 // without those none can run safely (signalling by number races with pid reuse).
@@ -51,6 +53,9 @@ const pidfds = ['pidfd', 'pidfdSendSignal', 'waitidPidfd'] as const;
 /** The probes each tier needs, in the order they are checked. */
 export const needs: Readonly<Record<Confinement, ReadonlyArray<keyof Probes>>> = {
   cgroup: ['cgroup2', 'delegation', ...pidfds],
+  // Reached only when delegation failed (the cgroup tier would have been
+  // picked): a user manager hands out a delegated scope instead.
+  systemd: ['cgroup2', 'userManager', 'helper', ...pidfds],
   pidns: ['pidns', 'helper', ...pidfds],
   subreaper: ['subreaper', 'helper', ...pidfds],
   pgroup: ['pgroup', ...pidfds],

@@ -447,10 +447,10 @@ export class ToolCall extends EventEmitter {
     return true;
   }
 
-  #onNative(kind: NativeEventKind, a?: number | null | NativeReport | NativeErrorShape | NativeUsage, b?: number): void {
+  #onNative(kind: NativeEventKind, a?: number | null | NativeReport | NativeErrorShape | NativeUsage, b?: number | string): void {
     switch (kind) {
       case NativeEventKind.Exit:
-        this.#onExit(a as number | null, b ?? 0);
+        this.#onExit(a as number | null, (b as number | undefined) ?? 0);
         break;
       case NativeEventKind.Cleanup:
         this.#onCleanup(a as NativeReport);
@@ -463,6 +463,8 @@ export class ToolCall extends EventEmitter {
         break;
       case NativeEventKind.Started:
         this.pid = a as number;
+        // The systemd tier learns its leaf from the broker.
+        if (typeof b === 'string') this.cgroup = b;
         this.emit('spawn');
         break;
       case NativeEventKind.StartFailed:

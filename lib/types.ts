@@ -3,6 +3,9 @@
 /**
  * How a call is confined, strongest first (see docs/tiers.md):
  * - `cgroup`: its own cgroup v2 leaf; escape-proof, race-free kill (cgroup.kill).
+ * - `systemd`: its own cgroup v2 leaf in a transient scope a systemd user
+ *   manager delegated (where the harness cannot write its own cgroup: an SSH
+ *   session, a CI runner service); the same guarantees as `cgroup`.
  * - `pidns`: a new PID namespace whose init is a proctree shim; escape-proof,
  *   race-free kill (the kernel kills the namespace when its init dies).
  * - `subreaper`: a shim with PR_SET_CHILD_SUBREAPER; catches every descendant
@@ -11,7 +14,7 @@
  *   calls setsid() is invisible to it. The baseline, used only when nothing
  *   above works.
  */
-export type Confinement = 'cgroup' | 'pidns' | 'subreaper' | 'pgroup';
+export type Confinement = 'cgroup' | 'systemd' | 'pidns' | 'subreaper' | 'pgroup';
 
 /** How a CleanupReport proved the tree empty. */
 export type Verification = 'cgroup.events' | 'pidns' | 'subreaper' | 'none';

@@ -6,6 +6,16 @@
 // architecture for every Node version; arm64 is cross-compiled with Debian's
 // g++-aarch64-linux-gnu, installed with apt-get when missing and we are root.
 //
+// They must load wherever Node's official builds run (glibc 2.28, the
+// libstdc++ of GCC 5), not only on the machine that built them:
+//   * the addon is tagged glibc (proctree.glibc.node, prebuildify --tag-libc):
+//     node-gyp-build never picks it on musl, where it could not relocate;
+//   * the helpers are linked statically (PROCTREE_STATIC_HELPER=1 in
+//     binding.gyp): no glibc version to need, and they run on musl too;
+//   * every file is checked against the symbol-version ceiling
+//     (scripts/symbol-ceiling.js): the build fails above GLIBC_2.28,
+//     GLIBCXX_3.4.21 or CXXABI_1.3.9, naming the symbols.
+//
 //   npm run prebuild                        both architectures
 //   node scripts/prebuild.js                 the same
 //   node scripts/prebuild.js --arch x64      one
@@ -24,7 +34,11 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 
+const { assertSymbolCeiling, symbolNeeds } = require('./symbol-ceiling');
+
 const root = path.resolve(__dirname, '..');
+/** The addon's file name in each prebuild folder (prebuildify's name and libc tags). */
+const ADDON_FILE = 'proctree.glibc.node';
 const TRIPLES = { x64: 'x86_64-linux-gnu', arm64: 'aarch64-linux-gnu' };
 const DEBIAN_CROSS_PACKAGES = { x64: 'g++-x86-64-linux-gnu', arm64: 'g++-aarch64-linux-gnu' };
 const ELF_MACHINES = { x64: 0x3e, arm64: 0xb7 };
@@ -137,6 +151,7 @@ function prebuild(arch, executables) {
     ...process.env,
     ...nodedirEnv(),
     ...(cross ? cross.env : {}),
+    PROCTREE_STATIC_HELPER: '1',
     JOBS: process.env.JOBS || String(os.cpus().length),
   };
   const prebuildify = require.resolve('prebuildify/bin.js', { paths: [root] });
@@ -145,6 +160,7 @@ function prebuild(arch, executables) {
     prebuildify,
     '--napi',
     '--strip',
+    '--tag-libc',
     `--arch=${arch}`,
     '--platform=linux',
     `--target=node@${process.versions.node}`,
@@ -174,8 +190,14 @@ function prebuild(arch, executables) {
       fs.renameSync(`${p}.tmp`, p);
     }
     if (elfMachine(p) !== ELF_MACHINES[arch]) throw new Error(`${p} is not an ${arch} ELF file`);
-    console.log(`  prebuilds/linux-${arch}/${f}  ${fs.statSync(p).size} bytes`);
+    const needs = symbolNeeds(p);
+    console.log(`  prebuilds/linux-${arch}/${f}  ${fs.statSync(p).size} bytes, ${needs.static ? 'static' : `needs ${needs.needs.join(' ')}`}`);
   }
+  if (!fs.existsSync(path.join(outDir, ADDON_FILE))) throw new Error(`prebuildify did not write ${ADDON_FILE}`);
+  for (const name of executables) {
+    if (!symbolNeeds(path.join(outDir, name)).static) throw new Error(`prebuilds/linux-${arch}/${name} is not static`);
+  }
+  assertSymbolCeiling(fs.readdirSync(outDir).map((f) => path.join(outDir, f)));
 }
 
 function main() {
@@ -185,7 +207,7 @@ function main() {
   if (!addon) throw new Error('binding.gyp has no "proctree" target');
   const executables = targets.filter((t) => t.type === 'executable').map((t) => t.target_name);
   for (const arch of opts.arches) {
-    const addonFile = path.join(root, 'prebuilds', `linux-${arch}`, 'proctree.node');
+    const addonFile = path.join(root, 'prebuilds', `linux-${arch}`, ADDON_FILE);
     const complete = [addonFile, ...executables.map((e) => path.join(path.dirname(addonFile), e))];
     if (opts.ifMissing && complete.every((f) => fs.existsSync(f) && fs.statSync(f).mtimeMs >= newestSource())) {
       console.log(`prebuilds/linux-${arch} is up to date`);
@@ -195,7 +217,22 @@ function main() {
   }
 }
 
+// One prebuild at a time per checkout: test files that need the prebuild run
+// in parallel and each may ask for it (--if-missing); they share the stage
+// folders under .cache/. Re-run under flock(1) when it is there.
+function underLock() {
+  if (process.env.PROCTREE_PREBUILD_LOCKED === '1' || !onPath('flock')) return null;
+  fs.mkdirSync(path.join(root, '.cache'), { recursive: true });
+  const res = spawnSync('flock', [path.join(root, '.cache', 'prebuild.lock'), process.execPath, __filename, ...process.argv.slice(2)], {
+    stdio: 'inherit',
+    env: { ...process.env, PROCTREE_PREBUILD_LOCKED: '1' },
+  });
+  return res.status ?? 1;
+}
+
 try {
+  const status = underLock();
+  if (status !== null) process.exit(status);
   main();
 } catch (err) {
   console.error(`prebuild: ${err.message}`);

@@ -33,7 +33,7 @@ function missing(): string | null {
   if (process.arch !== 'x64') return `the host is ${process.arch}; this check emulates arm64 on x64`;
   if (!qemu) return 'qemu-aarch64-static is not installed (apt-get install qemu-user-static)';
   if (!fs.existsSync(armNode)) return 'no arm64 Node sysroot (bash scripts/arm64-sysroot.sh)';
-  if (!fs.existsSync(path.join(prebuild, 'proctree.node'))) return 'no arm64 prebuild (npm run prebuild)';
+  if (!fs.existsSync(path.join(prebuild, 'proctree.glibc.node'))) return 'no arm64 prebuild (npm run prebuild)';
   if (!fs.existsSync(path.join(root, 'dist', 'cjs', 'index.js'))) return 'no dist/ (npm run build:ts)';
   return null;
 }
@@ -50,9 +50,9 @@ afterAll(() => {
 });
 
 describe('arm64 prebuild under qemu-user', () => {
-  const noPrebuild = fs.existsSync(path.join(prebuild, 'proctree.node')) ? null : 'no arm64 prebuild (npm run prebuild)';
+  const noPrebuild = fs.existsSync(path.join(prebuild, 'proctree.glibc.node')) ? null : 'no arm64 prebuild (npm run prebuild)';
   it.skipIf(noPrebuild !== null && !required)(
-    `node-gyp-build on arm64 picks prebuilds/linux-arm64/proctree.node${noPrebuild ? ` (${required ? 'cannot run' : 'skipped'}: ${noPrebuild})` : ''}`,
+    `node-gyp-build on arm64 picks prebuilds/linux-arm64/proctree.glibc.node${noPrebuild ? ` (${required ? 'cannot run' : 'skipped'}: ${noPrebuild})` : ''}`,
     () => {
       if (noPrebuild) throw new Error(`PROCTREE_REQUIRE_ARM64=1, but ${noPrebuild}`);
       // node-gyp-build reads the architecture from npm_config_arch when it loads.
@@ -66,7 +66,7 @@ describe('arm64 prebuild under qemu-user', () => {
         { env: { ...process.env, npm_config_arch: 'arm64' }, encoding: 'utf8' },
       );
       expect(res.stderr).toBe('');
-      expect(res.stdout.trim()).toBe(path.join(pkg, 'prebuilds', 'linux-arm64', 'proctree.node'));
+      expect(res.stdout.trim()).toBe(path.join(pkg, 'prebuilds', 'linux-arm64', 'proctree.glibc.node'));
     },
   );
 
@@ -102,7 +102,7 @@ describe('arm64 prebuild under qemu-user', () => {
       );
 
       expect(report.arch).toBe('arm64');
-      expect(report.loaded).toEqual([path.join(pkg, 'prebuilds', 'linux-arm64', 'proctree.node')]);
+      expect(report.loaded).toEqual([path.join(pkg, 'prebuilds', 'linux-arm64', 'proctree.glibc.node')]);
       // The fallback, not clone3: qemu-user has no clone3.
       expect(report.cloneCapability).toBe('clone');
       expect(['clone', 'clone+pidfd_open']).toContain(report.method);

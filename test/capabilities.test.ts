@@ -75,7 +75,13 @@ describe('capabilities() on this host', () => {
     expect(caps.tier).toBe('cgroup');
     expect(caps.rejected).toEqual({});
     expect(caps.clone).toBe('clone3');
-    for (const [name, probe] of Object.entries(caps.probes)) expect(probe, name).toMatchObject({ ok: true });
+    // Every probe of the host's kernel and the package works here; whether a
+    // systemd user manager answers depends on the machine, not on proctree:
+    // either way it says so (the systemd tier is tested in test/systemd.test.ts).
+    for (const [name, probe] of Object.entries(caps.probes)) {
+      if (name === 'userManager') expect(probe.ok || (probe.errno !== undefined && probe.detail !== undefined), name).toBe(true);
+      else expect(probe, name).toMatchObject({ ok: true });
+    }
     expect(caps.cgroup2?.mount).toBeTruthy();
     // Cached: the same object, no second round of probes.
     expect(capabilities()).toBe(caps);

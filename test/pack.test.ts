@@ -1,9 +1,14 @@
 // The package as users get it: `npm pack`, installed into a fresh project
 // with --ignore-scripts and no compiler on PATH, must load the prebuilt
 // binary from prebuilds/ (never a build/ of ours) and stop a real escape.
-// And without a prebuild for the platform, `npm install` builds from source.
+// Every prebuilt file in the tarball stays under the symbol-version ceiling
+// (glibc 2.28, GLIBCXX_3.4.21: scripts/symbol-ceiling.js), the helpers are
+// static, and the glibc-tagged addon is never picked on musl, where the
+// install says what to add instead. Without a prebuild for the platform,
+// `npm install` builds from source.
 import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -12,6 +17,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { liveWith, token } from './helpers';
 
 const root = path.resolve(__dirname, '..');
+interface SymbolNeeds {
+  file: string;
+  static: boolean;
+  needs: string[];
+  tooNew: Array<{ version: string; symbols: string[] }>;
+}
+const { symbolNeeds, CEILING } = createRequire(__filename)('../scripts/symbol-ceiling.js') as {
+  symbolNeeds(file: string): SymbolNeeds;
+  CEILING: Record<string, string>;
+};
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-pack-'));
 // Run from outside this repository: inside it, require('proctree') would
 // resolve to the repository itself (a package may require its own name).
@@ -48,6 +63,7 @@ function which(cmd: string, dirs: string[]): string | null {
 // command need: node for npm, and what the command runs. No compiler, no make.
 function pathWithoutCompiler(): string {
   const bin = path.join(work, 'bin');
+  if (fs.existsSync(bin)) return bin;
   fs.mkdirSync(bin, { recursive: true });
   const systemPath = (process.env.PATH ?? '').split(':');
   fs.symlinkSync(process.execPath, path.join(bin, 'node'));
@@ -137,7 +153,9 @@ describe('npm pack', () => {
   it('ships the prebuilds, the sources and the build files, and no build/', () => {
     const listing = execFileSync('tar', ['-tvzf', tarball], { encoding: 'utf8' }).split('\n');
     const names = listing.map((l) => l.split(/\s+/).pop() ?? '');
-    expect(names).toContain('package/prebuilds/linux-x64/proctree.node');
+    expect(names).toContain('package/prebuilds/linux-x64/proctree.glibc.node');
+    expect(names).toContain('package/prebuilds/linux-x64/proctree-helper');
+    expect(names).toContain('package/scripts/install.js');
     expect(names).toContain('package/binding.gyp');
     expect(names).toContain('package/CMakeLists.txt');
     expect(names).toContain('package/native/binding.cc');
@@ -149,6 +167,91 @@ describe('npm pack', () => {
       expect(line.startsWith('-rwx'), line).toBe(true);
     }
   });
+
+  it(`every prebuilt file needs at most ${Object.entries(CEILING)
+    .map(([k, v]) => `${k}_${v}`)
+    .join(', ')}; the helpers are static`, () => {
+    const unpacked = path.join(work, 'ceiling');
+    fs.mkdirSync(unpacked);
+    execFileSync('tar', ['-xzf', tarball, '-C', unpacked]);
+    const prebuilds = path.join(unpacked, 'package', 'prebuilds');
+    const arches = fs.readdirSync(prebuilds).filter((d) => fs.statSync(path.join(prebuilds, d)).isDirectory());
+    expect(arches).toContain('linux-x64');
+    // CI builds both; a developer's machine may only have x64.
+    if (process.env.PROCTREE_REQUIRE_ARM64 === '1') expect(arches).toContain('linux-arm64');
+    const checked: string[] = [];
+    for (const arch of arches) {
+      const files = fs.readdirSync(path.join(prebuilds, arch));
+      expect(files, arch).toContain('proctree.glibc.node');
+      for (const f of files) {
+        const needs = symbolNeeds(path.join(prebuilds, arch, f));
+        expect(needs.tooNew, `${arch}/${f} needs ${needs.needs.join(' ')}`).toEqual([]);
+        if (f.endsWith('.node')) {
+          // Dynamic, with the glibc baseline every Node needs.
+          expect(needs.static).toBe(false);
+          expect(needs.needs.some((v) => v.startsWith('GLIBC_'))).toBe(true);
+        } else {
+          expect(needs.static, `${arch}/${f} is not statically linked`).toBe(true);
+        }
+        checked.push(`${arch}/${f}`);
+      }
+    }
+    console.log(`symbol ceiling checked: ${checked.join(', ')}`);
+  });
+
+  it.skipIf(process.getuid?.() !== 0)('the prebuilt helper runs in an empty root: no libc at all, so on musl too', () => {
+    const unpacked = path.join(work, 'empty-root');
+    fs.mkdirSync(unpacked);
+    execFileSync('tar', ['-xzf', tarball, '-C', unpacked, 'package/prebuilds/linux-x64/proctree-helper']);
+    const empty = path.join(work, 'empty');
+    fs.mkdirSync(empty);
+    fs.copyFileSync(path.join(unpacked, 'package', 'prebuilds', 'linux-x64', 'proctree-helper'), path.join(empty, 'proctree-helper'));
+    fs.chmodSync(path.join(empty, 'proctree-helper'), 0o755);
+    // Nothing else in that root: no loader, no libc, no libstdc++. Without
+    // arguments it prints its usage and exits 2.
+    const res = spawnSync('chroot', [empty, '/proctree-helper'], { encoding: 'utf8' });
+    expect(res.status, res.stderr).toBe(2);
+    expect(res.stderr).toMatch(/usage: proctree-helper/);
+  });
+
+  it('node-gyp-build never picks the glibc prebuild on musl', () => {
+    const unpacked = path.join(work, 'musl-pick');
+    fs.mkdirSync(unpacked);
+    execFileSync('tar', ['-xzf', tarball, '-C', unpacked]);
+    const pkg = path.join(unpacked, 'package');
+    const pick = (libc: string) =>
+      spawnSync(process.execPath, ['-p', `require(${JSON.stringify(require.resolve('node-gyp-build'))}).path(${JSON.stringify(pkg)})`], {
+        env: { ...process.env, LIBC: libc },
+        encoding: 'utf8',
+      });
+    const glibc = pick('glibc');
+    expect(glibc.stdout.trim()).toBe(path.join(pkg, 'prebuilds', 'linux-x64', 'proctree.glibc.node'));
+    // node-gyp-build takes LIBC from the environment, else from /etc/alpine-release.
+    const musl = pick('musl');
+    expect(musl.status).not.toBe(0);
+    expect(musl.stderr).toMatch(/No native build was found for .*libc=musl/);
+  });
+
+  it(
+    'on musl without a compiler, npm install says what to add (apk add python3 make g++), not a relocation error',
+    () => {
+      const bin = pathWithoutCompiler();
+      const app = newProject('musl-advice');
+      // npm runs the package's install script; LIBC=musl is how node-gyp-build
+      // (and scripts/install.js) are told the libc when it is not Alpine's.
+      const res = spawnSync(
+        process.execPath,
+        [npmCli(), 'install', tarball, '--prefer-offline', '--no-audit', '--no-fund', '--foreground-scripts'],
+        { cwd: app, env: { ...process.env, PATH: bin, LIBC: 'musl' }, encoding: 'utf8', timeout: 240_000 },
+      );
+      const out = `${res.stdout}\n${res.stderr}`;
+      expect(res.status, out).not.toBe(0);
+      expect(out).toContain('apk add python3 make g++');
+      expect(out).toMatch(/musl libc, where a glibc binary cannot load/);
+      expect(out).not.toMatch(/relocat|fcntl64|gyp ERR/);
+    },
+    300_000,
+  );
 
   it(
     'installs with --ignore-scripts and no compiler, loads prebuilds/linux-x64, stops an escape',
@@ -166,7 +269,7 @@ describe('npm pack', () => {
       }
 
       const report = runSmoke(app, env);
-      expect(report.loaded).toEqual([fs.realpathSync(path.join(installed, 'prebuilds', 'linux-x64', 'proctree.node'))]);
+      expect(report.loaded).toEqual([fs.realpathSync(path.join(installed, 'prebuilds', 'linux-x64', 'proctree.glibc.node'))]);
       expect(report.exitCode).toBe(0);
       expect(report.survivors).toEqual([]);
       expect(report.cleanup?.reason).toBe('leftovers');

@@ -218,6 +218,25 @@ describe('requests and events', () => {
     expect(liveWith(t2)).toEqual([]);
   });
 
+  it('a shim tier (its start reported later): the answer still comes first, a failed start has no events', async () => {
+    const s = new Server();
+    const probes = ((await s.request('capabilities')).capabilities as { probes: Record<string, { ok: boolean }> }).probes;
+    const tiers = ['subreaper', 'pidns'].filter((t) => probes[t]?.ok && probes.helper?.ok);
+    if (tiers.length === 0) return; // no helper here: the tiers tests say why
+    for (const tier of tiers) {
+      const res = await s.request('spawn', { id: tier, file: 'sh', args: ['-c', 'echo out; exit 4'], options: { confinement: tier } });
+      expect(res).toMatchObject({ ok: true, id: tier, confinement: tier });
+      expect(await s.closed(tier)).toMatchObject({ code: 4 });
+      expect(s.events(tier)[0]).toMatchObject({ event: 'spawn', pid: res.pid });
+      expect(s.messages.indexOf(res)).toBeLessThan(s.messages.indexOf(s.events(tier)[0]));
+      expect(s.output(tier)).toBe('out\n');
+      const missing = await s.request('spawn', { id: `${tier}-x`, file: 'proctree-no-such-command-xyz', options: { confinement: tier } });
+      expect(missing.error?.code).toBe('ENOENT');
+      expect(s.events(`${tier}-x`)).toEqual([]);
+      expect(await s.request('list')).toMatchObject({ calls: [] });
+    }
+  });
+
   it('capabilities and list', async () => {
     const s = new Server();
     const caps = await s.request('capabilities');
@@ -311,5 +330,87 @@ describe('the end of the client', () => {
     s.child.kill('SIGTERM');
     expect(await s.exited).toEqual({ code: 0, signal: null });
     expect(liveWith(t)).toEqual([]);
+  });
+});
+
+describe('backpressure', () => {
+  /** VmHWM of a process: the most resident memory it ever had, in bytes. */
+  const peakRss = (pid: number): number => Number(/VmHWM:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? NaN) * 1024;
+
+  it('a client that reads slowly keeps the server under 100 MB for 100 MB of output, and loses nothing', async () => {
+    // A raw reader that keeps no messages: only the byte count.
+    const child = cpSpawn(process.execPath, [bin, 'serve'], { stdio: ['pipe', 'pipe', 'inherit'] });
+    const exited = new Promise((resolve) => child.on('exit', resolve));
+    try {
+      child.stdin?.write(`${JSON.stringify({ rid: 1, op: 'spawn', id: 'flood', file: 'head', args: ['-c', '100000000', '/dev/zero'] })}\n`);
+      // Nobody reads for a while: without backpressure the server would hold it all.
+      await new Promise((r) => setTimeout(r, 1500));
+      const stdout = child.stdout as NonNullable<typeof child.stdout>;
+      let buf = '';
+      let bytes = 0;
+      let floodPid = 0;
+      let stillRunningWhileUnread = false;
+      const closed = new Promise<void>((resolve) => {
+        stdout.on('data', (d: Buffer) => {
+          buf += d.toString();
+          let nl: number;
+          while ((nl = buf.indexOf('\n')) >= 0) {
+            const msg = JSON.parse(buf.slice(0, nl)) as Message;
+            buf = buf.slice(nl + 1);
+            if (msg.rid === 1) {
+              floodPid = msg.pid as number;
+              // The command is blocked on its full pipe, not done.
+              stillRunningWhileUnread = fs.existsSync(`/proc/${floodPid}`);
+            }
+            if (msg.event === 'stdout') bytes += Buffer.from(msg.data as string, 'base64').length;
+            if (msg.event === 'close') resolve();
+          }
+          // A slow reader: a pause after every chunk.
+          stdout.pause();
+          setTimeout(() => stdout.resume(), 1);
+        });
+      });
+      await closed;
+      expect(bytes).toBe(100_000_000);
+      expect(stillRunningWhileUnread).toBe(true);
+      const peak = peakRss(child.pid as number);
+      expect(peak).toBeLessThan(100 * 1024 * 1024);
+    } finally {
+      child.stdin?.end();
+      await exited;
+    }
+  }, 120_000);
+
+  it('pause holds one call and no other; resume delivers all of it', async () => {
+    const s = new Server();
+    // The flood starts only once we say so, after the pause is in place.
+    await s.request('spawn', { id: 'flood', file: 'sh', args: ['-c', 'read go; head -c 5000000 /dev/zero'], options: { stdin: 'pipe' } });
+    expect(await s.request('pause', { id: 'flood' })).toMatchObject({ ok: true });
+    await s.request('write', { id: 'flood', data: Buffer.from('go\n').toString('base64') });
+    await new Promise((r) => setTimeout(r, 500));
+    const held = (): number => s.events('flood').filter((m) => m.event === 'stdout').reduce((n, m) => n + Buffer.from(m.data as string, 'base64').length, 0);
+    // At most what one read of the pipe gave before the pause took hold.
+    expect(held()).toBeLessThan(1_000_000);
+    // Another call goes on meanwhile.
+    await s.request('spawn', { id: 'other', file: 'sh', args: ['-c', 'echo hi'] });
+    expect(await s.closed('other')).toMatchObject({ code: 0 });
+    expect(s.output('other')).toBe('hi\n');
+    expect(s.events('flood').some((m) => m.event === 'close')).toBe(false);
+    expect(await s.request('resume', { id: 'flood' })).toMatchObject({ ok: true });
+    expect(await s.closed('flood')).toMatchObject({ code: 0 });
+    expect(held()).toBe(5_000_000);
+    expect((await s.request('pause', { id: 'flood' })).error?.code).toBe('ERR_PROCTREE_UNKNOWN_CALL');
+  });
+
+  it('a paused call still closes once its tree is empty: terminate never hangs on a pause', async () => {
+    const s = new Server();
+    await s.request('spawn', { id: 'flood', file: 'sh', args: ['-c', 'read go; head -c 50000000 /dev/zero'], options: { stdin: 'pipe' } });
+    await s.request('pause', { id: 'flood' });
+    await s.request('write', { id: 'flood', data: Buffer.from('go\n').toString('base64') });
+    await new Promise((r) => setTimeout(r, 300));
+    const res = await s.request('terminate', { id: 'flood', grace: 500 });
+    expect(res.report).toMatchObject({ reason: 'terminate', leftovers: [] });
+    // What the pipe still held is delivered, and the call closes.
+    expect(await s.closed('flood')).toMatchObject({ signal: 'SIGTERM' });
   });
 });

@@ -1,6 +1,6 @@
 // One list of native sources, and the layering the folders promise
 // (native/README.md). CMakeLists.txt globs native/binding.cc and
-// native/{kernel,ladder,loop}/*.cc, and binding.gyp must name the same files,
+// native/{compat,kernel,ladder,loop}/*.cc, and binding.gyp must name the same files,
 // or the node-gyp build (what users and prebuilds get) and the cmake build
 // (what the unit tests check) drift apart.
 import fs from 'node:fs';
@@ -37,7 +37,7 @@ function files(dir: string, ext: RegExp): string[] {
 }
 
 // The addon's layers; helper/ is the helper executable's.
-const addonDirs = ['native/kernel', 'native/ladder', 'native/loop'];
+const addonDirs = ['native/compat', 'native/kernel', 'native/ladder', 'native/loop'];
 
 function includes(file: string): string[] {
   return fs
@@ -51,7 +51,7 @@ describe('native sources', () => {
   const gyp = readGyp();
   const addon = gyp.targets.find((t) => t.target_name === 'proctree');
 
-  it('binding.gyp builds the addon from exactly native/binding.cc and native/{kernel,ladder,loop}/*.cc', () => {
+  it('binding.gyp builds the addon from exactly native/binding.cc and native/{compat,kernel,ladder,loop}/*.cc', () => {
     expect(addon, 'binding.gyp has no "proctree" target').toBeDefined();
     const expected = ['native/binding.cc', ...addonDirs.flatMap((d) => files(d, /\.cc$/))].sort();
     expect([...(addon?.sources ?? [])].sort()).toEqual(expected);
@@ -61,7 +61,10 @@ describe('native sources', () => {
     const cmake = fs.readFileSync(path.join(root, 'CMakeLists.txt'), 'utf8');
     expect(cmake).toMatch(/file\(GLOB PROCTREE_PURE_SOURCES CONFIGURE_DEPENDS "\$\{_native\}\/kernel\/\*\.cc" "\$\{_native\}\/ladder\/\*\.cc"\)/);
     expect(cmake).toMatch(/file\(GLOB PROCTREE_UV_SOURCES CONFIGURE_DEPENDS "\$\{_native\}\/loop\/\*\.cc"\)/);
-    expect(cmake).toMatch(/set\(PROCTREE_SOURCES "\$\{_native\}\/binding\.cc" \$\{PROCTREE_PURE_SOURCES\} \$\{PROCTREE_UV_SOURCES\}\)/);
+    expect(cmake).toMatch(/file\(GLOB PROCTREE_COMPAT_SOURCES CONFIGURE_DEPENDS "\$\{_native\}\/compat\/\*\.cc"\)/);
+    expect(cmake).toMatch(
+      /set\(PROCTREE_SOURCES "\$\{_native\}\/binding\.cc" \$\{PROCTREE_COMPAT_SOURCES\} \$\{PROCTREE_PURE_SOURCES\} \$\{PROCTREE_UV_SOURCES\}\)/,
+    );
     expect(cmake).toMatch(/add_library\(proctree SHARED \$\{PROCTREE_SOURCES\}/);
   });
 
@@ -81,7 +84,7 @@ describe('native sources', () => {
 
   it('the folder tells the layer: N-API only in binding.cc, libuv only in loop/', () => {
     const all = [
-      ...['native/kernel', 'native/ladder', 'native/loop', 'native/helper'].flatMap((d) => files(d, /\.(cc|h)$/)),
+      ...['native/compat', 'native/kernel', 'native/ladder', 'native/loop', 'native/helper'].flatMap((d) => files(d, /\.(cc|h)$/)),
       'native/binding.cc',
     ];
     for (const file of all) {
@@ -96,6 +99,8 @@ describe('native sources', () => {
       if (file.startsWith('native/kernel/')) {
         for (const i of local) expect(i, `${file} includes ${i}`).toMatch(/^(kernel\/|helper\/shim_protocol\.h$)/);
       }
+      // compat/ stands alone: library symbols, nothing of ours.
+      if (file.startsWith('native/compat/')) expect(local, `${file} includes ${local.join(', ')}`).toEqual([]);
       if (file.startsWith('native/ladder/')) {
         for (const i of local) expect(i, `${file} includes ${i}`).toMatch(/^(kernel|ladder)\//);
       }

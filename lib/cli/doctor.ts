@@ -60,6 +60,8 @@ export function adviceFor(name: string, probe: Probe, host: Host = 'host'): stri
         : 'needs a new PID namespace: allow unprivileged user namespaces (`user.max_user_namespaces` > 0), or CAP_SYS_ADMIN',
     userns: 'allow unprivileged user namespaces (`user.max_user_namespaces` > 0)',
     subreaper: 'prctl(PR_SET_CHILD_SUBREAPER) needs Linux >= 3.4',
+    userManager:
+      'the systemd tier needs a systemd user manager (a login session with pam_systemd, or `loginctl enable-linger <user>`) and systemd-run on PATH; it is only used when the own cgroup is not writable',
     helper: `the proctree-helper executable must sit next to proctree.node and run here (it ships in each prebuild folder): ${rebuild}`,
   };
   return byName[name];

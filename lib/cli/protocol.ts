@@ -38,6 +38,8 @@ export type Request =
   | { rid: Rid; op: 'closeStdin'; id: string }
   | { rid: Rid; op: 'kill'; id: string; signal?: NodeJS.Signals | number }
   | { rid: Rid; op: 'terminate'; id: string; grace?: number }
+  | { rid: Rid; op: 'pause'; id: string }
+  | { rid: Rid; op: 'resume'; id: string }
   | { rid: Rid; op: 'list' }
   | { rid: Rid; op: 'shutdown'; grace?: number }
   | { rid: Rid; op: 'capabilities' };
@@ -102,7 +104,7 @@ export class RequestValidator {
     const ajv = new Ajv2020({ allErrors: false, strict: true, allowUnionTypes: true });
     ajv.addSchema(schema, 'protocol');
     this.#envelope = ajv.getSchema('protocol#/$defs/requestEnvelope') as ValidateFunction;
-    for (const op of ['spawn', 'write', 'closeStdin', 'kill', 'terminate', 'list', 'shutdown', 'capabilities'] as const) {
+    for (const op of ['spawn', 'write', 'closeStdin', 'kill', 'terminate', 'pause', 'resume', 'list', 'shutdown', 'capabilities'] as const) {
       this.#byOp.set(op, ajv.getSchema(`protocol#/$defs/${op}Request`) as ValidateFunction);
     }
   }

@@ -2,7 +2,8 @@
 // written in other languages. Each request maps onto one API call; nothing
 // here stops processes by itself. When the client goes away (stdin closes, or
 // stdout breaks), every call is terminated and the server exits: a harness
-// that crashed leaves nothing behind.
+// that crashed leaves nothing behind. Output has backpressure: a client that
+// reads slowly slows the calls that flood, never the server's memory.
 import type { Readable, Writable } from 'node:stream';
 
 import { capabilities } from '../capabilities';
@@ -32,6 +33,36 @@ interface LiveCall {
   startedAt: number;
   report: CleanupReport | null;
   closed: Promise<void>;
+  flow: OutputFlow;
+}
+
+/**
+ * Whether the server reads a call's stdout and stderr pipes. Not reading
+ * them is the backpressure: the pipe fills and the command blocks in write(),
+ * as it would under a shell pipeline, so nothing is lost and nothing piles up.
+ */
+class OutputFlow {
+  /** The client asked (`pause`): it buffers this call's output itself. */
+  clientPaused = false;
+  /** Our stdout was full when this call's output was written: until 'drain'. */
+  waitingForDrain = false;
+  /**
+   * The tree is empty: what is left in the pipes is bounded by their size,
+   * and 'close' waits for it, so a client's pause no longer holds.
+   */
+  treeEmpty = false;
+  /** The spawn is not answered yet (a shim's start is pending): output waits for the answer. */
+  starting = false;
+
+  constructor(private readonly streams: Readable[]) {}
+
+  apply(): void {
+    const hold = this.starting || this.waitingForDrain || (this.clientPaused && !this.treeEmpty);
+    for (const s of this.streams) {
+      if (hold) s.pause();
+      else s.resume();
+    }
+  }
 }
 
 function errorOf(err: unknown): ProtocolError {
@@ -64,6 +95,8 @@ export class ProtocolServer {
   #leftoversSeen = false;
   readonly #stoppedWaiters: (() => void)[] = [];
   readonly #onStopped: (status: number) => void;
+  /** Calls whose output waits for our stdout's 'drain'. */
+  readonly #waitingForDrain = new Set<OutputFlow>();
 
   constructor(io: ServerIo, onStopped: (status: number) => void) {
     this.#io = io;
@@ -79,9 +112,24 @@ export class ProtocolServer {
     // The client's end closed: it exited or crashed. Stop everything it started.
     input.on('end', () => void this.#stopAll(undefined));
     input.on('error', () => void this.#stopAll(undefined));
+    output.on('drain', () => {
+      for (const flow of this.#waitingForDrain) {
+        flow.waitingForDrain = false;
+        flow.apply();
+      }
+      this.#waitingForDrain.clear();
+    });
     output.on('error', () => {
       // EPIPE: nobody reads us any more. Same as a closed stdin.
       this.#clientGone = true;
+      // Nothing is sent any more: let every pipe run to its end so the
+      // calls can close.
+      for (const live of this.#calls.values()) {
+        live.flow.clientPaused = false;
+        live.flow.waitingForDrain = false;
+        live.flow.apply();
+      }
+      this.#waitingForDrain.clear();
       void this.#stopAll(undefined);
     });
   }
@@ -91,9 +139,22 @@ export class ProtocolServer {
     return this.#stopAll(undefined);
   }
 
-  #send(msg: Response | Event): void {
-    if (this.#clientGone) return;
-    this.#io.output.write(`${JSON.stringify(msg)}\n`);
+  /** Writes one line; false when our stdout's buffer is full (wait for 'drain'). */
+  #send(msg: Response | Event): boolean {
+    if (this.#clientGone) return true;
+    return this.#io.output.write(`${JSON.stringify(msg)}\n`);
+  }
+
+  /**
+   * One chunk of a call's output. When our stdout is full, stop reading the
+   * pipes of the call that wrote it until 'drain': only the calls that flood
+   * wait, the others' events keep going out.
+   */
+  #sendOutput(flow: OutputFlow, event: 'stdout' | 'stderr', id: string, chunk: Buffer): void {
+    if (this.#send({ event, id, data: chunk.toString('base64') }) || this.#clientGone) return;
+    flow.waitingForDrain = true;
+    this.#waitingForDrain.add(flow);
+    flow.apply();
   }
 
   #onData(text: string): void {
@@ -133,8 +194,8 @@ export class ProtocolServer {
       else this.#send({ rid: null, ok: false, error: errorOf(err) });
       return;
     }
-    const ok = (result: Record<string, unknown>): void => this.#send({ rid: req.rid, ok: true, ...result });
-    const failed = (err: unknown): void => this.#send({ rid: req.rid, ok: false, error: errorOf(err) });
+    const ok = (result: Record<string, unknown>): void => void this.#send({ rid: req.rid, ok: true, ...result });
+    const failed = (err: unknown): void => void this.#send({ rid: req.rid, ok: false, error: errorOf(err) });
     let result: Result;
     try {
       result = this.#handle(req);
@@ -182,6 +243,13 @@ export class ProtocolServer {
         const call = this.#live(req.id).call;
         return call.terminate(req.grace === undefined ? {} : { grace: req.grace }).then((report) => ({ report }));
       }
+      case 'pause':
+      case 'resume': {
+        const { flow } = this.#live(req.id);
+        flow.clientPaused = req.op === 'pause';
+        flow.apply();
+        return {};
+      }
       case 'list':
         return {
           calls: [...this.#calls].map(([id, { call }]) => ({
@@ -217,29 +285,75 @@ export class ProtocolServer {
     // Which tiers exist is the library's call; it rejects the ones it lacks.
     if (confinement !== undefined) options.confinement = confinement as SpawnOptions['confinement'];
     const call = spawn(req.file, req.args ?? [], options);
-    if (call.pid === undefined) {
+    if (!call.started) {
       // It could not start: the error arrives on the next tick.
       return new Promise<never>((_, reject) => call.once('error', reject));
     }
     const id = req.id;
     let resolveClosed!: () => void;
-    const live: LiveCall = { call, startedAt: performance.now(), report: null, closed: new Promise((r) => (resolveClosed = r)) };
+    const flow = new OutputFlow([call.stdout, call.stderr].filter((s): s is Readable => s !== null));
+    const live: LiveCall = { call, startedAt: performance.now(), report: null, closed: new Promise((r) => (resolveClosed = r)), flow };
+    // Open from now on, even while its start is pending: terminate and
+    // stop-all reach it.
     this.#calls.set(id, live);
-
-    call.on('spawn', () => this.#send({ event: 'spawn', id, pid: call.pid as number }));
-    call.stdout?.on('data', (chunk: Buffer) => this.#send({ event: 'stdout', id, data: chunk.toString('base64') }));
-    call.stderr?.on('data', (chunk: Buffer) => this.#send({ event: 'stderr', id, data: chunk.toString('base64') }));
-    call.on('exit', (code, signal) => this.#send({ event: 'exit', id, code, signal }));
-    call.on('leftover', (processes) => this.#send({ event: 'leftover', id, processes }));
+    const answer = (): Record<string, unknown> => ({ id, pid: call.pid as number, cgroup: call.cgroup ?? '', confinement: call.confinement });
+    // The call's events go out after the spawn answer. A shim (pidns,
+    // subreaper) reports the command's pid, or why it could not start, a
+    // little later: until then its events wait here and its output in its
+    // pipes, and a start that fails sends an error answer and no events.
+    let held: Event[] | null = null;
+    const emit = (event: Event): void => {
+      if (held) held.push(event);
+      else this.#send(event);
+    };
+    let pending: Promise<Record<string, unknown>> | null = null;
+    if (call.pid === undefined) {
+      held = [];
+      flow.starting = true;
+      flow.apply();
+      pending = new Promise((resolve, reject) => {
+        call.once('spawn', () => {
+          resolve(answer());
+          // After the answer, whose delivery is already queued.
+          queueMicrotask(() => {
+            const waiting = held ?? [];
+            held = null;
+            this.#send({ event: 'spawn', id, pid: call.pid as number });
+            for (const event of waiting) this.#send(event);
+            flow.starting = false;
+            flow.apply();
+          });
+        });
+        call.once('error', (err) => {
+          if (call.started) return;
+          this.#calls.delete(id);
+          resolveClosed();
+          reject(err);
+        });
+      });
+    } else {
+      call.on('spawn', () => emit({ event: 'spawn', id, pid: call.pid as number }));
+    }
+    call.stdout?.on('data', (chunk: Buffer) => this.#sendOutput(flow, 'stdout', id, chunk));
+    call.stderr?.on('data', (chunk: Buffer) => this.#sendOutput(flow, 'stderr', id, chunk));
+    call.on('empty', () => {
+      flow.treeEmpty = true;
+      flow.apply();
+    });
+    call.on('exit', (code, signal) => emit({ event: 'exit', id, code, signal }));
+    call.on('leftover', (processes) => emit({ event: 'leftover', id, processes }));
     call.on('cleanup', (report) => {
       live.report = report;
       if (report.leftovers.length > 0) this.#leftoversSeen = true;
-      this.#send({ event: 'cleanup', id, report });
+      emit({ event: 'cleanup', id, report });
     });
-    call.on('error', (err) => this.#send({ event: 'error', id, error: errorOf(err) }));
+    call.on('error', (err) => {
+      if (call.started) emit({ event: 'error', id, error: errorOf(err) });
+    });
     call.on('close', (code, signal) => {
       this.#calls.delete(id);
-      this.#send({
+      this.#waitingForDrain.delete(flow);
+      emit({
         event: 'close',
         id,
         code,
@@ -250,13 +364,19 @@ export class ProtocolServer {
       });
       resolveClosed();
     });
-    return { id, pid: call.pid, cgroup: call.cgroup ?? '', confinement: call.confinement };
+    return pending ?? answer();
   }
 
   #stopAll(grace: number | undefined): Promise<number> {
     if (this.#stopping) return this.#stopping;
     this.#stopping = (async () => {
       const open = [...this.#calls.values()];
+      // A client that stops everything reads what is left; its pauses would
+      // keep the calls from closing.
+      for (const live of open) {
+        live.flow.clientPaused = false;
+        live.flow.apply();
+      }
       await Promise.all(
         open.map(async (live) => {
           await live.call.terminate(grace === undefined ? {} : { grace }).catch(() => null);

@@ -1,9 +1,11 @@
 // proctree-helper: the small executable that ships next to the addon: the
-// guardian (see helper/guardian.h), and the per-call shims of the pidns and
-// subreaper tiers (see helper/shim.cc).
+// guardian (see helper/guardian.h), the per-call shims of the pidns and
+// subreaper tiers (see helper/shim.cc), and the systemd tier's broker (see
+// helper/broker.h).
 #include <cstdio>
 #include <cstring>
 
+#include "helper/broker.h"
 #include "helper/guardian.h"
 #include "helper/shim.h"
 
@@ -23,9 +25,13 @@ int main(int argc, char** argv) {
   if (argc >= 2 && (strcmp(argv[1], "init") == 0 || strcmp(argv[1], "subreaper") == 0)) {
     return proctree::shim_main(strcmp(argv[1], "init") == 0, argc - 2, argv + 2);
   }
+  if (argc >= 2 && strcmp(argv[1], "broker") == 0) {
+    return proctree::broker_main(argc - 2, argv + 2);
+  }
   fprintf(stderr,
           "usage: proctree-helper --version\n"
           "       proctree-helper guardian <cgroup-dir> <subtree-prefix>\n"
-          "       proctree-helper init|subreaper <control-fd> <tty> <n> <candidate>... -- <argv>...\n");
+          "       proctree-helper init|subreaper <control-fd> <tty> <n> <candidate>... -- <argv>...\n"
+          "       proctree-helper broker <harness-pid> <harness-start-time>  (socket at fd 3)\n");
   return 2;
 }

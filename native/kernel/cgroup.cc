@@ -40,20 +40,30 @@ std::string unescape_mount_field(const std::string& s) {
   return out;
 }
 
-bool read_small_file(const char* path, std::string* out) {
-  Fd fd(open(path, O_RDONLY | O_CLOEXEC));
-  if (!fd) return false;
+// Reads what is left of fd into *out. ENODEV: a cgroup file whose cgroup
+// was removed while we read it, which has nothing more to say. `single`: a
+// file that fits one read (cpu.stat, cgroup.events): a seq_file fills a read
+// as far as whole records go, so a short read of such a file is its end; a
+// long file (cgroup.procs, mountinfo) can return short reads mid-way and is
+// read until 0.
+bool read_all(int fd, std::string* out, bool single = false) {
   out->clear();
-  char buf[4096];
+  char buf[8192];
   for (;;) {
-    ssize_t n = read(fd.get(), buf, sizeof buf);
+    ssize_t n = read(fd, buf, sizeof buf);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return false;
+      return errno == ENODEV;
     }
     if (n == 0) return true;
     out->append(buf, static_cast<size_t>(n));
+    if (single && static_cast<size_t>(n) < sizeof buf / 2) return true;
   }
+}
+
+bool read_small_file(const char* path, std::string* out) {
+  Fd fd(open(path, O_RDONLY | O_CLOEXEC));
+  return fd && read_all(fd.get(), out);
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -82,17 +92,7 @@ SysError append_procs(int dir, const std::string& path, std::vector<pid_t>* out)
     return SysError::from_errno("open", path + "/cgroup.procs");
   }
   std::string text;
-  char buf[8192];
-  for (;;) {
-    ssize_t n = read(fd.get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == ENODEV) break;  // removed while we read
-      return SysError::from_errno("read", path + "/cgroup.procs");
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-  }
+  if (!read_all(fd.get(), &text)) return SysError::from_errno("read", path + "/cgroup.procs");
   const char* p = text.c_str();
   while (*p) {
     char* end;
@@ -263,7 +263,7 @@ SysError CgroupDir::open_existing(const std::string& path, CgroupDir* out) {
 
 SysError CgroupDir::read_events(CgroupEvents* out) const {
   if (!events_) {
-    int fd = openat(dir_.get(), "cgroup.events", O_RDONLY | O_CLOEXEC);
+    int fd = openat(dir(), "cgroup.events", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return SysError::from_errno("open", path_ + "/cgroup.events");
     events_.reset(fd);
   }
@@ -284,12 +284,12 @@ SysError CgroupDir::read_events(CgroupEvents* out) const {
 SysError CgroupDir::read_procs(std::vector<pid_t>* out) const {
   out->clear();
   return walk_tree(
-      dir_.get(), path_, [out](int fd, const std::string& path) { return append_procs(fd, path, out); },
+      dir(), path_, [out](int fd, const std::string& path) { return append_procs(fd, path, out); },
       [](int, const std::string&) {});
 }
 
 SysError CgroupDir::write_file(const char* name, const char* value) const {
-  Fd fd(openat(dir_.get(), name, O_WRONLY | O_CLOEXEC));
+  Fd fd(openat(dir(), name, O_WRONLY | O_CLOEXEC));
   if (!fd) return SysError::from_errno("open", path_ + "/" + name);
   size_t len = strlen(value);
   ssize_t n;
@@ -301,29 +301,30 @@ SysError CgroupDir::write_file(const char* name, const char* value) const {
 }
 
 SysError CgroupDir::read_file(const char* name, std::string* out) const {
-  Fd fd(openat(dir_.get(), name, O_RDONLY | O_CLOEXEC));
-  if (!fd) return SysError::from_errno("open", path_ + "/" + name);
-  out->clear();
-  char buf[1024];
-  for (;;) {
-    ssize_t n = read(fd.get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return SysError::from_errno("read", path_ + "/" + name);
-    }
-    if (n == 0) return SysError::none();
-    out->append(buf, static_cast<size_t>(n));
-  }
+  // By path when the directory is not open: reading cpu.stat of a leaf
+  // whose descriptor was closed after the clone should not reopen it.
+  std::string full = path_ + "/" + name;
+  Fd fd(dir_ ? openat(dir_.get(), name, O_RDONLY | O_CLOEXEC) : open(full.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return SysError::from_errno("open", full);
+  if (!read_all(fd.get(), out, true)) return SysError::from_errno("read", full);
+  return SysError::none();
 }
 
 SysError CgroupDir::open_procs_for_write() {
   if (procs_) return SysError::none();
-  procs_.reset(openat(dir_.get(), "cgroup.procs", O_WRONLY | O_CLOEXEC));
+  procs_.reset(openat(dir(), "cgroup.procs", O_WRONLY | O_CLOEXEC));
   if (!procs_) return SysError::from_errno("open", path_ + "/cgroup.procs");
   return SysError::none();
 }
 
-bool CgroupDir::has_file(const char* name) const { return faccessat(dir_.get(), name, F_OK, 0) == 0; }
+bool CgroupDir::has_file(const char* name) const { return faccessat(dir(), name, F_OK, 0) == 0; }
+
+int CgroupDir::dir() const {
+  // Reopened on demand after close(): a call's leaf needs its descriptor for
+  // the clone only, and then once more if a ladder or members() asks.
+  if (!dir_ && !path_.empty()) dir_.reset(open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  return dir_.get();
+}
 
 bool CgroupDir::has_kill() const { return !cgroup_kill_disabled_for_test() && has_file("cgroup.kill"); }
 
@@ -363,7 +364,7 @@ SysError CgroupDir::remove() {
   if (errno != EBUSY) return SysError::from_errno("rmdir", path_);
   // Nested cgroups made by the tool call: remove them deepest first.
   walk_tree(
-      dir_.get(), path_, [](int, const std::string&) { return SysError::none(); },
+      dir(), path_, [](int, const std::string&) { return SysError::none(); },
       [](int parent, const std::string& name) { unlinkat(parent, name.c_str(), AT_REMOVEDIR); });
   if (remove_if_empty()) return SysError::none();
   return SysError::from_errno("rmdir", path_);

@@ -60,9 +60,10 @@ class CgroupDir {
   static SysError open_existing(const std::string& path, CgroupDir* out);
 
   const std::string& path() const { return path_; }
-  int dir_fd() const { return dir_.get(); }
+  int dir_fd() const { return dir(); }
   int procs_fd() const { return procs_.get(); }
-  bool valid() const { return dir_.valid(); }
+  // Made (or opened) and not removed yet.
+  bool valid() const { return !path_.empty(); }
 
   SysError read_events(CgroupEvents* out) const;
   // Every member of this cgroup and of every cgroup below it, whatever its
@@ -87,12 +88,15 @@ class CgroupDir {
   // rmdir of this directory and every cgroup below it, deepest first;
   // EBUSY while any of them is populated.
   SysError remove();
-  // Closes the descriptors without removing the directory.
+  // Closes the descriptors without removing the directory (the next use
+  // opens it again by path).
   void close();
 
  private:
+  int dir() const;
+
   std::string path_;
-  Fd dir_;
+  mutable Fd dir_;
   Fd procs_;           // cgroup.procs, for writing: the clone fallback
   mutable Fd events_;  // cgroup.events, opened once, re-read with pread
 };

@@ -16,8 +16,12 @@
 #include "kernel/pidfd.h"
 #include "kernel/raw_syscall.h"
 #include "kernel/spawn.h"
+#include "kernel/broker_client.h"
 #include "kernel/stdio_fds.h"
+#include "kernel/systemd_probe.h"
 #include "kernel/syscalls.h"
+
+extern char** environ;
 
 namespace proctree {
 namespace {
@@ -207,6 +211,14 @@ HostProbes probe_host(const std::string& helper, ChildStack& stack) {
 
   int sr = run_child(stack, 0, -1, ChildTask{true, -1});
   set(&h.subreaper, sr, "prctl", "PR_SET_CHILD_SUBREAPER");
+
+  // Connecting to it is the whole probe: no process is started until a call
+  // of the systemd tier needs the broker.
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.push_back(*e);
+  UserManagerProbe um = probe_user_manager(env);
+  set(&h.user_manager, um.ok ? 0 : um.err, um.syscall,
+      um.ok ? um.socket + " (calls go to the scope " + broker_unit_name() + ")" : um.detail);
   return h;
 }
 

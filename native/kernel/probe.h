@@ -34,6 +34,7 @@ struct HostProbes {
   Probe userns;             // CLONE_NEWUSER | CLONE_NEWPID
   Probe subreaper;          // PR_SET_CHILD_SUBREAPER, in a throwaway child
   Probe helper;             // proctree-helper next to the addon answers --version
+  Probe user_manager;       // a systemd user manager to ask for a delegated scope (the systemd tier)
 };
 
 HostProbes probe_host(const std::string& helper, ChildStack& stack);

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernel/stdio_fds.h"
 #include "kernel/syscalls.h"
 
 extern char** environ;
@@ -59,16 +60,6 @@ std::vector<int> list_open_fds() {
   }
   closedir(d);
   return out;
-}
-
-// A descriptor the child uses besides its fds must not sit where the child
-// places those (0..nfds-1), or a dup would clobber it.
-SysError lift_to(Fd* fd, int min) {
-  if (fd->get() >= min) return SysError::none();
-  int moved = fcntl(fd->get(), F_DUPFD_CLOEXEC, min);
-  if (moved < 0) return SysError::from_errno("fcntl");
-  fd->reset(moved);
-  return SysError::none();
 }
 
 void reap(int pidfd) {
@@ -150,7 +141,7 @@ SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* 
     if (pipe2(p, O_CLOEXEC) != 0) return SysError::from_errno("pipe2");
     report_read.reset(p[0]);
     report_write.reset(p[1]);
-    if (SysError e = lift_to(&report_write, nfds)) return e;
+    if (SysError e = lift_above(&report_write, nfds)) return e;
     args.report_fd = report_write.get();
   }
 

@@ -6,11 +6,6 @@
 #include "kernel/pty.h"
 
 namespace proctree {
-namespace {
-
-// Every source must sit at or above the number of fds the child gets, or
-// placing one would clobber another (and a harness that closed its own stdin
-// gets fd 0 back from pipe2()).
 SysError lift_above(Fd* fd, int min) {
   if (fd->get() >= min) return SysError::none();
   int moved = fcntl(fd->get(), F_DUPFD_CLOEXEC, min);
@@ -18,8 +13,6 @@ SysError lift_above(Fd* fd, int min) {
   fd->reset(moved);
   return SysError::none();
 }
-
-}  // namespace
 
 int dev_null_fd() {
   static const int fd = [] {

@@ -38,4 +38,10 @@ SysError prepare_stdio(const std::vector<StdioSpec>& spec, const PtySize& pty, P
 // /dev/null, opened once per process (close-on-exec, above 2).
 int dev_null_fd();
 
+// Moves *fd to a number >= min (close-on-exec) if it is below: every
+// descriptor the child side uses must sit above the fds it places, or
+// placing one would clobber another (and a harness that closed its own stdin
+// gets fd 0 back from pipe2()).
+SysError lift_above(Fd* fd, int min);
+
 }  // namespace proctree

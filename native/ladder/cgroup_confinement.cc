@@ -1,5 +1,6 @@
 #include "ladder/cgroup_confinement.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -65,8 +66,16 @@ void CgroupConfinement::read_usage(Usage* out) const {
   out->source = "cgroup";
   out->user_ms = field("user_usec ") / 1000.0;
   out->system_ms = field("system_usec ") / 1000.0;
+  // memory.peak exists only where the memory controller is delegated (and
+  // Linux 5.19): once it is found missing, it is not looked for again.
+  static std::atomic<bool> no_memory_peak{false};
+  if (no_memory_peak.load(std::memory_order_relaxed)) return;
   std::string peak;
-  if (!leaf_.read_file("memory.peak", &peak)) out->memory_peak = std::strtoll(peak.c_str(), nullptr, 10);
+  if (!leaf_.read_file("memory.peak", &peak)) {
+    out->memory_peak = std::strtoll(peak.c_str(), nullptr, 10);
+  } else {
+    no_memory_peak.store(true, std::memory_order_relaxed);
+  }
 }
 
 SysError CgroupConfinement::release() { return leaf_.remove(); }

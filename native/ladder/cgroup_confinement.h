@@ -1,5 +1,6 @@
-// The cgroup tier: the call's tree is its cgroup v2 leaf and every cgroup
-// below it. Membership survives setsid(), setpgid() and double forks; the
+// The cgroup tier (and the systemd tier, whose leaves are in a scope a
+// systemd user manager delegated to us): the call's tree is its cgroup v2
+// leaf and every cgroup below it. Membership survives setsid(), setpgid() and double forks; the
 // tree can be frozen (cgroup.freeze, 5.2) and killed in one step
 // (cgroup.kill, 5.14: race-free against forks and migrations); populated 0
 // in cgroup.events proves it empty.
@@ -12,9 +13,9 @@ namespace proctree {
 
 class CgroupConfinement : public Confinement {
  public:
-  explicit CgroupConfinement(CgroupDir leaf) : leaf_(std::move(leaf)) {}
+  explicit CgroupConfinement(CgroupDir leaf, Tier tier = Tier::kCgroup) : leaf_(std::move(leaf)), tier_(tier) {}
 
-  Tier tier() const override { return Tier::kCgroup; }
+  Tier tier() const override { return tier_; }
   const char* verified() const override { return "cgroup.events"; }
   SysError members(std::vector<pid_t>* out) const override;
   SysError confirm(std::vector<Held>* held) const override;
@@ -32,6 +33,7 @@ class CgroupConfinement : public Confinement {
 
  private:
   CgroupDir leaf_;
+  Tier tier_;
   mutable int has_freeze_ = -1;  // unknown until asked
   int has_kill_ = -1;
 };

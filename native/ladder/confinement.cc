@@ -9,6 +9,7 @@ namespace proctree {
 const char* tier_name(Tier t) {
   switch (t) {
     case Tier::kCgroup: return "cgroup";
+    case Tier::kSystemd: return "systemd";
     case Tier::kPidns: return "pidns";
     case Tier::kSubreaper: return "subreaper";
     default: return "pgroup";

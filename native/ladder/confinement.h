@@ -15,7 +15,7 @@
 
 namespace proctree {
 
-enum class Tier { kCgroup, kPidns, kSubreaper, kPgroup };
+enum class Tier { kCgroup, kSystemd, kPidns, kSubreaper, kPgroup };
 const char* tier_name(Tier t);
 
 // What a whole tree used, escapees included where the tier can see them.

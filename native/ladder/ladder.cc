@@ -4,14 +4,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <unordered_set>
 
 #include "kernel/pidfd.h"
 
 namespace proctree {
 
-void Ladder::start(const std::string& reason, int grace_ms, int sig, pid_t main_pid) {
+void Ladder::start(const std::string& reason, int grace_ms, int sig, pid_t main_pid, bool frozen_by_owner) {
   if (phase_ != Phase::kIdle) return;
+  owner_froze_ = frozen_by_owner;
   start_ns_ = host_->now_ns();
   report_ = CleanupReport{};
   report_.reason = reason;
@@ -28,9 +28,10 @@ void Ladder::start(const std::string& reason, int grace_ms, int sig, pid_t main_
     return;
   }
   // Freeze first: a member that forks while we read the members would be
-  // missed, and a frozen member can neither fork nor exit under us.
-  if (c_->can_freeze() && !c_->set_frozen(true)) {
-    froze_ = true;
+  // missed, and a frozen member can neither fork nor exit under us. (Unless
+  // the owner froze the tree from above: then only wait for it to show.)
+  if (owner_froze_ || (c_->can_freeze() && !c_->set_frozen(true))) {
+    froze_ = !owner_froze_;
     if (c_->frozen()) {
       graceful_pass();
       return;
@@ -58,22 +59,46 @@ int Ladder::ms_since(uint64_t t) const { return static_cast<int>((host_->now_ns(
 void Ladder::graceful_pass() {
   // Frozen, one read is complete; unfrozen (no freezer, or the freeze timed
   // out), re-read until a read shows no one new. Each member exactly once.
-  const bool frozen = froze_ && c_->frozen();
-  const int rounds = frozen ? 1 : LadderLimits::kMaxPassRounds;
-  std::unordered_set<pid_t> done;
-  for (int round = 0; round < rounds; ++round) {
-    std::vector<pid_t> pids, fresh;
-    if (SysError e = c_->members(&pids)) {
-      if (!error_) error_ = e;
-      break;
+  phase_ = Phase::kSignalling;
+  pass_max_rounds_ = (froze_ || owner_froze_) && c_->frozen() ? 1 : LadderLimits::kMaxPassRounds;
+  pass_rounds_ = 0;
+  pass_done_.clear();
+  pass_todo_.clear();
+  pass_next_ = 0;
+  continue_pass();
+}
+
+void Ladder::continue_pass() {
+  size_t budget = LadderLimits::kPassSlice;
+  for (;;) {
+    if (pass_next_ >= pass_todo_.size()) {
+      if (pass_rounds_ >= pass_max_rounds_) break;
+      ++pass_rounds_;
+      std::vector<pid_t> pids;
+      if (SysError e = c_->members(&pids)) {
+        if (!error_) error_ = e;
+        break;
+      }
+      most_members_ = std::max(most_members_, pids.size());
+      pass_todo_.clear();
+      pass_next_ = 0;
+      for (pid_t pid : pids) {
+        if (pass_done_.insert(pid).second) pass_todo_.push_back(pid);
+      }
+      if (pass_todo_.empty()) break;
     }
-    most_members_ = std::max(most_members_, pids.size());
-    for (pid_t pid : pids) {
-      if (done.insert(pid).second) fresh.push_back(pid);
+    if (budget == 0) {
+      // The rest in a later turn of the loop.
+      host_->arm_timer(0);
+      return;
     }
-    if (fresh.empty()) break;
+    size_t n = std::min(budget, pass_todo_.size() - pass_next_);
+    std::vector<pid_t> slice(pass_todo_.begin() + static_cast<long>(pass_next_),
+                             pass_todo_.begin() + static_cast<long>(pass_next_ + n));
+    pass_next_ += n;
+    budget -= n;
     SysError e = for_each_confirmed(
-        fresh, [this](std::vector<Held>* held) { return c_->confirm(held); },
+        slice, [this](std::vector<Held>* held) { return c_->confirm(held); },
         [this](Held& h) {
           bool out = escaped(h.pid);
           if (pidfd_signal(h.pidfd.get(), sig_) != 0) return;  // gone meanwhile, or not ours to signal
@@ -88,10 +113,17 @@ void Ladder::graceful_pass() {
         });
     if (e && !error_) error_ = e;
   }
+  end_pass();
+}
+
+void Ladder::end_pass() {
+  pass_done_.clear();
+  pass_todo_.clear();
   if (froze_) {
     c_->set_frozen(false);
     froze_ = false;
   }
+  release_owner_freeze();
   if (c_->empty()) {
     finish();
     return;
@@ -107,6 +139,7 @@ void Ladder::start_kill() {
     c_->set_frozen(false);
     froze_ = false;
   }
+  release_owner_freeze();
   std::vector<pid_t> pids;
   c_->members(&pids);
   most_members_ = std::max(most_members_, pids.size());
@@ -146,8 +179,8 @@ void Ladder::on_change() {
     case Phase::kFreezing:
       if (c_->empty()) {
         host_->cancel_timer();
+        if (froze_) c_->set_frozen(false);
         froze_ = false;
-        c_->set_frozen(false);
         finish();
       } else if (c_->frozen()) {
         host_->cancel_timer();
@@ -170,7 +203,7 @@ void Ladder::on_timer() {
   switch (phase_) {
     case Phase::kFreezing: {
       if (c_->empty()) {
-        c_->set_frozen(false);
+        if (froze_) c_->set_frozen(false);
         froze_ = false;
         finish();
       } else if (c_->frozen() || ms_since(phase_start_ns_) >= phase_limit_ms_) {
@@ -181,6 +214,9 @@ void Ladder::on_timer() {
       }
       break;
     }
+    case Phase::kSignalling:
+      continue_pass();
+      break;
     case Phase::kGrace:
       if (c_->empty()) {
         finish();
@@ -204,7 +240,14 @@ void Ladder::on_timer() {
   }
 }
 
+void Ladder::release_owner_freeze() {
+  if (!owner_froze_) return;
+  owner_froze_ = false;
+  host_->freeze_released();
+}
+
 void Ladder::finish() {
+  release_owner_freeze();
   phase_ = Phase::kDone;
   report_.duration_ms = static_cast<double>(host_->now_ns() - start_ns_) / 1e6;
   host_->ladder_finished();

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "kernel/fd.h"
@@ -31,6 +32,10 @@ struct LadderLimits {
   static constexpr int kMaxPassRounds = 16;
   // Member pidfds handed to the host to watch for an early end of grace.
   static constexpr size_t kMaxWatchedMembers = 64;
+  // Members signalled per turn of the event loop: a pass over a tree of
+  // thousands goes on in later turns (the timer at 0 ms), so that no single
+  // turn blocks the harness's loop for long.
+  static constexpr size_t kPassSlice = 128;
 };
 
 struct CleanupReport {
@@ -56,15 +61,26 @@ class LadderHost {
   virtual void watch_member(Fd pidfd) = 0;
   // The report is ready (done() is true).
   virtual void ladder_finished() = 0;
+  // The ladder needs the tree frozen no longer (its graceful pass is over,
+  // or it went straight to the kill, or the tree was empty): called once,
+  // for a ladder whose freeze was its owner's (see start()).
+  virtual void freeze_released() {}
 };
 
 class Ladder {
  public:
   Ladder(Confinement* confinement, LadderHost* host) : c_(confinement), host_(host) {}
+  // The tree to work on, when it is known only after the ladder's owner was
+  // made (the systemd tier learns its leaf from the broker). Before start().
+  void bind(Confinement* confinement) { c_ = confinement; }
 
   // Starts the ladder; later calls do nothing. main_pid: the command's pid,
   // whose group and session define "escaped" (-1: unknown, none counted).
-  void start(const std::string& reason, int grace_ms, int sig, pid_t main_pid);
+  // frozen_by_owner: the owner has frozen the tree already, from above (a
+  // whole supervisor's subtree at once): the ladder waits for the freeze to
+  // show, never writes the freeze itself, and says freeze_released() when
+  // the owner may thaw.
+  void start(const std::string& reason, int grace_ms, int sig, pid_t main_pid, bool frozen_by_owner = false);
   bool started() const { return phase_ != Phase::kIdle; }
   bool running() const { return started() && !done(); }
   bool done() const { return phase_ == Phase::kDone; }
@@ -82,12 +98,15 @@ class Ladder {
   void on_timer();
 
  private:
-  enum class Phase { kIdle, kFreezing, kGrace, kKilling, kDone };
+  enum class Phase { kIdle, kFreezing, kSignalling, kGrace, kKilling, kDone };
 
   void graceful_pass();
+  void continue_pass();
+  void end_pass();
   void start_kill();
   void kill_round();
   void wait(int ms);
+  void release_owner_freeze();
   void finish();
   void give_up();
   bool escaped(pid_t pid) const;
@@ -106,8 +125,16 @@ class Ladder {
   int phase_limit_ms_ = 0;  // how long the current phase may last
   int freeze_recheck_ms_ = 1;
   bool froze_ = false;
+  bool owner_froze_ = false;  // frozen by the owner; released once
   size_t watched_ = 0;
   size_t most_members_ = 0;
+  // The graceful pass in progress: every member exactly once, re-read in
+  // rounds until a read shows no one new (one round when frozen).
+  std::unordered_set<pid_t> pass_done_;
+  std::vector<pid_t> pass_todo_;
+  size_t pass_next_ = 0;
+  int pass_rounds_ = 0;
+  int pass_max_rounds_ = 1;
 };
 
 }  // namespace proctree

@@ -29,6 +29,7 @@ constexpr uint64_t kKillFreezeSpinNs = 2000000;
 Call::Call(Environment* env, uint64_t id, SpawnResult main, std::unique_ptr<Confinement> confinement, Fd control)
     : env_(env),
       id_(id),
+      tier_(confinement->tier()),
       main_(std::move(main)),
       confinement_(std::move(confinement)),
       ladder_(confinement_.get(), this),
@@ -37,9 +38,63 @@ Call::Call(Environment* env, uint64_t id, SpawnResult main, std::unique_ptr<Conf
   if (!starting_) command_ = main_.pid;
 }
 
+Call::Call(Environment* env, uint64_t id, Tier tier)
+    : env_(env), id_(id), tier_(tier), ladder_(nullptr, this), brokered_(true) {
+  starting_ = true;
+}
+
 Call::~Call() = default;
 
+void Call::on_broker_spawned(pid_t pid, Fd pidfd, CgroupDir leaf) {
+  if (!starting_ || finished_) return;
+  starting_ = false;
+  command_ = pid;
+  main_.pid = pid;
+  main_.pidfd = std::move(pidfd);
+  confinement_ = std::make_unique<CgroupConfinement>(std::move(leaf), tier_);
+  ladder_.bind(confinement_.get());
+  CallEvent ev{CallEvent::kStarted, id_, {}, {}, {}};
+  ev.pid = pid;
+  ev.cgroup = static_cast<CgroupConfinement*>(confinement_.get())->leaf().path();
+  env_->post(std::move(ev));
+  if (pending_terminate_) {
+    pending_terminate_ = false;
+    terminate(pending_grace_, pending_sig_, pending_reason_);
+  }
+}
+
+void Call::on_broker_failed(const SysError& e) {
+  if (!starting_ || finished_) return;
+  starting_ = false;
+  exit_posted_ = true;  // no exit event for a command that never ran
+  pending_terminate_ = false;
+  env_->post(CallEvent{CallEvent::kStartFailed, id_, {}, {}, e});
+  finished_ = true;
+  env_->post(CallEvent{CallEvent::kEmpty, id_, {}, {}, {}});
+}
+
+void Call::on_broker_exited(ExitStatus st) {
+  if (main_exited_ || finished_) return;
+  main_exited_ = true;
+  post_exit(st);
+  on_change();
+}
+
+void Call::on_broker_lost(const SysError& e) {
+  if (finished_) return;
+  if (starting_) {
+    on_broker_failed(e);
+    return;
+  }
+  // Its exit status will never come: stop what is left in the leaf (which we
+  // own), and end the call once the leaf is empty.
+  post_error(e);
+  kill_now();
+  if (!main_exited_) on_broker_exited(ExitStatus{true, -1, SIGKILL});
+}
+
 void Call::start() {
+  if (brokered_) return;  // the broker tells what happens to the command
   main_watched_ = !env_->reactor().watch_main(main_.pidfd.get(), id_);
   if (control_) {
     control_watched_ = !env_->reactor().watch_control(control_.get(), id_);
@@ -90,9 +145,10 @@ void Call::on_main_readable() {
   }
   if (!st.done) return;  // spurious readiness
   main_exited_ = true;
-  if (main_watched_) env_->reactor().unwatch(main_.pidfd.get());
+  // A shim's pidfd stays: it is how its tier tells the tree is empty. Closing
+  // the others takes them out of the epoll set (nothing else holds them).
+  if (main_watched_ && (keep || shim())) env_->reactor().unwatch(main_.pidfd.get());
   main_watched_ = false;
-  // A shim's pidfd stays: it is how its tier tells the tree is empty.
   if (!keep && !shim()) main_.pidfd.reset();
   if (shim()) {
     // The shim is gone, so is its tree (it exits only with no child left,
@@ -179,12 +235,41 @@ void Call::on_control_readable() {
 }
 
 void Call::on_change() {
+  if (!confinement_) return;
   if (ladder_.running()) ladder_.on_change();
   check_finished();
 }
 
+bool Call::terminate_frozen_by_group(int grace_ms, int sig, const std::string& reason) {
+  if (finished_ || ladder_.started() || !confinement_) {
+    freeze_released();
+    return terminate(grace_ms, sig, reason);
+  }
+  watch_emptiness();
+  ladder_.start(reason, grace_ms, sig, command_, true);
+  check_finished();
+  return true;
+}
+
+std::string Call::subtree_path() const {
+  if (tier_ != Tier::kCgroup || !confinement_) return {};
+  const std::string& leaf = static_cast<CgroupConfinement*>(confinement_.get())->leaf().path();
+  size_t slash = leaf.rfind('/');
+  return slash == std::string::npos ? std::string() : leaf.substr(0, slash);
+}
+
+void Call::freeze_released() { env_->group_freeze_released(id_); }
+
 bool Call::terminate(int grace_ms, int sig, const std::string& reason) {
   if (finished_ || ladder_.started()) return ladder_.started();
+  if (!confinement_) {
+    // The broker has not said where the tree is yet: run the ladder then.
+    pending_terminate_ = true;
+    pending_grace_ = grace_ms;
+    pending_sig_ = sig;
+    pending_reason_ = reason;
+    return true;
+  }
   watch_emptiness();
   ladder_.start(reason, grace_ms, sig, command_);
   check_finished();
@@ -212,8 +297,8 @@ void Call::post_report() {
 // cgroup.events watch is added only now (most calls end with their main
 // process and never need it); tiers without events are polled.
 void Call::watch_emptiness() {
-  if (finished_) return;
-  if (tier() == Tier::kCgroup) {
+  if (finished_ || !confinement_) return;
+  if (tier() == Tier::kCgroup || tier() == Tier::kSystemd) {
     if (events_wd_ >= 0) return;
     const CgroupDir& leaf = static_cast<CgroupConfinement*>(confinement_.get())->leaf();
     if (SysError e = env_->reactor().watch_cgroup(leaf.path() + "/cgroup.events", id_, &events_wd_)) {
@@ -231,7 +316,7 @@ void Call::watch_emptiness() {
 }
 
 void Call::check_finished() {
-  if (finished_ || !main_exited_ || ladder_.running()) return;
+  if (finished_ || !main_exited_ || ladder_.running() || !confinement_) return;
   // Read before the cgroup goes (its files go with it); harmless when the
   // tree turns out not to be empty yet.
   confinement_->read_usage(&usage_);
@@ -257,7 +342,7 @@ void Call::check_finished() {
 }
 
 int Call::signal_all(int sig) {
-  if (finished_) return 0;
+  if (finished_ || !confinement_) return 0;
   std::vector<pid_t> pids;
   if (sig == 0) {
     // Existence and permission only, as kill(pid, 0).
@@ -303,13 +388,13 @@ int Call::signal_all(int sig) {
 
 std::vector<pid_t> Call::members() {
   std::vector<pid_t> pids;
-  if (!finished_) confinement_->members(&pids);
+  if (!finished_ && confinement_) confinement_->members(&pids);
   peak_processes_ = std::max(peak_processes_, pids.size());
   return pids;
 }
 
 void Call::kill_now() {
-  if (finished_) return;
+  if (finished_ || !confinement_) return;
   confinement_->kill_all();
   // A subreaper shim keeps killing on its own once its control socket closes.
   if (tier() == Tier::kSubreaper) {
@@ -318,18 +403,18 @@ void Call::kill_now() {
   }
 }
 
-bool Call::populated_now() const { return !finished_ && !confinement_->empty(); }
+bool Call::populated_now() const { return !finished_ && confinement_ && !confinement_->empty(); }
 
 void Call::finish_sync() {
   if (finished_) return;
-  if (main_.pidfd) {
+  if (main_.pidfd && !brokered_) {
     ExitStatus st;
     pidfd_reap(main_.pidfd.get(), &st);
   }
   cancel_timer();
   unwatch();
   control_.reset();
-  confinement_->release();
+  if (confinement_) confinement_->release();
   finished_ = true;
 }
 
@@ -384,7 +469,7 @@ void Call::on_timeout() {
     on_main_readable();
     if (!main_exited_ && !ladder_.running()) arm_timer(kMainPollMs);
   }
-  if (starting_ && now_ns() >= start_deadline_ns_) {
+  if (starting_ && !brokered_ && now_ns() >= start_deadline_ns_) {
     // The shim never said whether the command started: stop everything it
     // may have started, and report the start as failed.
     starting_ = false;

@@ -3,9 +3,11 @@
 // Everything that happens to it is posted to its Environment as a CallEvent,
 // delivered to JavaScript in order: [started], exit, [cleanup], empty.
 //
-// The main process is the command itself (cgroup, pgroup tiers) or the shim
+// The main process is the command itself (cgroup, pgroup tiers), the shim
 // that started it (pidns, subreaper: the command's pid and exit status then
-// come over the shim's control socket, helper/shim_protocol.h).
+// come over the shim's control socket, helper/shim_protocol.h), or the
+// command started by the systemd tier's broker (its pid, leaf and exit status
+// come from the broker through the Environment: the broker is its parent).
 #pragma once
 
 #include <uv.h>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel/cgroup.h"
 #include "kernel/fd.h"
 #include "kernel/pidfd.h"
 #include "kernel/spawn.h"
@@ -31,6 +34,7 @@ struct CallEvent {
   CleanupReport report;
   SysError error;
   pid_t pid = -1;  // kStarted: the command's pid
+  std::string cgroup;  // kStarted, systemd tier: the call's leaf
   // kEmpty: what the whole tree used, and the most processes seen in it at
   // once (by members() and the ladder's reads; at least the main process).
   Usage usage;
@@ -44,6 +48,9 @@ class Call : public LadderHost {
   // control: the shim's control socket (shim tiers), else empty; then the
   // call starts in the "starting" state until the shim reports the exec.
   Call(Environment* env, uint64_t id, SpawnResult main, std::unique_ptr<Confinement> confinement, Fd control);
+  // A systemd-tier call whose spawn request went to the broker: it starts
+  // in the "starting" state, without a tree, until on_broker_spawned().
+  Call(Environment* env, uint64_t id, Tier tier);
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
   ~Call() override;
@@ -54,13 +61,20 @@ class Call : public LadderHost {
   void start();
 
   uint64_t id() const { return id_; }
-  Tier tier() const { return confinement_->tier(); }
+  Tier tier() const { return tier_; }
   // The command's pid, -1 while a shim has not reported it.
   pid_t command_pid() const { return command_; }
   pid_t main_pid() const { return main_.pid; }
   bool finished() const { return finished_; }
   bool referenced() const { return ref_; }
   void set_referenced(bool ref);
+
+  // The broker's answers (systemd tier).
+  void on_broker_spawned(pid_t pid, Fd pidfd, CgroupDir leaf);
+  void on_broker_failed(const SysError& e);
+  void on_broker_exited(ExitStatus st);
+  // The broker is gone while this call's command may still run.
+  void on_broker_lost(const SysError& e);
 
   // Reactor callbacks.
   void on_main_readable();
@@ -70,6 +84,12 @@ class Call : public LadderHost {
   // The ladder (idempotent). Returns whether a 'cleanup' event has been or
   // will be posted (false: the tree was already gone).
   bool terminate(int grace_ms, int sig, const std::string& reason);
+  // The same, as one of many whose common cgroup subtree the Environment
+  // has frozen already (terminate_group): the call tells the Environment
+  // when its ladder needs that freeze no longer.
+  bool terminate_frozen_by_group(int grace_ms, int sig, const std::string& reason);
+  // The cgroup this call's leaf is in ("" outside the cgroup tiers).
+  std::string subtree_path() const;
   // One signal to every member now, no escalation; how many got it.
   int signal_all(int sig);
   std::vector<pid_t> members();
@@ -89,6 +109,7 @@ class Call : public LadderHost {
   void cancel_timer() override;
   void watch_member(Fd pidfd) override;
   void ladder_finished() override;
+  void freeze_released() override;
 
  private:
   bool shim() const { return tier() == Tier::kPidns || tier() == Tier::kSubreaper; }
@@ -105,6 +126,7 @@ class Call : public LadderHost {
 
   Environment* env_;
   uint64_t id_;
+  Tier tier_;
   SpawnResult main_;
   std::unique_ptr<Confinement> confinement_;
   Ladder ladder_;
@@ -123,6 +145,12 @@ class Call : public LadderHost {
   int events_wd_ = -1;         // inotify watch of cgroup.events, added lazily
   bool polling_ = false;       // a tier without emptiness events is being watched
   bool main_polled_ = false;   // the reactor could not take the main pidfd
+  bool brokered_ = false;      // the systemd tier: the broker is the main's parent
+  // A ladder asked for before the broker said where the tree is.
+  bool pending_terminate_ = false;
+  int pending_grace_ = 0;
+  int pending_sig_ = 0;
+  std::string pending_reason_;
   uint64_t start_deadline_ns_ = 0;
   std::vector<Fd> watched_members_;
   Usage usage_;

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernel/broker_client.h"
 #include "kernel/cgroup.h"
 #include "kernel/spawn.h"
 #include "ladder/confinement.h"
@@ -65,6 +66,15 @@ class Environment {
   void set_referenced(uint64_t id, bool ref);
   size_t live() const { return calls_.size(); }
 
+  // Runs the ladder on many calls at once (a supervisor's shutdown): every
+  // cgroup subtree they share is frozen with one write, each call's ladder
+  // signals its members while it is frozen, and the subtree is thawed once
+  // the last of them is done with it. Returns, per call, whether a cleanup
+  // event has been or will be posted.
+  std::vector<bool> terminate_group(const std::vector<uint64_t>& ids, const std::vector<int>& sigs, int grace_ms,
+                                    const std::string& reason);
+  void group_freeze_released(uint64_t call_id);
+
   // Environment teardown or process exit: SIGKILL every call, wait a bounded
   // time for the trees to empty, remove every directory we made.
   void shutdown_sync(int wait_ms);
@@ -84,11 +94,16 @@ class Environment {
   void on_main_readable(uint64_t id);
   void on_control_readable(uint64_t id);
   void on_change(uint64_t id);
+  void on_broker_socket(bool writable);
+  void on_broker_process();
 
  private:
   SysError ensure_open();
   SysError spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
+  SysError spawn_brokered(const SpawnOptions& opts, const SpawnRequest& req, SpawnedCall* out);
+  SysError ensure_broker(const std::string& helper);
+  void broker_gone(const SysError& e);
   SysError adopt(Call* call);
   void reap_finished();
   static void on_flush_timer(uv_timer_t* t);
@@ -103,6 +118,19 @@ class Environment {
   SysError open_error_;
   ChildStack stack_;
   std::unordered_map<uint64_t, Call*> calls_;
+  // The systemd tier: one broker per environment, started on first use,
+  // living in the transient scope it asked the user manager for; the calls
+  // waiting for or running under it, by the broker's request id.
+  std::unique_ptr<BrokerClient> broker_;
+  SysError broker_error_;  // set once it is gone: later spawns fail with it
+  std::unordered_map<uint64_t, uint64_t> brokered_;  // request id -> call id
+  // Subtrees frozen by terminate_group, and the calls still using each freeze.
+  struct GroupFreeze {
+    CgroupDir subtree;
+    size_t holders = 0;
+  };
+  std::unordered_map<std::string, GroupFreeze> group_freezes_;  // by subtree path
+  std::unordered_map<uint64_t, std::string> freeze_holder_;     // call id -> subtree path
   size_t referenced_ = 0;  // live calls that keep the loop alive
   std::deque<CallEvent> pending_;
   bool flushing_ = false;

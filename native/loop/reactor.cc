@@ -13,6 +13,8 @@ namespace proctree {
 namespace {
 
 constexpr uint64_t kInotifyTag = ~uint64_t{0};
+constexpr uint64_t kBrokerSocketTag = ~uint64_t{0} - 1;
+constexpr uint64_t kBrokerProcessTag = ~uint64_t{0} - 2;
 // Call ids count up from 1 and never reach bit 61: the top bits say what
 // kind of descriptor became ready.
 constexpr uint64_t kControlBit = uint64_t{1} << 62;
@@ -59,6 +61,22 @@ SysError Reactor::watch_control(int fd, uint64_t call_id) {
 
 SysError Reactor::watch_member(int pidfd, uint64_t call_id) {
   return add(epoll_.get(), pidfd, EPOLLIN | EPOLLONESHOT, call_id | kMemberBit);
+}
+
+SysError Reactor::watch_broker(int socket, int process_pidfd) {
+  if (SysError e = add(epoll_.get(), socket, EPOLLIN, kBrokerSocketTag)) return e;
+  if (SysError e = add(epoll_.get(), process_pidfd, EPOLLIN, kBrokerProcessTag)) {
+    unwatch(socket);
+    return e;
+  }
+  return SysError::none();
+}
+
+void Reactor::set_broker_writable(int socket, bool writable) {
+  epoll_event ev{};
+  ev.events = writable ? (EPOLLIN | EPOLLOUT) : EPOLLIN;
+  ev.data.u64 = kBrokerSocketTag;
+  epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, socket, &ev);
 }
 
 void Reactor::unwatch(int fd) {
@@ -150,11 +168,17 @@ void Reactor::dispatch() {
   std::vector<uint64_t> exited, control;
   std::unordered_map<uint64_t, bool> changed;
   bool inotify_ready = false;
+  int broker = -1;  // -1: not ready; 0: readable; 1: writable too
+  bool broker_process = false;
   int n = epoll_wait(epoll_.get(), evs, kMaxEventsPerTurn, 0);
   for (int i = 0; i < n; ++i) {
     uint64_t tag = evs[i].data.u64;
     if (tag == kInotifyTag) {
       inotify_ready = true;
+    } else if (tag == kBrokerSocketTag) {
+      broker = (evs[i].events & EPOLLOUT) ? 1 : 0;
+    } else if (tag == kBrokerProcessTag) {
+      broker_process = true;
     } else if (tag & kControlBit) {
       control.push_back(tag & kIdMask);
     } else if (tag & kMemberBit) {
@@ -168,7 +192,9 @@ void Reactor::dispatch() {
     // leave a call open forever, so every watched call looks again.
     for (const auto& kv : watches_) changed[kv.second] = true;
   }
-  // A shim reports the command's exit before it exits itself.
+  // A shim (or the broker) reports the command's exit before it exits itself.
+  if (broker >= 0) env_->on_broker_socket(broker == 1);
+  if (broker_process) env_->on_broker_process();
   for (uint64_t id : control) env_->on_control_readable(id);
   // Exits before changes: 'exit' must reach JavaScript before 'empty'.
   for (uint64_t id : exited) env_->on_main_readable(id);

@@ -34,6 +34,10 @@ class Reactor {
   // Removes an fd added by watch_main, watch_control or watch_member.
   void unwatch(int fd);
   SysError watch_cgroup(const std::string& events_path, uint64_t call_id, int* wd);
+  // The systemd tier's broker: its socket (and, while requests wait to be
+  // sent, its writability) and its process's pidfd.
+  SysError watch_broker(int socket, int process_pidfd);
+  void set_broker_writable(int socket, bool writable);
   void unwatch_cgroup(int wd);
 
   // Keeps the loop alive while any call is referenced, like a ChildProcess.

@@ -1,74 +1,25 @@
-"""The Python client against a real ``proctree serve``: escapes leave nothing,
-and a client killed with SIGKILL takes its calls with it within a second.
+"""The blocking API (``proctree.blocking``, under its first name
+``proctree_client``) against a real ``proctree serve``: escapes leave
+nothing, and a client killed with SIGKILL takes its calls with it within a
+second.
 
 Survivors are found by a /proc scan for a token unique to each test in the
 command line (``sleep 300.<random>``), never from the client's bookkeeping.
-
-Run with ``python3 -m unittest discover -s clients/python -v``. The server is
-``PROCTREE_SERVER`` when set, else this checkout's ``node bin/proctree.js serve``.
 """
 
+import json
 import os
-import random
-import shlex
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 import unittest
-from pathlib import Path
-from typing import Callable, List
+from typing import List
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from support import CLIENT, kill_tokens, live_with, server_command, token, wait_until, zombie_or_gone
 
 from proctree_client import ProcTree, ProcTreeError  # noqa: E402
-
-REPO = HERE.parent.parent
-
-
-def server_command() -> List[str]:
-    configured = os.environ.get("PROCTREE_SERVER", "").strip()
-    if configured:
-        return shlex.split(configured)
-    return ["node", str(REPO / "bin" / "proctree.js"), "serve"]
-
-
-def token(seconds: int = 300) -> str:
-    return f"{seconds}.{random.randrange(1 << 32)}"
-
-
-def live_with(needle: str, comm: str = "") -> List[int]:
-    """Live (non-zombie) processes whose command line contains ``needle``;
-    with ``comm``, only those already running that program (a shell whose
-    script names the token, or ``setsid`` before it execs, do not count)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-            if needle not in cmdline:
-                continue
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-            name = stat[stat.index("(") + 1 : stat.rindex(")")]
-            if stat[stat.rindex(")") + 2] != "Z" and (not comm or name == comm):
-                found.append(int(entry))
-        except (OSError, ValueError):
-            continue  # gone while we looked
-    return found
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 class ClientTest(unittest.TestCase):
@@ -86,14 +37,8 @@ class ClientTest(unittest.TestCase):
         self.tokens: List[str] = []
 
     def tearDown(self) -> None:
-        # A failed test must not leave its processes running: kill what
-        # carries this test's tokens, by pid.
-        for t in self.tokens:
-            for pid in live_with(t):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        # A failed test must not leave its processes running.
+        kill_tokens(self.tokens)
         self.assertTrue(wait_until(lambda: self.pt.list() == [], 5), "every call of the test closed")
 
     def new_token(self) -> str:
@@ -168,6 +113,38 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(live_with(t), [])
 
 
+class InterruptTest(unittest.TestCase):
+    def test_ctrl_c_during_a_blocking_run_stops_the_tree_before_keyboardinterrupt_goes_on(self) -> None:
+        t = token()
+        harness = textwrap.dedent(
+            f"""
+            import json, sys
+            sys.path.insert(0, {str(CLIENT)!r})
+            sys.path.insert(0, {str(CLIENT / "tests")!r})
+            from support import live_with
+            from proctree.blocking import ProcTree
+            with ProcTree({server_command()!r}) as pt:
+                try:
+                    pt.run(["bash", "-c", "setsid sleep {t} & sleep {t}; wait"])
+                except KeyboardInterrupt:
+                    # The server still runs: what is gone was stopped by the ladder.
+                    print(json.dumps({{"open": pt.list(), "alive": live_with({t!r})}}), flush=True)
+            """
+        )
+        child = subprocess.Popen([sys.executable, "-c", harness], stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertTrue(wait_until(lambda: len(live_with(t, "sleep")) >= 2, 10), "both sleeps started")
+            os.kill(child.pid, signal.SIGINT)
+            out, _ = child.communicate(timeout=30)
+            self.assertEqual(child.returncode, 0)
+            self.assertEqual(json.loads(out), {"open": [], "alive": []})
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            kill_tokens([t])
+
+
 class ClientDeathTest(unittest.TestCase):
     """A harness killed with SIGKILL runs no cleanup of its own: the server must."""
 
@@ -176,7 +153,7 @@ class ClientDeathTest(unittest.TestCase):
         harness = textwrap.dedent(
             f"""
             import sys, time
-            sys.path.insert(0, {str(HERE)!r})
+            sys.path.insert(0, {str(CLIENT)!r})
             from proctree_client import ProcTree
             pt = ProcTree({server_command()!r})
             calls = [
@@ -198,26 +175,13 @@ class ClientDeathTest(unittest.TestCase):
             self.assertTrue(wait_until(lambda: live_with(t) == [], 5))
             self.assertLess(time.monotonic() - killed_at, 1.0)
             # And the server itself went away, leaving nothing.
-            self.assertTrue(wait_until(lambda: not os.path.exists(f"/proc/{server_pid}/cmdline") or _zombie(server_pid), 5))
+            self.assertTrue(wait_until(lambda: zombie_or_gone(server_pid), 5))
         finally:
             if child.poll() is None:
                 child.kill()
                 child.wait()
             child.stdout.close()
-            for pid in live_with(t):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-        return stat[stat.rindex(")") + 2] == "Z"
-    except OSError:
-        return True
+            kill_tokens([t])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,42 @@
+"""proctree for Python: run an agent's tool calls so that every process a
+call starts is stopped when it ends, times out, is cancelled or terminated --
+and when this Python process dies, however it dies.
+
+The asyncio API (this module) mirrors ``asyncio.subprocess``::
+
+    import asyncio, proctree
+
+    async def main():
+        async with proctree.ProcTree() as pt:
+            r = await pt.run(["bash", "-c", "echo hi; setsid sleep 100 &"], timeout=5, text=True)
+            print(r.returncode, r.stdout, r.report)
+
+    asyncio.run(main())
+
+``proctree.blocking`` has the same API for programs without an event loop.
+Both talk to ``proctree serve`` from the npm package (docs/protocol.md),
+found as ``proctree._discovery`` describes. Standard library only.
+"""
+
+from . import blocking
+from ._capture import Keep
+from ._client import DEFAULT_STREAM_LIMIT, Call, ProcTree, Result, Signal
+from ._discovery import ServerCommand, find_server
+from ._errors import CleanupReport, ProcessInfo, ProcTreeError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_STREAM_LIMIT",
+    "Call",
+    "CleanupReport",
+    "Keep",
+    "ProcTree",
+    "ProcTreeError",
+    "ProcessInfo",
+    "Result",
+    "ServerCommand",
+    "Signal",
+    "blocking",
+    "find_server",
+]

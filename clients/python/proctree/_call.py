@@ -1,0 +1,351 @@
+"""One call of the asyncio client: its output (StreamReaders fed by the
+server's events, with flow control back to the server), its end, and the
+ladder when it is terminated or the task awaiting it is cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import codecs
+import signal as _signal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar, Union, cast
+
+from ._capture import Capture
+from ._errors import CleanupReport, Json, ProcessInfo, ProcTreeError, empty_report, error_from
+
+if TYPE_CHECKING:
+    from ._client import ProcTree
+
+AnyStr_co = TypeVar("AnyStr_co", bytes, str)
+
+#: A call's stdout/stderr reader asks the server to pause the call once it
+#: holds twice this much unread (asyncio's own StreamReader rule), and to go
+#: on once it is down to this.
+DEFAULT_STREAM_LIMIT = 1024 * 1024
+#: Input is sent in pieces of this size, each answered once written.
+_INPUT_PIECE = 1024 * 1024
+UNKNOWN_CALL = "ERR_PROCTREE_UNKNOWN_CALL"
+
+Signal = Union[str, int]
+
+
+def ms(seconds: Optional[float]) -> Optional[int]:
+    return None if seconds is None else max(0, int(round(seconds * 1000)))
+
+
+def _signal_number(name: Optional[str]) -> Optional[int]:
+    if name is None:
+        return None
+    value = getattr(_signal, name, None)
+    return int(value) if value is not None else None
+
+
+def _returncode(exit_code: Optional[int], signal: Optional[str]) -> Optional[int]:
+    if exit_code is not None:
+        return exit_code
+    num = _signal_number(signal)
+    return -num if num is not None else None
+
+
+def consume(fut: "asyncio.Future[Any]") -> None:
+    """Marks a future's exception as seen: nobody awaits fire-and-forget requests."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+@dataclass
+class Result(Generic[AnyStr_co]):
+    """What ``run()`` returns, shaped like ``subprocess.CompletedProcess``."""
+
+    args: List[str]
+    #: The exit code, or ``-N`` when signal N ended the main process.
+    returncode: Optional[int]
+    exit_code: Optional[int]
+    #: Name of the signal that ended the main process, or None.
+    signal: Optional[str]
+    stdout: AnyStr_co
+    stderr: AnyStr_co
+    timed_out: bool
+    #: The cleanup report when a ladder ran (timeout, leftovers), else None.
+    report: Optional[CleanupReport]
+    duration: float
+    pid: int
+    cgroup: str = ""
+    #: What the main process left running when it exited (then stopped, unless leftovers='wait').
+    leftovers: List[ProcessInfo] = field(default_factory=list)
+    #: Bytes dropped by ``max_output`` (stdout holds stderr too with ``merge=True``).
+    stdout_omitted: int = 0
+    stderr_omitted: int = 0
+    #: Errors after the start, such as processes that survived the ladder.
+    errors: List[ProcTreeError] = field(default_factory=list)
+
+
+class _Flow(asyncio.ReadTransport):
+    """What a call's StreamReader pauses and resumes: the call's output at the server.
+
+    The server pauses both streams of a call at once, so the readers of one
+    call share a count: pause when the first asks, resume when the last is done.
+    """
+
+    def __init__(self, call: "Call") -> None:
+        super().__init__()
+        self._call = call
+        self._paused = False
+
+    def pause_reading(self) -> None:
+        if not self._paused:
+            self._paused = True
+            self._call._hold(+1)
+
+    def resume_reading(self) -> None:
+        if self._paused:
+            self._paused = False
+            self._call._hold(-1)
+
+    def is_reading(self) -> bool:
+        return not self._paused
+
+
+class Call:
+    """One spawned command and everything it starts.
+
+    ``stdout`` and ``stderr`` are ``asyncio.StreamReader`` objects fed by the
+    server (None with ``capture=False``; ``stderr`` is None with
+    ``merge=True``, its output is in ``stdout``). Attributes are filled in as
+    the server's events arrive. Awaiting the call's end — ``wait()``,
+    ``communicate()`` — from a task that gets cancelled stops the whole tree
+    first: wrap it in ``asyncio.shield`` to wait without that.
+    """
+
+    def __init__(self, tree: "ProcTree", call_id: str, args: Sequence[str]) -> None:
+        self._tree = tree
+        self.id = call_id
+        self.args = list(args)
+        self.pid = 0
+        self.cgroup = ""
+        self.confinement = ""
+        self.stdout: Optional[asyncio.StreamReader] = None
+        self.stderr: Optional[asyncio.StreamReader] = None
+        self.exit_code: Optional[int] = None
+        self.signal: Optional[str] = None
+        self.leftovers: List[ProcessInfo] = []
+        self.report: Optional[CleanupReport] = None
+        self.timed_out = False
+        self.duration: Optional[float] = None
+        self.errors: List[ProcTreeError] = []
+        self._sinks: Dict[str, Union[asyncio.StreamReader, Capture]] = {}
+        self._holds = 0
+        self._limit = DEFAULT_STREAM_LIMIT
+        self._closed: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
+        self._closed.add_done_callback(consume)
+        self._ladder: "Optional[asyncio.Future[CleanupReport]]" = None
+
+    @property
+    def returncode(self) -> Optional[int]:
+        """Like ``Popen.returncode``: None while running, ``-N`` for signal N."""
+        return _returncode(self.exit_code, self.signal)
+
+    @property
+    def closed(self) -> bool:
+        """The tree is empty and every byte of output was delivered."""
+        return self._closed.done()
+
+    # -- fed by ProcTree ---------------------------------------------------
+
+    def _hold(self, delta: int) -> None:
+        was = self._holds
+        self._holds += delta
+        if self.closed:
+            return
+        if was == 0 and self._holds > 0:
+            self._tree._send_nowait("pause", id=self.id)
+        elif was > 0 and self._holds == 0:
+            self._tree._send_nowait("resume", id=self.id)
+
+    def _on_event(self, msg: Json) -> None:
+        kind = msg["event"]
+        if kind == "stdout" or kind == "stderr":
+            sink = self._sinks.get(kind)
+            if sink is not None:
+                sink.feed_data(base64.b64decode(msg["data"]))
+        elif kind == "exit":
+            self.exit_code, self.signal = msg["code"], msg["signal"]
+        elif kind == "leftover":
+            self.leftovers = msg["processes"]
+        elif kind == "cleanup":
+            self.report = msg["report"]
+        elif kind == "error":
+            self.errors.append(error_from(msg["error"]))
+        elif kind == "close":
+            self.exit_code, self.signal = msg["code"], msg["signal"]
+            self.timed_out = bool(msg["timedOut"])
+            self.report = msg["cleanup"]
+            self.duration = float(msg["durationMs"]) / 1000.0
+            for sink in set(self._sinks.values()):
+                sink.feed_eof()
+            if not self._closed.done():
+                self._closed.set_result(None)
+
+    def _server_gone(self, err: ProcTreeError) -> None:
+        for sink in set(self._sinks.values()):
+            sink.set_exception(err)
+        if not self._closed.done():
+            self._closed.set_exception(err)
+
+    # -- the API -----------------------------------------------------------
+
+    async def wait(self) -> Optional[int]:
+        """Waits until the tree is empty and the output delivered; returns ``returncode``.
+
+        Cancelling the waiting task stops the tree (the ladder) before the
+        cancellation goes on.
+        """
+        try:
+            await asyncio.shield(self._closed)
+        except asyncio.CancelledError:
+            await self._stop_because_cancelled()
+            raise
+        return self.returncode
+
+    async def communicate(self, input: Optional[Union[bytes, str]] = None) -> Tuple[bytes, bytes]:
+        """Like ``asyncio.subprocess.Process.communicate``: sends ``input``
+        (spawn with ``stdin=True``), reads stdout and stderr to the end, waits."""
+
+        async def read(reader: Optional[asyncio.StreamReader]) -> bytes:
+            return b"" if reader is None else await reader.read()
+
+        jobs: List["asyncio.Future[bytes]"] = [asyncio.ensure_future(read(self.stdout)), asyncio.ensure_future(read(self.stderr))]
+        try:
+            if input is not None:
+                await self._send_input(input)
+            out, err = await asyncio.gather(*jobs)
+            await asyncio.shield(self._closed)
+        except asyncio.CancelledError:
+            for job in jobs:
+                job.cancel()
+            await self._stop_because_cancelled()
+            raise
+        return out, err
+
+    async def lines(self, *, encoding: str = "utf-8", errors: str = "replace") -> AsyncIterator[str]:
+        """The lines of stdout (with ``merge=True``, of both streams) as text,
+        without their line ending. A line longer than the stream limit comes
+        in pieces of that size."""
+        reader = self.stdout
+        if reader is None:
+            raise ValueError("this call's stdout is not captured")
+        decoder = codecs.getincrementaldecoder(encoding)(errors)
+        in_long_line = False
+        while True:
+            try:
+                raw = await reader.readuntil(b"\n")
+            except asyncio.IncompleteReadError as end:
+                rest = decoder.decode(end.partial, final=True)
+                if rest:
+                    yield rest
+                return
+            except asyncio.LimitOverrunError as long:
+                in_long_line = True
+                yield decoder.decode(await reader.read(min(long.consumed, self._limit)))
+                continue
+            text = decoder.decode(raw)
+            text = text[:-2] if text.endswith("\r\n") else text[:-1]
+            # The end of a line that came in pieces: nothing more to say.
+            if text or not in_long_line:
+                yield text
+            in_long_line = False
+
+    async def write(self, data: Union[bytes, str]) -> None:
+        """Writes to the call's stdin (spawn it with ``stdin=True``); returns once it is with the kernel."""
+        if isinstance(data, str):
+            data = data.encode()
+        await self._tree._request("write", id=self.id, data=base64.b64encode(data).decode("ascii"))
+
+    async def close_stdin(self) -> None:
+        """Ends the call's stdin; harmless once the call is over."""
+        if self.closed:
+            return
+        try:
+            await self._tree._request("closeStdin", id=self.id)
+        except ProcTreeError as err:
+            # The call closed while the request was on its way.
+            if err.code != UNKNOWN_CALL:
+                raise
+
+    async def kill(self, signal: Signal = "SIGTERM") -> bool:
+        """One signal to every process of the tree, no escalation; whether any got it."""
+        if self.closed:
+            return False
+        try:
+            answer = await self._tree._request("kill", id=self.id, signal=int(signal) if isinstance(signal, int) else signal)
+        except ProcTreeError as err:
+            if err.code == UNKNOWN_CALL:
+                return False
+            raise
+        return bool(answer["delivered"])
+
+    async def terminate(self, grace: Optional[float] = None) -> CleanupReport:
+        """Stops the whole tree (signal, ``grace`` seconds, SIGKILL), waits for
+        the call to close, and returns the cleanup report."""
+        report = await self._terminate(grace)
+        await asyncio.shield(self._closed)
+        return self.report if self.report is not None else report
+
+    def _terminate(self, grace: Optional[float] = None) -> "asyncio.Future[CleanupReport]":
+        """The ladder, asked for once; later callers share it."""
+        if self._ladder is None:
+            self._ladder = asyncio.ensure_future(self._run_ladder(grace))
+            self._ladder.add_done_callback(consume)
+        return self._ladder
+
+    async def _run_ladder(self, grace: Optional[float]) -> CleanupReport:
+        if self.closed:
+            return self.report if self.report is not None else empty_report()
+        fields: Json = {"id": self.id}
+        if grace is not None:
+            fields["grace"] = ms(grace)
+        try:
+            report = cast(CleanupReport, (await self._tree._request("terminate", **fields))["report"])
+        except ProcTreeError as err:
+            # It closed on its own while the request was on its way.
+            if err.code != UNKNOWN_CALL:
+                raise
+            return self.report if self.report is not None else empty_report()
+        self.report = report
+        return report
+
+    async def _stop_because_cancelled(self) -> None:
+        """The task awaiting this call was cancelled: run the ladder and wait
+        until the call closed, unless cancelled once more (then it goes on
+        without us)."""
+        if self.closed:
+            return
+        try:
+            await asyncio.shield(self._terminate())
+            await asyncio.shield(self._closed)
+        except (asyncio.CancelledError, ProcTreeError):
+            pass
+
+    async def _send_input(self, data: Union[bytes, str]) -> None:
+        """Writes ``data`` and closes stdin; a command that ended without reading it is not an error."""
+        if isinstance(data, str):
+            data = data.encode()
+        try:
+            for start in range(0, len(data), _INPUT_PIECE):
+                await self.write(data[start : start + _INPUT_PIECE])
+            await self.close_stdin()
+        except ProcTreeError as err:
+            if err.code not in (UNKNOWN_CALL, "ERR_PROCTREE_STDIN_CLOSED", "EPIPE"):
+                raise
+
+    async def __aenter__(self) -> "Call":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if not self.closed:
+            await self.terminate()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "running"
+        return f"<proctree.Call {self.id} pid={self.pid} {state} returncode={self.returncode}>"

@@ -1,0 +1,493 @@
+"""The asyncio client: one ``proctree serve`` process, the protocol spoken
+over its stdin/stdout (docs/protocol.md), and the calls made through it.
+
+Everything else in the package (the blocking API included) is built on
+``ProcTree`` here and ``Call`` in ``_call``: there is one implementation of
+the protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import shlex
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Union, cast, overload
+
+from ._call import DEFAULT_STREAM_LIMIT, Call, Result, Signal, _Flow, consume, ms
+from ._capture import KEEPS, Capture, Keep
+from ._discovery import ADVICE, ServerCommand, ServerSpec, find_server
+from ._errors import Json, ProcTreeError, error_from
+
+__all__ = ["ProcTree", "Call", "Result", "Signal", "DEFAULT_STREAM_LIMIT"]
+
+#: Longest line accepted from the server; an output event carries at most one
+#: pipe read (64 KiB, 88 KiB as base64), the rest is small.
+SERVER_LINE_LIMIT = 16 * 1024 * 1024
+_PROTOCOL = 1
+
+
+class ProcTree:
+    """A ``proctree serve`` process and the calls made through it.
+
+    ``async with ProcTree() as pt:`` starts the server (found as described in
+    ``proctree._discovery``) and, at the end, stops every call still open and
+    the server. If this Python process dies, however it dies, the server sees
+    its stdin close and stops every call.
+    """
+
+    def __init__(
+        self,
+        server: Optional[ServerSpec] = None,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        stream_limit: int = DEFAULT_STREAM_LIMIT,
+    ) -> None:
+        self._server_spec = server
+        self._env = None if env is None else dict(env)
+        self._stream_limit = stream_limit
+        self._command: Optional[ServerCommand] = None
+        self._proc: Optional[asyncio.subprocess.Process] = None
+        self._starting: "Optional[asyncio.Future[None]]" = None
+        self._reader: "Optional[asyncio.Task[None]]" = None
+        self._rids = itertools.count(1)
+        self._ids = itertools.count(1)
+        self._pending: "Dict[int, asyncio.Future[Json]]" = {}
+        self._calls: Dict[str, Call] = {}
+        self._gone: Optional[ProcTreeError] = None
+        self._closing = False
+        #: ``version`` and ``capabilities`` from the server's answer at start.
+        self.server_info: Json = {}
+
+    # -- the server process --------------------------------------------------
+
+    @property
+    def server_pid(self) -> int:
+        return self._proc.pid if self._proc is not None else 0
+
+    @property
+    def server_command(self) -> List[str]:
+        return list(self._command.argv) if self._command else []
+
+    @property
+    def server_source(self) -> str:
+        """How the server command was found (the discovery rule that applied)."""
+        return self._command.source if self._command else ""
+
+    async def start(self) -> "ProcTree":
+        """Starts the server and checks that it answers; idempotent."""
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._starting)
+        return self
+
+    async def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._command = await loop.run_in_executor(None, lambda: find_server(self._server_spec, env=self._env))
+        argv = self._command.argv
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                env=self._env,
+                limit=SERVER_LINE_LIMIT,
+            )
+        except OSError as err:
+            raise self._start_error(f"could not run {argv[0]!r}: {err.strerror or err}") from None
+        self._reader = asyncio.ensure_future(self._read_server())
+        try:
+            answer = await self._send("capabilities", {})
+        except ProcTreeError as err:
+            if err.code != "ESERVER":
+                raise
+            status = self._proc.returncode
+            raise self._start_error(f"it exited{'' if status is None else f' with status {status}'} before answering") from None
+        if answer.get("protocol") != _PROTOCOL:
+            await self.close()
+            raise self._start_error(f"it speaks protocol {answer.get('protocol')!r}, this client {_PROTOCOL}")
+        self.server_info = {"version": answer.get("version"), "capabilities": answer.get("capabilities")}
+
+    def _start_error(self, why: str) -> ProcTreeError:
+        assert self._command is not None
+        message = f"the proctree server `{shlex.join(self._command.argv)}` (from {self._command.source}) did not start: {why}"
+        if self._command.tried:
+            message += ". Tried before it: " + "; ".join(self._command.tried) + ". " + ADVICE
+        return ProcTreeError("ESERVER", message)
+
+    async def _read_server(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        stdout = self._proc.stdout
+        why = ""
+        try:
+            while True:
+                try:
+                    line = await stdout.readline()
+                except ValueError:
+                    why = f"it sent a line longer than {SERVER_LINE_LIMIT} bytes"
+                    break
+                if not line:
+                    break
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                self._dispatch(msg)
+        except asyncio.CancelledError:
+            # The event loop is going away without close(): the server sees
+            # its stdin close and stops every call.
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
+            self._fail_all(ProcTreeError("ESERVER", "the client's event loop stopped"))
+            raise
+        except Exception as err:  # a defect here must not leave awaitables hanging
+            why = f"the client failed reading it: {err!r}"
+        await self._server_gone(why)
+
+    def _dispatch(self, msg: Json) -> None:
+        if "rid" in msg:
+            fut = self._pending.pop(msg["rid"], None) if msg["rid"] is not None else None
+            if fut is None or fut.done():
+                return
+            if msg.get("ok"):
+                fut.set_result(msg)
+            else:
+                fut.set_exception(error_from(msg.get("error") or {}))
+        elif "event" in msg:
+            call = self._calls.get(msg.get("id", ""))
+            if call is None:
+                return
+            if msg["event"] == "close":
+                del self._calls[call.id]
+            call._on_event(msg)
+
+    async def _server_gone(self, why: str) -> None:
+        status: Optional[int] = None
+        if self._proc is not None:
+            try:
+                status = await asyncio.wait_for(self._proc.wait(), 2)
+            except asyncio.TimeoutError:
+                pass
+        if self._closing and not why:
+            message = "the proctree server was closed"
+        else:
+            message = "the proctree server exited" + ("" if status is None else f" with status {status}")
+            if why:
+                message += f": {why}"
+        self._fail_all(ProcTreeError("ESERVER", message))
+
+    def _fail_all(self, err: ProcTreeError) -> None:
+        self._gone = err
+        pending, self._pending = list(self._pending.values()), {}
+        calls, self._calls = list(self._calls.values()), {}
+        for fut in pending:
+            if not fut.done():
+                fut.set_exception(err)
+        for call in calls:
+            call._server_gone(err)
+
+    def _send(self, op: str, fields: Json) -> "asyncio.Future[Json]":
+        if self._gone is not None:
+            raise ProcTreeError("ESERVER", self._gone.message)
+        assert self._proc is not None and self._proc.stdin is not None
+        rid = next(self._rids)
+        fut: "asyncio.Future[Json]" = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        line = json.dumps({"rid": rid, "op": op, **fields}, separators=(",", ":")) + "\n"
+        self._proc.stdin.write(line.encode())
+        return fut
+
+    async def _request(self, op: str, **fields: Any) -> Json:
+        """One request, answered: the primitive every operation is built on
+        (jobs and terminals will be requests like the others)."""
+        await self.start()
+        return await self._send(op, fields)
+
+    def _send_nowait(self, op: str, **fields: Any) -> None:
+        """A request whose answer nobody waits for (flow control, ladders of orphans)."""
+        try:
+            self._send(op, fields).add_done_callback(consume)
+        except ProcTreeError:
+            pass
+
+    # -- calls ---------------------------------------------------------------
+
+    async def spawn(
+        self,
+        args: Union[Sequence[str], str],
+        *,
+        stdin: bool = False,
+        merge: bool = False,
+        capture: bool = True,
+        limit: int = -1,
+        timeout: Optional[float] = None,
+        grace: Optional[float] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        shell: Union[bool, str] = False,
+        kill_signal: Optional[Signal] = None,
+        leftovers: Optional[Literal["kill", "wait"]] = None,
+        confinement: Optional[str] = None,
+        argv0: Optional[str] = None,
+        uid: Optional[int] = None,
+        gid: Optional[int] = None,
+    ) -> Call:
+        """Starts ``args`` (a list, or a string with ``shell=True``) in its own confinement.
+
+        ``timeout`` and ``grace`` are seconds. ``stdin=True`` gives the call a
+        stdin pipe (``write``/``close_stdin``); otherwise it reads /dev/null.
+        ``merge=True`` puts stderr into ``call.stdout`` in arrival order;
+        ``capture=False`` discards both. ``limit`` is the readers' buffer size
+        (as asyncio's): past twice that unread, the command is paused at the
+        server, so memory stays bounded however much it writes.
+        """
+        call = self._new_call(args)
+        call._limit = self._stream_limit if limit < 0 else limit
+        if capture:
+            for name in ("stdout",) if merge else ("stdout", "stderr"):
+                reader = asyncio.StreamReader(limit=call._limit)
+                reader.set_transport(_Flow(call))
+                setattr(call, name, reader)
+                call._sinks[name] = reader
+            if merge:
+                call._sinks["stderr"] = call._sinks["stdout"]
+        options = _spawn_options(
+            stdin=stdin, capture=capture, timeout=timeout, grace=grace, cwd=cwd, env=env, shell=shell,
+            kill_signal=kill_signal, leftovers=leftovers, confinement=confinement, argv0=argv0, uid=uid, gid=gid,
+        )
+        await self._start_call(call, options)
+        return call
+
+    @overload
+    async def run(
+        self,
+        args: Union[Sequence[str], str],
+        *,
+        text: Literal[False] = ...,
+        input: Optional[Union[bytes, str]] = ...,
+        max_output: Optional[int] = ...,
+        keep: Keep = ...,
+        marker: Optional[str] = ...,
+        merge: bool = ...,
+        capture: bool = ...,
+        timeout: Optional[float] = ...,
+        grace: Optional[float] = ...,
+        cwd: Optional[str] = ...,
+        env: Optional[Mapping[str, str]] = ...,
+        shell: Union[bool, str] = ...,
+        kill_signal: Optional[Signal] = ...,
+        leftovers: Optional[Literal["kill", "wait"]] = ...,
+        confinement: Optional[str] = ...,
+        argv0: Optional[str] = ...,
+        uid: Optional[int] = ...,
+        gid: Optional[int] = ...,
+    ) -> Result[bytes]: ...
+
+    @overload
+    async def run(
+        self,
+        args: Union[Sequence[str], str],
+        *,
+        text: Literal[True],
+        input: Optional[Union[bytes, str]] = ...,
+        max_output: Optional[int] = ...,
+        keep: Keep = ...,
+        marker: Optional[str] = ...,
+        merge: bool = ...,
+        capture: bool = ...,
+        timeout: Optional[float] = ...,
+        grace: Optional[float] = ...,
+        cwd: Optional[str] = ...,
+        env: Optional[Mapping[str, str]] = ...,
+        shell: Union[bool, str] = ...,
+        kill_signal: Optional[Signal] = ...,
+        leftovers: Optional[Literal["kill", "wait"]] = ...,
+        confinement: Optional[str] = ...,
+        argv0: Optional[str] = ...,
+        uid: Optional[int] = ...,
+        gid: Optional[int] = ...,
+    ) -> Result[str]: ...
+
+    async def run(
+        self,
+        args: Union[Sequence[str], str],
+        *,
+        text: bool = False,
+        input: Optional[Union[bytes, str]] = None,
+        max_output: Optional[int] = None,
+        keep: Keep = "head",
+        marker: Optional[str] = None,
+        merge: bool = False,
+        capture: bool = True,
+        timeout: Optional[float] = None,
+        grace: Optional[float] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        shell: Union[bool, str] = False,
+        kill_signal: Optional[Signal] = None,
+        leftovers: Optional[Literal["kill", "wait"]] = None,
+        confinement: Optional[str] = None,
+        argv0: Optional[str] = None,
+        uid: Optional[int] = None,
+        gid: Optional[int] = None,
+    ) -> Union[Result[bytes], Result[str]]:
+        """Runs ``args`` until its whole tree is gone; never raises for an exit status.
+
+        ``input`` is written to stdin, which is then closed. ``max_output``
+        bounds what is kept of each stream (bytes, applied as it arrives):
+        ``keep='head'``, ``'tail'`` or ``'both'`` (first and last halves);
+        ``marker`` (a format string with ``{omitted}``) is put where bytes
+        were dropped; ``result.stdout_omitted`` counts them. ``merge=True``
+        puts stderr into ``stdout`` in arrival order. ``text=True`` decodes
+        as UTF-8. Cancelling the task (``asyncio.timeout``,
+        ``asyncio.wait_for``, ``task.cancel()``) stops the whole tree before
+        the cancellation goes on, like ``timeout``.
+        """
+        if keep not in KEEPS:
+            raise ValueError(f"keep must be one of {', '.join(map(repr, KEEPS))}, not {keep!r}")
+        call = self._new_call(args)
+        out = Capture(max_output, keep, marker)
+        err = out if merge else Capture(max_output, keep, marker)
+        if capture:
+            call._sinks["stdout"], call._sinks["stderr"] = out, err
+        options = _spawn_options(
+            stdin=input is not None, capture=capture, timeout=timeout, grace=grace, cwd=cwd, env=env, shell=shell,
+            kill_signal=kill_signal, leftovers=leftovers, confinement=confinement, argv0=argv0, uid=uid, gid=gid,
+        )
+        await self._start_call(call, options)
+        try:
+            if input is not None:
+                await call._send_input(input)
+            await asyncio.shield(call._closed)
+        except asyncio.CancelledError:
+            await call._stop_because_cancelled()
+            raise
+        stdout, stderr = out.value(), (b"" if merge else err.value())
+        common: Dict[str, Any] = dict(
+            args=call.args,
+            returncode=call.returncode,
+            exit_code=call.exit_code,
+            signal=call.signal,
+            timed_out=call.timed_out,
+            report=call.report,
+            duration=call.duration or 0.0,
+            pid=call.pid,
+            cgroup=call.cgroup,
+            leftovers=call.leftovers,
+            stdout_omitted=out.omitted,
+            stderr_omitted=0 if merge else err.omitted,
+            errors=call.errors,
+        )
+        if text:
+            return Result[str](stdout=stdout.decode(errors="replace"), stderr=stderr.decode(errors="replace"), **common)
+        return Result[bytes](stdout=stdout, stderr=stderr, **common)
+
+    def _new_call(self, args: Union[Sequence[str], str]) -> Call:
+        argv = [args] if isinstance(args, str) else [str(a) for a in args]
+        if not argv or not argv[0]:
+            raise ValueError("args must name a command")
+        return Call(self, f"c{next(self._ids)}", argv)
+
+    async def _start_call(self, call: Call, options: Json) -> None:
+        await self.start()
+        # Registered before the request: its events follow the answer at once.
+        self._calls[call.id] = call
+        try:
+            fut = self._send("spawn", {"id": call.id, "file": call.args[0], "args": call.args[1:], "options": options})
+        except ProcTreeError:
+            del self._calls[call.id]
+            raise
+        try:
+            answer = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # The server may start it all the same: stop it as soon as it exists.
+            fut.add_done_callback(lambda f: self._stop_orphan(call, f))
+            raise
+        except ProcTreeError:
+            self._calls.pop(call.id, None)
+            raise
+        call.pid, call.cgroup, call.confinement = answer["pid"], answer["cgroup"], answer["confinement"]
+
+    def _stop_orphan(self, call: Call, fut: "asyncio.Future[Json]") -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            self._calls.pop(call.id, None)
+        else:
+            self._send_nowait("terminate", id=call.id)
+
+    # -- the rest of the protocol ----------------------------------------------
+
+    async def list(self) -> List[Json]:
+        """The server's open calls: id, pid, cgroup, members (pids), exitCode, signal."""
+        return cast(List[Json], (await self._request("list"))["calls"])
+
+    async def capabilities(self) -> Json:
+        """What this host allows (tiers, cgroup, pidfd, ...), as ``proctree doctor`` shows it."""
+        return cast(Json, (await self._request("capabilities"))["capabilities"])
+
+    async def close(self, grace: Optional[float] = None, timeout: float = 30.0) -> None:
+        """Stops every open call (``grace`` seconds between signal and SIGKILL), then the server."""
+        self._closing = True
+        proc = self._proc
+        if proc is None:
+            return
+        if self._gone is None:
+            fields: Json = {} if grace is None else {"grace": ms(grace)}
+            try:
+                await self._send("shutdown", fields)
+            except ProcTreeError:
+                pass
+        if proc.stdin is not None and not proc.stdin.is_closing():
+            proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), timeout)
+        except asyncio.TimeoutError:
+            proc.kill()
+            await proc.wait()
+        if self._reader is not None:
+            await self._reader
+
+    async def __aenter__(self) -> "ProcTree":
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _spawn_options(
+    *,
+    stdin: bool,
+    capture: bool,
+    timeout: Optional[float],
+    grace: Optional[float],
+    cwd: Optional[str],
+    env: Optional[Mapping[str, str]],
+    shell: Union[bool, str],
+    kill_signal: Optional[Signal],
+    leftovers: Optional[str],
+    confinement: Optional[str],
+    argv0: Optional[str],
+    uid: Optional[int],
+    gid: Optional[int],
+) -> Json:
+    """spawn's keyword arguments as the protocol's ``spawnOptions``."""
+    options: Json = {"stdin": "pipe" if stdin else "ignore"}
+    if not capture:
+        options["stdout"] = options["stderr"] = "ignore"
+    for key, value in (
+        ("cwd", None if cwd is None else os.fspath(cwd)),
+        ("env", None if env is None else dict(env)),
+        ("argv0", argv0),
+        ("timeout", ms(timeout)),
+        ("grace", ms(grace)),
+        ("killSignal", int(kill_signal) if isinstance(kill_signal, int) else kill_signal),
+        ("leftovers", leftovers),
+        ("confinement", confinement),
+        ("uid", uid),
+        ("gid", gid),
+    ):
+        if value is not None:
+            options[key] = value
+    if shell:
+        options["shell"] = shell
+    return options

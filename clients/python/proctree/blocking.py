@@ -1,0 +1,394 @@
+"""The blocking API, for programs that are not asyncio programs.
+
+A thin layer over the asyncio client (``proctree.ProcTree``): it runs that
+client on a private event loop in a daemon thread and waits for each
+operation. There is no second implementation of the protocol.
+
+    from proctree.blocking import ProcTree
+
+    with ProcTree() as pt:
+        r = pt.run(["bash", "-c", "echo hi; setsid sleep 100 &"], timeout=5, text=True)
+        print(r.returncode, r.stdout, r.report)
+
+Interrupting a blocking ``run()`` (Ctrl-C) stops the call's whole tree
+before the ``KeyboardInterrupt`` goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import (
+    Any,
+    Awaitable,
+    Iterator,
+    List,
+    Literal,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+    overload,
+)
+
+from . import _client
+from ._capture import Keep
+from ._client import DEFAULT_STREAM_LIMIT, Result, Signal
+from ._discovery import ServerSpec
+from ._errors import CleanupReport, Json, ProcessInfo, ProcTreeError
+
+__all__ = ["ProcTree", "Call", "Output", "Result", "ProcTreeError"]
+
+T = TypeVar("T")
+_CHUNK = 64 * 1024
+
+
+class _Loop:
+    """A private event loop in a daemon thread that runs the asyncio client."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, name="proctree-loop", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, coro: Awaitable[T], timeout: Optional[float] = None) -> T:
+        """Runs ``coro`` on the loop and returns its result. If the caller is
+        interrupted or ``timeout`` passes, ``coro`` is cancelled (for a
+        ``run()``, that stops the call's tree) and waited for."""
+        finished = threading.Event()
+
+        async def runner() -> T:
+            try:
+                return await coro
+            finally:
+                finished.set()
+
+        fut = asyncio.run_coroutine_threadsafe(runner(), self.loop)
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            if fut.done():
+                raise
+            fut.cancel()
+            finished.wait()
+            raise TimeoutError(f"not done after {timeout} s") from None
+        except BaseException:
+            if not fut.done():
+                fut.cancel()
+                finished.wait()
+            raise
+
+    def call_soon(self, fn: Any, *args: Any) -> None:
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+class Output:
+    """One stream (stdout or stderr) of a call, as it arrives.
+
+    Iterating yields lines (``bytes``, newline kept; a line longer than the
+    stream limit comes in pieces) until the call's tree is gone; ``read()``
+    returns everything that is left; ``chunks()`` yields what arrives.
+    """
+
+    def __init__(self, loop: _Loop, reader: asyncio.StreamReader, limit: int) -> None:
+        self._loop = loop
+        self._reader = reader
+        self._limit = limit
+
+    def chunks(self) -> Iterator[bytes]:
+        while True:
+            data = self._loop.run(self._reader.read(_CHUNK))
+            if not data:
+                return
+            yield data
+
+    def readline(self) -> bytes:
+        return self._loop.run(_read_line(self._reader, self._limit))
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            line = self.readline()
+            if not line:
+                return
+            yield line
+
+    def read(self) -> bytes:
+        return self._loop.run(self._reader.read())
+
+
+async def _read_line(reader: asyncio.StreamReader, limit: int) -> bytes:
+    try:
+        return await reader.readuntil(b"\n")
+    except asyncio.IncompleteReadError as end:
+        return end.partial
+    except asyncio.LimitOverrunError as long:
+        return await reader.read(min(long.consumed, limit))
+
+
+class Call:
+    """One spawned command and everything it starts (see ``proctree.Call``)."""
+
+    def __init__(self, loop: _Loop, core: _client.Call) -> None:
+        self._loop = loop
+        self._core = core
+        self.stdout = Output(loop, core.stdout, core._limit) if core.stdout is not None else None
+        self.stderr = Output(loop, core.stderr, core._limit) if core.stderr is not None else None
+
+    @property
+    def id(self) -> str:
+        return self._core.id
+
+    @property
+    def args(self) -> List[str]:
+        return self._core.args
+
+    @property
+    def pid(self) -> int:
+        return self._core.pid
+
+    @property
+    def cgroup(self) -> str:
+        return self._core.cgroup
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        return self._core.exit_code
+
+    @property
+    def signal(self) -> Optional[str]:
+        return self._core.signal
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return self._core.returncode
+
+    @property
+    def leftovers(self) -> List[ProcessInfo]:
+        return self._core.leftovers
+
+    @property
+    def report(self) -> Optional[CleanupReport]:
+        return self._core.report
+
+    @property
+    def timed_out(self) -> bool:
+        return self._core.timed_out
+
+    @property
+    def duration(self) -> Optional[float]:
+        return self._core.duration
+
+    @property
+    def errors(self) -> List[ProcTreeError]:
+        return self._core.errors
+
+    @property
+    def closed(self) -> bool:
+        return self._core.closed
+
+    def write(self, data: Union[bytes, str]) -> None:
+        """Writes to the call's stdin (spawn it with ``stdin=True``)."""
+        self._loop.run(self._core.write(data))
+
+    def close_stdin(self) -> None:
+        """Ends the call's stdin; harmless once the call is over."""
+        self._loop.run(self._core.close_stdin())
+
+    def kill(self, signal: Signal = "SIGTERM") -> bool:
+        """One signal to every process of the tree, no escalation."""
+        return self._loop.run(self._core.kill(signal))
+
+    def terminate(self, grace: Optional[float] = None) -> CleanupReport:
+        """Stops the whole tree (signal, ``grace`` seconds, SIGKILL) and returns the report."""
+        return self._loop.run(self._core.terminate(grace))
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[int]:
+        """Waits until the tree is empty and the output delivered; returns
+        ``returncode``. After ``timeout`` seconds raises ``TimeoutError`` and
+        leaves the call running."""
+        closed = self._core._closed
+
+        async def closing() -> None:
+            await asyncio.shield(closed)
+
+        try:
+            self._loop.run(closing(), timeout)
+        except TimeoutError:
+            raise TimeoutError(f"call {self.id} still running after {timeout} s") from None
+        return self.returncode
+
+    def communicate(self, input: Optional[Union[bytes, str]] = None) -> Tuple[bytes, bytes]:
+        """Sends ``input`` (spawn with ``stdin=True``), reads both streams to the end, waits."""
+        return self._loop.run(self._core.communicate(input))
+
+    def __enter__(self) -> "Call":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.closed:
+            self.terminate()
+
+
+class ProcTree:
+    """A ``proctree serve`` process and the calls made through it.
+
+    Closing it (``close()``, the ``with`` block's end, or this Python process
+    dying) stops every call it still has.
+    """
+
+    def __init__(
+        self,
+        server: Optional[ServerSpec] = None,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        stream_limit: int = DEFAULT_STREAM_LIMIT,
+    ) -> None:
+        self._loop = _Loop()
+        self._core = _client.ProcTree(server, env=env, stream_limit=stream_limit)
+        try:
+            self._loop.run(self._core.start())
+        except BaseException:
+            self._loop.stop()
+            raise
+
+    @property
+    def server_pid(self) -> int:
+        return self._core.server_pid
+
+    @property
+    def server_command(self) -> List[str]:
+        return self._core.server_command
+
+    @property
+    def server_source(self) -> str:
+        return self._core.server_source
+
+    def spawn(
+        self,
+        args: Union[Sequence[str], str],
+        *,
+        stdin: bool = False,
+        merge: bool = False,
+        capture: bool = True,
+        limit: int = -1,
+        timeout: Optional[float] = None,
+        grace: Optional[float] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        shell: Union[bool, str] = False,
+        kill_signal: Optional[Signal] = None,
+        leftovers: Optional[Literal["kill", "wait"]] = None,
+        confinement: Optional[str] = None,
+        argv0: Optional[str] = None,
+        uid: Optional[int] = None,
+        gid: Optional[int] = None,
+    ) -> Call:
+        """Starts ``args`` in its own confinement; see ``proctree.ProcTree.spawn``."""
+        core = self._loop.run(
+            self._core.spawn(
+                args, stdin=stdin, merge=merge, capture=capture, limit=limit, timeout=timeout, grace=grace,
+                cwd=cwd, env=env, shell=shell, kill_signal=kill_signal, leftovers=leftovers,
+                confinement=confinement, argv0=argv0, uid=uid, gid=gid,
+            )
+        )
+        return Call(self._loop, core)
+
+    @overload
+    def run(
+        self,
+        args: Union[Sequence[str], str],
+        *,
+        text: Literal[False] = ...,
+        input: Optional[Union[bytes, str]] = ...,
+        max_output: Optional[int] = ...,
+        keep: Keep = ...,
+        marker: Optional[str] = ...,
+        merge: bool = ...,
+        capture: bool = ...,
+        timeout: Optional[float] = ...,
+        grace: Optional[float] = ...,
+        cwd: Optional[str] = ...,
+        env: Optional[Mapping[str, str]] = ...,
+        shell: Union[bool, str] = ...,
+        kill_signal: Optional[Signal] = ...,
+        leftovers: Optional[Literal["kill", "wait"]] = ...,
+        confinement: Optional[str] = ...,
+        argv0: Optional[str] = ...,
+        uid: Optional[int] = ...,
+        gid: Optional[int] = ...,
+    ) -> Result[bytes]: ...
+
+    @overload
+    def run(
+        self,
+        args: Union[Sequence[str], str],
+        *,
+        text: Literal[True],
+        input: Optional[Union[bytes, str]] = ...,
+        max_output: Optional[int] = ...,
+        keep: Keep = ...,
+        marker: Optional[str] = ...,
+        merge: bool = ...,
+        capture: bool = ...,
+        timeout: Optional[float] = ...,
+        grace: Optional[float] = ...,
+        cwd: Optional[str] = ...,
+        env: Optional[Mapping[str, str]] = ...,
+        shell: Union[bool, str] = ...,
+        kill_signal: Optional[Signal] = ...,
+        leftovers: Optional[Literal["kill", "wait"]] = ...,
+        confinement: Optional[str] = ...,
+        argv0: Optional[str] = ...,
+        uid: Optional[int] = ...,
+        gid: Optional[int] = ...,
+    ) -> Result[str]: ...
+
+    def run(self, args: Union[Sequence[str], str], **options: Any) -> Union[Result[bytes], Result[str]]:
+        """Runs ``args`` until its whole tree is gone; see ``proctree.ProcTree.run``."""
+        result: Union[Result[bytes], Result[str]] = self._loop.run(self._core.run(args, **options))
+        return result
+
+    def list(self) -> List[Json]:
+        """The server's open calls: id, pid, cgroup, members (pids), exitCode, signal."""
+        return self._loop.run(self._core.list())
+
+    def capabilities(self) -> Json:
+        return self._loop.run(self._core.capabilities())
+
+    def close(self, grace: Optional[float] = None, timeout: float = 30.0) -> None:
+        """Stops every open call, then the server."""
+        if self._loop.loop.is_closed():
+            return
+        try:
+            self._loop.run(self._core.close(grace, timeout))
+        finally:
+            self._loop.stop()
+
+    def __enter__(self) -> "ProcTree":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort at interpreter exit
+        core = getattr(self, "_core", None)
+        loop = getattr(self, "_loop", None)
+        proc = getattr(core, "_proc", None)
+        if loop is not None and proc is not None and proc.stdin is not None:
+            # A closed stdin is the server's cue to stop every call.
+            loop.call_soon(proc.stdin.close)
