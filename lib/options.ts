@@ -348,7 +348,8 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     file,
     argv,
     candidates: candidatesFor(file, env),
-    env: pty ? withTerm(env, pty.term) : env,
+    // A terminal's TERM is set in a copy: the shared environ cannot carry it.
+    env: pty ? withTerm(env ?? envPairs(process.env), pty.term) : env,
     cwd,
     stdio: pty ? ptyStdio(stdio, opts.stdio) : stdio,
     // Node accepts any unsigned integer; a timer cannot wait longer than this.
