@@ -13,7 +13,11 @@ import { native } from './native';
 import type { StdioEntry } from './options';
 import type { ProcessInfo, PtyOptions } from './types';
 
-/** What TERM says when `term` is not given: what most terminal emulators an agent's output ends up in speak. */
+/**
+ * TERM when `term` is not given. What a harness renders a terminal with
+ * (xterm.js, a web view, a log) speaks xterm's sequences and 256 colors, and
+ * the entry is in every terminfo database (Debian's ncurses-base included).
+ */
 export const DEFAULT_TERM = 'xterm-256color';
 export const DEFAULT_COLS = 80;
 export const DEFAULT_ROWS = 24;
