@@ -3,7 +3,6 @@
 // before the clone and makes the slave the command's fds 0–2 and controlling
 // terminal (setsid + TIOCSCTTY); the master, non-blocking and close-on-exec,
 // is handed to this file, which owns it from then on.
-import { EventEmitter } from 'node:events';
 import fs from 'node:fs';
 import { Duplex } from 'node:stream';
 import tty from 'node:tty';
@@ -90,8 +89,6 @@ export const ptyTreeEmpty = Symbol('proctree.ptyTreeEmpty');
 export const releasePty = Symbol('proctree.releasePty');
 /** @internal whether the call's 'close' still waits for the terminal (output not over, or master open). */
 export const ptyPending = Symbol('proctree.ptyPending');
-/** @internal every byte read from the master, for run() and `done`, whatever the stream's encoding. */
-export const ptyBytes = Symbol('proctree.ptyBytes');
 /** @internal ref()/unref() of the call. */
 export const setPtyRef = Symbol('proctree.setPtyRef');
 
@@ -136,7 +133,6 @@ export class PtyStream extends Duplex {
   #retryMs = 1;
   #ref = true;
   #settled = false;
-  #bytes: EventEmitter | null = null;
   readonly #onChange: () => void;
   readonly #members: () => number[];
 
@@ -230,7 +226,6 @@ export class PtyStream extends Duplex {
       else close();
     };
     reader.on('data', (chunk: Buffer) => {
-      this.#bytes?.emit('data', chunk);
       if (!this.push(chunk)) reader.pause();
     });
     // EIO (no process holds the slave any more) and EOF are how a terminal
@@ -263,16 +258,13 @@ export class PtyStream extends Duplex {
         return;
       }
       if (n <= 0) return;
-      const chunk = Buffer.from(buf.subarray(0, n));
-      this.#bytes?.emit('data', chunk);
-      this.push(chunk);
+      this.push(Buffer.from(buf.subarray(0, n)));
     }
   }
 
   #outputDone(err: Error | null): void {
     if (this.#outputEnded) return;
     this.#outputEnded = true;
-    this.#bytes?.emit('end');
     if (err) this.destroy(err);
     else this.push(null);
     // The tree may already be gone (EIO after the empty event).
@@ -302,20 +294,6 @@ export class PtyStream extends Duplex {
   /** @internal */
   get [ptyPending](): boolean {
     return !this.#settled || this.#master === 'open';
-  }
-
-  /**
-   * @internal An emitter of 'data' (Buffers, as read) and 'end', called in
-   * step with the reads, so a collector has every byte by the time the
-   * call closes. Sets the stream flowing, as reading a pipe would.
-   */
-  [ptyBytes](): EventEmitter {
-    if (!this.#bytes) {
-      this.#bytes = new EventEmitter();
-      if (this.#outputEnded) process.nextTick(() => this.#bytes?.emit('end'));
-      this.resume();
-    }
-    return this.#bytes;
   }
 
   /** @internal */
@@ -349,10 +327,7 @@ export class PtyStream extends Duplex {
     this.#blocked = null;
     this.#hold = false;
     if (this.#master === 'waiting') this.#master = 'closed';
-    if (!this.#outputEnded) {
-      this.#outputEnded = true;
-      this.#bytes?.emit('end');
-    }
+    this.#outputEnded = true;
     if (this.#closeMaster) this.#closeMaster();
     else this.#reader?.destroy();
     cb(err);

@@ -310,6 +310,30 @@ describe('output and its end', () => {
     expect(r.stdout).toBe('héllo');
   });
 
+  it("the output options work on a terminal (one stream, 'stdout'): onOutput, lines(), all, idleTimeout, keep", async () => {
+    const seen: string[] = [];
+    const call = track(
+      spawn('sh', ['-c', 'echo one; echo two >&2; printf three'], { pty: true, all: true, onOutput: (chunk, stream) => seen.push(`${stream}:${chunk}`) }),
+    );
+    const lines: string[] = [];
+    for await (const line of call.lines()) lines.push(line);
+    const r = await call.done;
+    expect(lines).toEqual(['one', 'two', 'three']);
+    expect(seen.join('').replace(/stdout:/g, '')).toBe('one\r\ntwo\r\nthree');
+    expect(seen.every((c) => c.startsWith('stdout:'))).toBe(true);
+    expect(r.stdout).toBe('one\r\ntwo\r\nthree');
+    expect(r.all).toBe(r.stdout);
+    expect(r.stderr).toBe('');
+    // A command waiting for input on its terminal shows nothing: idleTimeout
+    // stops it (spawn: run() would type the end of input).
+    const idle = await track(spawn('sh', ['-c', 'echo waiting; read x'], { pty: true, idleTimeout: 300, timeout: 10_000 })).done;
+    expect(idle.cleanup?.reason).toBe('idle');
+    expect(idle.stdout).toBe('waiting\r\n');
+    const tail = await run('sh', ['-c', 'for i in $(seq 1 200); do echo "line $i"; done'], { pty: true, maxBuffer: 20, keep: 'tail' });
+    expect(tail.stdout).toBe('\r\nline 199\r\nline 200\r\n'.slice(-20));
+    expect(tail.stdoutTruncated).toBe(true);
+  });
+
   it('destroying call.pty hangs the terminal up (SIGHUP to the session): the call still ends and closes', async () => {
     const call = track(spawn('sleep', ['30'], { pty: true }));
     await new Promise((r) => call.once('spawn', r));

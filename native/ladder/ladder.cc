@@ -140,17 +140,24 @@ void Ladder::start_kill() {
     froze_ = false;
   }
   release_owner_freeze();
+  // Who is alive now is what the kill phase kills; counted like the
+  // graceful pass counts, over confirmed members (a number read a moment
+  // ago may be a process that has just exited, or someone else's by now).
+  // Without a graceful pass (grace 0) the escapes are counted here.
   std::vector<pid_t> pids;
-  c_->members(&pids);
-  most_members_ = std::max(most_members_, pids.size());
-  report_.killed = static_cast<int>(pids.size());
-  // Without a graceful pass (grace 0) the escapes are counted here, on the
-  // same definition, from the snapshot.
-  if (grace_ms_ == 0) {
-    for (pid_t pid : pids) {
-      if (escaped(pid)) ++report_.escaped;
-    }
+  if (SysError e = c_->members(&pids)) {
+    if (!error_) error_ = e;
   }
+  most_members_ = std::max(most_members_, pids.size());
+  SysError e = for_each_confirmed(
+      pids, [this](std::vector<Held>* held) { return c_->confirm(held); },
+      [this](Held& h) {
+        bool out = grace_ms_ == 0 && escaped(h.pid);
+        if (pidfd_signal(h.pidfd.get(), 0) != 0) return;  // gone: neither killed nor escaped
+        ++report_.killed;
+        if (out) ++report_.escaped;
+      });
+  if (e && !error_) error_ = e;
   phase_ = Phase::kKilling;
   phase_start_ns_ = host_->now_ns();
   phase_limit_ms_ = LadderLimits::kKillWaitMs;
