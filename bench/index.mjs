@@ -39,6 +39,8 @@ const FULL = {
   memory: { calls: 1000, methods: ['proctree', 'child_process'] },
   // Issue 5: 100 calls × 10 processes, every one honouring SIGTERM.
   shutdown: { trees: 100, perTree: 10, lifetimeS: 120, reps: 5, grace: 1000, methods: ['proctree', 'killpg'] },
+  // Issue 12: PTY spawn → exit of /bin/true, proctree vs node-pty.
+  ptyLatency: { samples: 200, warmup: 10 },
 };
 
 const QUICK = {
@@ -53,6 +55,7 @@ const QUICK = {
   throughput: { calls: 200, concurrency: [1, 8, 64], reps: 1 },
   memory: { calls: 200, methods: ['proctree', 'child_process'] },
   shutdown: { ...FULL.shutdown, reps: 2 },
+  ptyLatency: { samples: 30, warmup: 5 },
 };
 
 // Each section: a module with run(job, ctx) (in a worker) and report(results,
@@ -69,6 +72,7 @@ const SECTIONS = [
   { name: 'memory', module: 'memory.mjs', jobs: (c) => c.methods.map((method) => ({ ...c, method })) },
   // Issue 5: "shutdown: 100 calls × 10 processes vs a killpg loop".
   { name: 'shutdown', module: 'shutdown.mjs', jobs: (c) => [c] },
+  { name: 'ptyLatency', module: 'pty-latency.mjs', jobs: (c) => [c] },
 ];
 
 // ---------------------------------------------------------------------------

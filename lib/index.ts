@@ -1,5 +1,6 @@
 export { spawn, run } from './run';
 export { ToolCall, type ToolCallEvents } from './toolcall';
+export { PtyStream } from './pty';
 export { Supervisor, getDefaultSupervisor, jobs, job, type SupervisorOptions, type SupervisorEvents } from './supervisor';
 export { Job, type JobInfo, type JobOutput, type JobState } from './jobs';
 export type { LinesOptions } from './output';
@@ -12,6 +13,7 @@ export type {
   JobOptions,
   OutputOptions,
   ProcessInfo,
+  PtyOptions,
   ResourceUsage,
   RunOptions,
   RunResult,

@@ -18,6 +18,7 @@ import {
   unknownSignal,
 } from './errors';
 import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, type OutputSettings, UNREAD_MAX_BUFFER } from './output';
+import { ptyStdio, resolvePty, type ResolvedPty, withTerm } from './pty';
 import type { Confinement, RunOptions, SpawnOptions } from './types';
 
 /**
@@ -28,7 +29,8 @@ export type StdioEntry =
   | { kind: 'pipe' }
   | { kind: 'ignore' }
   | { kind: 'inherit' }
-  | { kind: 'fd'; fd: number; stream?: Readable | Writable };
+  | { kind: 'fd'; fd: number; stream?: Readable | Writable }
+  | { kind: 'pty' };
 
 export interface ResolvedSpawn {
   file: string;
@@ -55,6 +57,8 @@ export interface ResolvedSpawn {
   gid: number | undefined;
   confinement: 'auto' | Confinement;
   detached: boolean;
+  /** A terminal for fds 0–2 (options.pty), or none. */
+  pty: ResolvedPty | undefined;
 }
 
 const signalNumbers: Record<string, number> = osConstants.signals as Record<string, number>;
@@ -219,7 +223,7 @@ const nodeOptions = [
 ];
 const proctreeOptions = [
   'grace', 'leftovers', 'confinement', 'background', 'jobBuffer',
-  'maxBuffer', 'keep', 'marker', 'all', 'onOutput', 'idleTimeout',
+  'maxBuffer', 'keep', 'marker', 'all', 'onOutput', 'idleTimeout', 'pty',
 ];
 const runOptions = ['input', 'encoding'];
 const knownOptions = new Set([...nodeOptions, ...proctreeOptions, ...runOptions]);
@@ -353,15 +357,17 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     throw invalidArgValue('options.confinement', confinement, "must be one of: 'auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup'");
   }
   const grace = checkMs(opts.grace, 'grace', defaults.grace ?? 2000);
+  const pty = resolvePty(opts.pty);
   warnUnknownOptions(opts, defaults.where ?? 'spawn');
 
   return {
     file,
     argv,
     candidates: candidatesFor(file, env),
-    env,
+    // A terminal's TERM is set in a copy: the shared environ cannot carry it.
+    env: pty ? withTerm(env ?? envPairs(process.env), pty.term) : env,
     cwd,
-    stdio,
+    stdio: pty ? ptyStdio(stdio, opts.stdio) : stdio,
     // Node accepts any unsigned integer; a timer cannot wait longer than this.
     timeout: Math.min((timeout as number | null | undefined) ?? 0, 2 ** 31 - 1),
     grace,
@@ -376,6 +382,7 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     gid: opts.gid ?? undefined,
     confinement,
     detached,
+    pty,
   };
 }
 

@@ -14,6 +14,7 @@ import { checkGrace, type ResolvedRun, type ResolvedSpawn, signalName, signalNum
 import { helperPath, resolveTier, warnNoGuardian } from './capabilities';
 import type { CallPhase } from './jobs';
 import { ByteTail, CallOutput, type LinesOptions } from './output';
+import { attachMaster, flushPty, noTerminal, PtyStream, ptyPending, ptyTreeEmpty, releasePty, setPtyRef, typeInput } from './pty';
 import { cleanupReport, emptyReport, finalUsage, leftoversError, runResult, usageSoFar, verification } from './result';
 import { CallStdio, isUsedAsStdio } from './stdio';
 import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, ResourceUsage, RunResult } from './types';
@@ -108,6 +109,11 @@ export class ToolCall extends EventEmitter {
    * processes remained), else null. The same name as its cgroup leaf.
    */
   jobId: string | null = null;
+  /**
+   * The call's terminal with options.pty (the master side: read what it
+   * shows, write to type), else null; stdin, stdout and stderr are null then.
+   */
+  readonly pty: PtyStream | null;
 
   #id = 0;
   readonly #opts: ResolvedSpawn;
@@ -165,8 +171,11 @@ export class ToolCall extends EventEmitter {
     this.stdin = this.#pipes.stdin;
     this.stdout = this.#pipes.stdout;
     this.stderr = this.#pipes.stderr;
+    this.pty = opts.pty ? new PtyStream(opts.pty, () => this.#maybeClose(), () => this.members()) : null;
     // Output is collected from the first byte, so `done` read late loses nothing.
-    this.#output = new CallOutput({ stdout: this.stdout, stderr: this.stderr }, opts.output, (s) => !isUsedAsStdio(s));
+    // A terminal is one stream for both: what it shows is stdout.
+    const sources = this.pty ? { stdout: this.pty, stderr: this.pty } : { stdout: this.stdout, stderr: this.stderr };
+    this.#output = new CallOutput(sources, opts.output, (s) => !isUsedAsStdio(s));
     if (opts.background || opts.leftovers === 'keep') {
       const ring = new ByteTail(opts.jobBuffer);
       this.#ring = ring;
@@ -179,7 +188,7 @@ export class ToolCall extends EventEmitter {
     // run() reads the streams itself (nobody else can) and wants the result.
     if (run) {
       this.#output.resultWanted();
-      this.#pipes.flush();
+      this.#flushOutput();
     }
     if (stdioError) {
       this.#started = true;
@@ -250,6 +259,7 @@ export class ToolCall extends EventEmitter {
           ...(opts.cwd !== undefined ? { cwd: opts.cwd } : {}),
           ...(opts.uid !== undefined ? { uid: opts.uid } : {}),
           ...(opts.gid !== undefined ? { gid: opts.gid } : {}),
+          ...(this.pty ? { pty: { cols: this.pty.cols, rows: this.pty.rows } } : {}),
       });
       res = native.spawn(spec, (kind, a, b) => this.#onNative(kind, a, b));
     } catch (err) {
@@ -262,6 +272,7 @@ export class ToolCall extends EventEmitter {
       return;
     }
     this.#id = res.id;
+    if (res.ptyMaster !== undefined) this.pty?.[attachMaster](res.ptyMaster);
     this.cgroup = res.cgroup === '' ? null : res.cgroup;
     if (res.guardianError) warnNoGuardian(res.guardianError);
     if (!res.pending) {
@@ -295,6 +306,7 @@ export class ToolCall extends EventEmitter {
       // pgroup: the visible tree is gone but something still holds our
       // pipes, maybe an escapee we cannot see: the timeout ends the wait.
       this.#pipes.releaseReadable();
+      this.pty?.[releasePty]();
       return;
     }
     void this.#startLadder('timeout', this.#opts.grace, true);
@@ -315,12 +327,13 @@ export class ToolCall extends EventEmitter {
     this.#removeAbortListener();
     this.#pipes.closeChildEnds();
     this.stdin?.destroy();
+    this.pty?.[releasePty]();
     process.nextTick(() => {
       this.#owner.release(this);
       if (emitError) this.#emitError(err);
       if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport('terminate', this.confinement));
       this.#empty = true;
-      this.#pipes.flush();
+      this.#flushOutput();
       this.#maybeClose();
     });
   }
@@ -375,6 +388,15 @@ export class ToolCall extends EventEmitter {
     return this.#ladderFor('terminate', grace);
   }
 
+  /**
+   * Sets the terminal's window size (options.pty): the foreground process
+   * group gets SIGWINCH. Throws ERR_PROCTREE_NO_PTY for a call without one.
+   */
+  resize(cols: number, rows: number): void {
+    if (!this.pty) throw noTerminal();
+    this.pty.resize(cols, rows);
+  }
+
   /** @internal */
   [terminateFor](reason: CleanupReason, grace: number): Promise<CleanupReport> {
     return this.#ladderFor(reason, grace);
@@ -412,6 +434,7 @@ export class ToolCall extends EventEmitter {
 
   #applyRef(): void {
     this.#pipes.setRef(this.#ref);
+    this.pty?.[setPtyRef](this.#ref);
     for (const t of [this.#timer, this.#idleTimer, this.#drainTimer]) {
       if (this.#ref) t?.ref();
       else t?.unref();
@@ -449,7 +472,7 @@ export class ToolCall extends EventEmitter {
   get done(): Promise<RunResult> {
     // Reading the result reads the streams, as collecting them always did.
     this.#output.resultWanted();
-    this.#pipes.flush();
+    this.#flushOutput();
     return this.#done as Promise<RunResult>;
   }
 
@@ -572,7 +595,9 @@ export class ToolCall extends EventEmitter {
     this.emit('exit', this.exitCode, this.signalCode);
     // Node's flushStdio, a tick later: the listeners of 'exit' may still
     // start reading.
-    process.nextTick(() => this.#pipes.flush());
+    process.nextTick(() => {
+      this.#flushOutput();
+    });
     if (this.#ladder || this.#empty || this.#killedAll) return;
     const pids = native.members(this.#id);
     if (pids.length === 0) return;
@@ -627,22 +652,32 @@ export class ToolCall extends EventEmitter {
     if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport('terminate', this.confinement));
     this.stdin?.destroy();
     this.emit('empty');
-    this.#pipes.flush();
-    if (this.#pipes.openReadable > 0) {
+    this.pty?.[ptyTreeEmpty]();
+    this.#flushOutput();
+    if (this.#pipes.openReadable > 0 || this.pty?.[ptyPending]) {
       // Every writer in the tree is gone; one outside it (handed our pipe)
       // must not hang 'close'. Unverified tiers wait `grace` for escapees.
       const wait = unverified ? this.#opts.grace : STDIO_DRAIN_MS;
       this.#drainTimer = setTimeout(() => {
         // After one more poll phase: data already in the pipe is read first.
-        setImmediate(() => this.#pipes.releaseReadable());
+        setImmediate(() => {
+          this.#pipes.releaseReadable();
+          this.pty?.[releasePty]();
+        });
       }, wait);
       if (!this.#ref) this.#drainTimer.unref();
     }
     this.#maybeClose();
   }
 
+  /** Node's flushStdio: the output streams (pipes, or the terminal) nobody reads are resumed, so they reach their end. */
+  #flushOutput(): void {
+    this.#pipes.flush();
+    this.pty?.[flushPty]();
+  }
+
   #maybeClose(): void {
-    if (this.#closed || !this.#empty || this.#pipes.openReadable > 0) return;
+    if (this.#closed || !this.#empty || this.#pipes.openReadable > 0 || this.pty?.[ptyPending]) return;
     this.#closed = true;
     for (const t of [this.#timer, this.#idleTimer, this.#drainTimer]) if (t) clearTimeout(t);
     this.#timer = null;
@@ -654,7 +689,9 @@ export class ToolCall extends EventEmitter {
   }
 
   #collect(run: ResolvedRun): Promise<RunResult<string | Buffer>> {
-    if (this.stdin) {
+    if (this.pty) {
+      if (run.input !== undefined || run.closeStdin) typeInput(this.pty, run.input);
+    } else if (this.stdin) {
       if (run.input !== undefined) this.stdin.end(run.input);
       else if (run.closeStdin) this.stdin.end();
     }

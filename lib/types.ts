@@ -86,13 +86,34 @@ export interface SpawnOptions {
   windowsVerbatimArguments?: boolean;
   /** Accepted for child_process compatibility (`'json'` or `'advanced'`); without IPC it has no effect. */
   serialization?: 'json' | 'advanced';
+  /**
+   * Run on a pseudo-terminal of its own: fds 0–2 are its slave and its
+   * controlling terminal (a new session), the harness gets the master as
+   * `call.pty`. `true` = 80×24, TERM=xterm-256color. `stdio` may then only
+   * name fds 3 and above. Default: no terminal.
+   */
+  pty?: boolean | PtyOptions;
+}
+
+export interface PtyOptions {
+  /** Columns of the window. Default: 80. */
+  cols?: number;
+  /** Rows of the window. Default: 24. */
+  rows?: number;
+  /** TERM in the command's environment (replacing an inherited one). Default: `'xterm-256color'`. */
+  term?: string;
+  /** Decode `call.pty`'s 'data' as text in this encoding. Default: Buffers. (run() uses its own `encoding`.) */
+  encoding?: BufferEncoding;
 }
 
 // Output and job options: spawn() reads them too (they shape `call.done`, `call.all`, lines()).
 export interface SpawnOptions extends OutputOptions, JobOptions {}
 
 export interface RunOptions extends SpawnOptions {
-  /** Written to stdin, which is then closed. */
+  /**
+   * Written to stdin, which is then closed. With `pty`: typed on the
+   * terminal, then the end-of-file character (^D) at the start of a line.
+   */
   input?: string | Uint8Array;
   /** Decode stdout/stderr as text (default `'utf8'`), or `'buffer'` for Buffers. */
   encoding?: BufferEncoding | 'buffer';
@@ -140,6 +161,7 @@ export interface RunResult<T extends string | Buffer = string> {
   exitCode: number | null;
   /** Signal that ended the main process, or null. */
   signal: NodeJS.Signals | null;
+  /** With `pty`: everything the terminal showed (stdout and stderr as one stream, `\r\n` line ends); stderr is then empty. */
   stdout: T;
   stderr: T;
   /** stdout and stderr merged in the order they arrived; only with `all: true`. */

@@ -6,6 +6,7 @@ import { spawn } from '../run';
 import type { ToolCall } from '../toolcall';
 import type { CleanupReport, ResourceUsage, RunResult, SpawnOptions } from '../types';
 import { EXIT_USAGE, flagString, parseDuration, parseFlags, parseSize, splitCommand, UsageError } from './args';
+import { attachTerminal, terminalOptions } from './terminal';
 
 export const runHelp = `Usage: proctree run [options] [--] COMMAND [ARG...]
 
@@ -21,6 +22,9 @@ Options:
                         the library rejects the tiers this host or version lacks)
   --leftovers MODE      when COMMAND exits with descendants alive: kill (default)
                         runs the ladder on them; wait keeps going until they end
+  --pty                 run COMMAND on a terminal of its own (a pseudo-terminal),
+                        like script(1): on a terminal, keys go to COMMAND raw and
+                        its window follows this one; else bytes are piped through
   --idle-timeout DURATION
                         stop the whole tree after DURATION without any output
                         (a command waiting for input); exit status 124
@@ -60,6 +64,7 @@ const runOptions = {
   report: { type: 'boolean' },
   usage: { type: 'boolean' },
   json: { type: 'boolean' },
+  pty: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -93,6 +98,7 @@ interface RunPlan {
   report: boolean;
   usage: boolean;
   json: boolean;
+  pty: boolean;
   /** Output goes through our pipes (kept within --max-output, or merged by --all), not straight to the terminal. */
   capture: boolean;
   /** Print the kept output when the command is done (--max-output without --json). */
@@ -151,18 +157,25 @@ export function planRun(argv: string[]): RunPlan | 'help' {
     report: flags.report === true,
     usage: flags.usage === true,
     json,
+    pty: flags.pty === true,
     capture,
     printKept: !json && maxOutput !== undefined,
   };
 }
 
 function startCall(plan: RunPlan): ToolCall {
+  // A terminal is one stream (--all changes nothing); attachTerminal passes it through.
+  if (plan.pty) return startOrUsage(plan, { ...plan.options, pty: terminalOptions() });
   const out = plan.capture ? 'pipe' : 'inherit';
   const options: SpawnOptions = { ...plan.options, stdio: ['inherit', out, out] };
   if (plan.options.all && !plan.json && !plan.printKept) {
     // Merged and passed through as it comes.
     options.onOutput = (chunk) => process.stdout.write(chunk);
   }
+  return startOrUsage(plan, options);
+}
+
+function startOrUsage(plan: RunPlan, options: SpawnOptions): ToolCall {
   try {
     return spawn(plan.file, plan.args, options);
   } catch (err) {
@@ -198,6 +211,8 @@ export async function runCommand(argv: string[]): Promise<number> {
   };
   const stopSignals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
   for (const s of stopSignals) process.on(s, stopTree);
+  // The terminal's output goes straight through unless it is printed at the end (--json, --max-output).
+  const detach = plan.pty ? attachTerminal(call, plan.json || plan.printKept) : null;
   try {
     const r = await result;
     if (plan.printKept) {
@@ -219,6 +234,7 @@ export async function runCommand(argv: string[]): Promise<number> {
     if (e.code === 'EACCES' || e.code === 'ENOEXEC' || e.code === 'EISDIR' || e.code === 'ENOTDIR') return EXIT_CANNOT_INVOKE;
     return EXIT_FAILED;
   } finally {
+    detach?.();
     for (const s of stopSignals) process.off(s, stopTree);
   }
 }
