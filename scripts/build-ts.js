@@ -9,6 +9,7 @@ const path = require('node:path');
 const root = path.resolve(__dirname, '..');
 const tsc = require.resolve('typescript/bin/tsc');
 execFileSync(process.execPath, [tsc, '-p', path.join(root, 'tsconfig.json')], { stdio: 'inherit' });
+require('./build-protocol.js').buildProtocolValidators(root);
 
 // The names come from the source, not from loading the build (which needs the
 // native binary, absent when cross-compiling).

@@ -2,13 +2,16 @@
 // spawns. Every line the server writes is checked against
 // docs/protocol.schema.json; survivors are found by a /proc scan.
 import { type ChildProcess, spawn as cpSpawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
 import path from 'node:path';
 
 import Ajv2020 from 'ajv/dist/2020';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
-import { liveWith, token, waitForLive } from './helpers';
+import { cgroupExists, cgroupMembers, killCgroup, liveWith, token, waitForLive, waitUntil } from './helpers';
 
 const root = path.resolve(__dirname, '..');
 const bin = path.join(root, 'bin', 'proctree.js');
@@ -22,6 +25,8 @@ type Message = Record<string, unknown> & { rid?: unknown; ok?: boolean; event?: 
 
 const tokens: string[] = [];
 const servers: Server[] = [];
+const cgroups: string[] = [];
+const dirs: string[] = [];
 
 function newToken(): string {
   const t = token();
@@ -90,7 +95,7 @@ class Server {
     return this.messages.filter((m) => m.event !== undefined && m.id === id);
   }
 
-  output(id: string, stream: 'stdout' | 'stderr' = 'stdout'): string {
+  output(id: string, stream: 'stdout' | 'stderr' | 'pty' = 'stdout'): string {
     return Buffer.concat(this.events(id).filter((m) => m.event === stream).map((m) => Buffer.from(m.data as string, 'base64'))).toString();
   }
 
@@ -115,6 +120,8 @@ afterEach(() => {
 afterAll(async () => {
   for (const s of servers) s.child.stdin?.end();
   await Promise.all(servers.map((s) => s.exited));
+  for (const c of cgroups) killCgroup(c);
+  for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
 });
 
 describe('requests and events', () => {
@@ -240,7 +247,7 @@ describe('requests and events', () => {
   it('capabilities and list', async () => {
     const s = new Server();
     const caps = await s.request('capabilities');
-    expect(caps).toMatchObject({ ok: true, protocol: 1 });
+    expect(caps).toMatchObject({ ok: true, protocol: 2 });
     expect((caps.capabilities as { tier: string }).tier).toBeTypeOf('string');
     expect(await s.request('list')).toMatchObject({ ok: true, calls: [] });
   });
@@ -412,5 +419,314 @@ describe('backpressure', () => {
     expect(res.report).toMatchObject({ reason: 'terminate', leftovers: [] });
     // What the pipe still held is delivered, and the call closes.
     expect(await s.closed('flood')).toMatchObject({ signal: 'SIGTERM' });
+  });
+});
+
+/** A directory whose name is a unique token: the HTTP server's cmdline shows it, so /proc finds it. */
+function serverDir(): { dir: string; needle: string } {
+  const needle = `proctree-serve-job-${token()}`;
+  const dir = path.join(os.tmpdir(), needle);
+  fs.mkdirSync(dir);
+  fs.writeFileSync(path.join(dir, 'hello.txt'), 'hello from the job\n');
+  dirs.push(dir);
+  tokens.push(needle);
+  return { dir, needle };
+}
+
+function get(port: number, file: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    http
+      .get({ host: '127.0.0.1', port, path: `/${file}` }, (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => (body += d));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      })
+      .on('error', reject);
+  });
+}
+
+/** Reads a job's output through the protocol until `re` matches it. */
+async function untilJobSays(s: Server, jobId: string, re: RegExp): Promise<RegExpExecArray> {
+  let text = '';
+  for (let i = 0; i < 500; i++) {
+    text = (await s.request('jobRead', { job: jobId })).text as string;
+    const m = re.exec(text);
+    if (m) return m;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error(`job ${jobId} never wrote ${re}: ${JSON.stringify(text)}`);
+}
+
+type Info = { id: string; state: string; command: string; members: number; processes: { pid: number }[]; output: { total: number } };
+
+describe('jobs', () => {
+  it("leftovers 'keep': a dev server answers HTTP after the job event, is listed, readable, and jobStop leaves nothing", async () => {
+    const s = new Server();
+    const { dir, needle } = serverDir();
+    const script = `echo building; python3 -u -m http.server --bind 127.0.0.1 --directory ${dir} 0 & echo started`;
+    const res = await s.request('spawn', { id: 'dev', file: 'bash', args: ['-c', script], options: { leftovers: 'keep', collect: true, encoding: 'utf8' } });
+    expect(res).toMatchObject({ ok: true, jobId: null });
+    const cgroup = res.cgroup as string;
+    cgroups.push(cgroup);
+    // The command's answer: the job event, with what it printed and what it left running.
+    const jobEvent = await s.waitFor((m) => m.event === 'job' && m.id === 'dev');
+    const jobId = jobEvent.jobId as string;
+    expect(jobId).toMatch(/^c\d+$/);
+    expect(path.basename(cgroup)).toBe(jobId);
+    expect(jobEvent.result).toEqual({ stdout: 'building\nstarted\n', stderr: '', stdoutOmitted: 0, stderrOmitted: 0 });
+    expect((jobEvent.remaining as unknown[]).length).toBeGreaterThanOrEqual(1);
+    expect((jobEvent.usage as { source: string }).source).toBe('cgroup');
+    expect(s.events('dev').map((m) => m.event)).toEqual(['spawn', 'exit', 'leftover', 'job']);
+
+    const port = Number((await untilJobSays(s, jobId, /Serving HTTP on 127\.0\.0\.1 port (\d+)/))[1]);
+    // The kernel's view: the serving process is in the call's cgroup.
+    const serverPids = await waitForLive(needle, 1);
+    expect(serverPids.length).toBeGreaterThanOrEqual(1);
+    for (const pid of serverPids) if (fs.existsSync(`/proc/${pid}`)) expect(cgroupMembers(cgroup)).toContain(pid);
+    expect(await get(port, 'hello.txt')).toEqual({ status: 200, body: 'hello from the job\n' });
+
+    const listed = ((await s.request('jobs')).jobs as Info[]).find((j) => j.id === jobId);
+    expect(listed).toMatchObject({ state: 'running', members: cgroupMembers(cgroup).length });
+    expect(listed?.command).toContain('python3 -u -m http.server');
+    expect(listed?.processes.map((p) => p.pid).sort()).toEqual(cgroupMembers(cgroup).sort());
+    expect((await s.request('list')).calls).toMatchObject([{ id: 'dev', jobId }]);
+
+    // Its recent output: the request it logged (to stderr), merged in.
+    await untilJobSays(s, jobId, /"GET \/hello\.txt HTTP\/1\.1" 200/);
+    const tail = await s.request('jobTail', { job: jobId, bytes: 200 });
+    expect(tail.text).toContain('GET /hello.txt');
+    expect(tail.next).toBe(tail.total);
+    // Reading on from an offset gives only what came since.
+    const first = await s.request('jobRead', { job: jobId, maxBytes: 9 });
+    expect(first).toMatchObject({ text: 'building\n', from: 0, next: 9, dropped: 0 });
+    const rest = await s.request('jobRead', { job: jobId, from: first.next });
+    expect(rest.from).toBe(9);
+    expect((rest.text as string).startsWith('started\n')).toBe(true);
+    // Once a job, its output goes to the ring, not out as events.
+    expect(s.events('dev').filter((m) => m.event === 'stdout' || m.event === 'stderr')).toEqual([]);
+
+    const waiting = s.request('jobWait', { job: jobId });
+    const stop = await s.request('jobStop', { job: jobId, grace: 2000 });
+    expect(stop.report).toMatchObject({ reason: 'terminate', leftovers: [], verified: 'cgroup.events' });
+    expect((await waiting).job).toMatchObject({ id: jobId, state: 'stopped', members: 0, usage: { source: 'cgroup' } });
+    expect(await s.closed('dev')).toMatchObject({ code: 0, jobId, cleanup: { reason: 'terminate' }, usage: { source: 'cgroup' } });
+    expect((await s.closed('dev')).result).toBeUndefined();
+    expect(cgroupExists(cgroup)).toBe(false);
+    expect(liveWith(needle)).toEqual([]);
+    // Finished jobs stay listed, their output readable.
+    expect(((await s.request('jobs')).jobs as Info[]).find((j) => j.id === jobId)?.state).toBe('stopped');
+    expect((await s.request('jobTail', { job: jobId })).text).toContain('GET /hello.txt');
+  }, 30_000);
+
+  it('background: the spawn answer has the job id, the job event follows spawn, the output goes to the ring; jobWait stops nothing', async () => {
+    const s = new Server();
+    const res = await s.request('spawn', { id: 'bg', file: 'sh', args: ['-c', 'echo one; sleep 0.3; echo two >&2'], options: { background: true } });
+    const jobId = res.jobId as string;
+    expect(jobId).toMatch(/^c\d+$/);
+    cgroups.push(res.cgroup as string);
+    const waited = await s.request('jobWait', { job: jobId });
+    // It exited by itself: nothing was stopped.
+    expect(waited.job).toMatchObject({ state: 'exited', exitCode: 0, cleanup: null, output: { total: 8 } });
+    expect((await s.request('jobRead', { job: jobId })).text).toBe('one\ntwo\n');
+    const close = await s.closed('bg');
+    expect(close).toMatchObject({ code: 0, jobId, cleanup: null });
+    expect(s.events('bg').map((m) => m.event)).toEqual(['spawn', 'job', 'exit', 'close']);
+    expect(s.events('bg')[1]).toMatchObject({ jobId, remaining: [] });
+  });
+
+  it('jobStop, jobRead, jobTail, jobWait of an unknown job: ERR_PROCTREE_UNKNOWN_JOB', async () => {
+    const s = new Server();
+    for (const op of ['jobStop', 'jobRead', 'jobTail', 'jobWait']) {
+      expect((await s.request(op, { job: 'c999999' })).error?.code, op).toBe('ERR_PROCTREE_UNKNOWN_JOB');
+    }
+    expect(await s.request('jobs')).toMatchObject({ ok: true, jobs: [] });
+  });
+
+  it('the client going away stops its jobs too', async () => {
+    const s = new Server();
+    const t = newToken();
+    const res = await s.request('spawn', { id: 'k', file: 'bash', args: ['-c', `sleep ${t} & echo started`], options: { leftovers: 'keep' } });
+    await s.waitFor((m) => m.event === 'job' && m.id === 'k');
+    const bg = await s.request('spawn', { id: 'b', file: 'sleep', args: [t], options: { background: true } });
+    expect(await waitForLive(t, 2, 'sleep')).toHaveLength(2);
+    s.child.stdin?.end();
+    expect(await s.exited).toEqual({ code: 0, signal: null });
+    expect(liveWith(t)).toEqual([]);
+    expect(cgroupExists(res.cgroup as string)).toBe(false);
+    expect(cgroupExists(bg.cgroup as string)).toBe(false);
+  });
+});
+
+describe('collect', () => {
+  it('head and tail with the marker, whole characters, as text; the bytes exact as base64; no output events', async () => {
+    const s = new Server();
+    // A test run's long output: two-byte characters where both cuts fall.
+    const script = 'echo xxééééé; for i in $(seq 1 1000); do echo "ok $i"; done; echo "FAIL: tést_lögin"; echo warn >&2; exit 1';
+    await s.request('spawn', { id: 't', file: 'bash', args: ['-c', script], options: { collect: true, maxBuffer: 22, keep: 'both', marker: true, encoding: 'utf8' } });
+    const close = await s.closed('t');
+    const full = Buffer.from(`xxééééé\n${Array.from({ length: 1000 }, (_, i) => `ok ${i + 1}\n`).join('')}FAIL: tést_lögin\n`);
+    expect(close.code).toBe(1);
+    // 11 bytes of head and 11 of tail; the "é" each cut falls in is left out whole.
+    const omitted = full.length - 20;
+    expect(close.result).toEqual({ stdout: `xxéééé\n[... ${omitted} bytes omitted ...]\nst_lögin\n`, stderr: 'warn\n', stdoutOmitted: omitted, stderrOmitted: 0 });
+    expect(s.events('t').map((m) => m.event)).toEqual(['spawn', 'exit', 'close']);
+
+    // Bytes that are not UTF-8 survive base64; keep tail counts bytes.
+    await s.request('spawn', { id: 'b', file: 'sh', args: ['-c', "printf 'abc\\377\\376xyz'"], options: { collect: true, maxBuffer: 5, keep: 'tail' } });
+    const bytes = (await s.closed('b')).result as { stdout: string; stdoutOmitted: number };
+    expect(Buffer.from(bytes.stdout, 'base64')).toEqual(Buffer.from([0xff, 0xfe, 0x78, 0x79, 0x7a]));
+    expect(bytes.stdoutOmitted).toBe(3);
+  });
+
+  it('all: stdout and stderr merged in the order a program wrote them', async () => {
+    const s = new Server();
+    const script = 'for i in 1 2 3; do echo "out $i"; sleep 0.05; echo "err $i" >&2; sleep 0.05; done';
+    await s.request('spawn', { id: 'a', file: 'sh', args: ['-c', script], options: { collect: true, all: true, encoding: 'utf8' } });
+    expect((await s.closed('a')).result).toEqual({
+      stdout: 'out 1\nout 2\nout 3\n',
+      stderr: 'err 1\nerr 2\nerr 3\n',
+      all: 'out 1\nerr 1\nout 2\nerr 2\nout 3\nerr 3\n',
+      stdoutOmitted: 0,
+      stderrOmitted: 0,
+      allOmitted: 0,
+    });
+  });
+
+  it('200 MB collected with maxBuffer 1 MB: the server keeps its budget, not the output', async () => {
+    const child = cpSpawn(process.execPath, [bin, 'serve'], { stdio: ['pipe', 'pipe', 'inherit'] });
+    const exited = new Promise((resolve) => child.on('exit', resolve));
+    try {
+      let buf = '';
+      const close = new Promise<Message>((resolve) => {
+        child.stdout?.on('data', (d: Buffer) => {
+          buf += d.toString();
+          for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+            const msg = JSON.parse(buf.slice(0, nl)) as Message;
+            buf = buf.slice(nl + 1);
+            if (msg.event === 'close') resolve(msg);
+          }
+        });
+      });
+      const options = { collect: true, maxBuffer: 1_000_000, keep: 'both' };
+      child.stdin?.write(`${JSON.stringify({ rid: 1, op: 'spawn', id: 'big', file: 'head', args: ['-c', '200000000', '/dev/zero'], options })}\n`);
+      const result = (await close).result as { stdout: string; stdoutOmitted: number };
+      expect(Buffer.from(result.stdout, 'base64').length).toBe(1_000_000);
+      expect(result.stdoutOmitted).toBe(199_000_000);
+      const peak = Number(/VmHWM:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${child.pid}/status`, 'utf8'))?.[1]) * 1024;
+      expect(peak).toBeLessThan(100 * 1024 * 1024);
+    } finally {
+      child.stdin?.end();
+      await exited;
+    }
+  }, 60_000);
+
+  it('idleTimeout stops a command waiting for input: reason idle', async () => {
+    const s = new Server();
+    await s.request('spawn', { id: 'r', file: 'sh', args: ['-c', 'echo waiting; read x'], options: { stdin: 'pipe', idleTimeout: 300, collect: true, encoding: 'utf8' } });
+    const close = await s.closed('r');
+    expect(close).toMatchObject({ timedOut: false, cleanup: { reason: 'idle', leftovers: [] }, result: { stdout: 'waiting\n' } });
+  });
+
+  it('options refused: collect options without collect, stdio with pty, an unknown option', async () => {
+    const s = new Server();
+    const [keep, stdin] = await Promise.all([
+      s.request('spawn', { id: 'x', file: 'true', options: { keep: 'tail' } }),
+      s.request('spawn', { id: 'y', file: 'true', options: { pty: true, stdin: 'pipe' } }),
+    ]);
+    // An option of the API that JSON cannot carry is no option of the protocol.
+    s.line(JSON.stringify({ rid: 'u', op: 'spawn', id: 'z', file: 'true', options: { onOutput: true } }));
+    const unknown = await s.waitFor((m) => m.rid === 'u');
+    expect(keep.error?.code).toBe('ERR_INVALID_ARG_VALUE');
+    expect(keep.error?.message).toContain('options.keep');
+    expect(stdin.error?.code).toBe('ERR_INVALID_ARG_VALUE');
+    expect(unknown.error?.code).toBe('ERR_PROCTREE_INVALID_REQUEST');
+    expect(unknown.error?.message).toContain('onOutput');
+    expect(await s.request('list')).toMatchObject({ calls: [] });
+  });
+});
+
+describe('terminals', () => {
+  it('tty prints the /dev/pts path of the answer; stty size follows resize; write types a line that read gets; closeStdin types ^D', async () => {
+    const s = new Server();
+    const script = 'tty; stty size; read go; stty size; read line; echo "got $line"; cat; echo "cat saw the end"';
+    const res = await s.request('spawn', { id: 'p', file: 'sh', args: ['-c', script], options: { pty: { cols: 100, rows: 30 } } });
+    const term = res.pty as { path: string; cols: number; rows: number; term: string };
+    expect(term).toMatchObject({ cols: 100, rows: 30, term: 'xterm-256color' });
+    expect(term.path).toMatch(/^\/dev\/pts\/\d+$/);
+    cgroups.push(res.cgroup as string);
+    const screen = (): string => s.output('p', 'pty');
+    await waitUntil(() => screen().includes('30 100'), 5000);
+    expect(screen()).toBe(`${term.path}\r\n30 100\r\n`);
+    // The shell is in the foreground of its terminal; the kernel puts it in the call's cgroup.
+    const fg = await s.request('foreground', { id: 'p' });
+    expect(fg.process).toMatchObject({ pid: res.pid, comm: 'sh' });
+    expect(cgroupMembers(res.cgroup as string)).toContain(res.pid);
+
+    expect(await s.request('resize', { id: 'p', cols: 120, rows: 40 })).toEqual({ rid: expect.anything(), ok: true });
+    await s.request('write', { id: 'p', data: Buffer.from('\r').toString('base64') });
+    await waitUntil(() => screen().includes('40 120'), 5000);
+    await s.request('write', { id: 'p', data: Buffer.from('hello there\r').toString('base64') });
+    await waitUntil(() => screen().includes('got hello there'), 5000);
+    // cat reads until the end of input: ^D at the start of a line. Typing still works after it.
+    await s.request('write', { id: 'p', data: Buffer.from('partial').toString('base64') });
+    expect(await s.request('closeStdin', { id: 'p' })).toMatchObject({ ok: true });
+    const close = await s.closed('p');
+    expect(close).toMatchObject({ code: 0, cleanup: null });
+    expect(screen()).toContain('40 120\r\n');
+    expect(screen()).toContain('got hello there\r\n');
+    expect(screen()).toMatch(/partialpartial.*cat saw the end\r\n$/s);
+    // A terminal is one stream: no stdout or stderr events.
+    expect(s.events('p').filter((m) => m.event === 'stdout' || m.event === 'stderr')).toEqual([]);
+    expect(cgroupExists(res.cgroup as string)).toBe(false);
+  });
+
+  it('errors: resize without a terminal, a size out of range; foreground without a terminal', async () => {
+    const s = new Server();
+    await s.request('spawn', { id: 'n', file: 'sleep', args: ['5'] });
+    await s.request('spawn', { id: 'p', file: 'sleep', args: ['5'], options: { pty: true } });
+    const [noPty, range, noFg, wrongType] = await Promise.all([
+      s.request('resize', { id: 'n', cols: 80, rows: 24 }),
+      s.request('resize', { id: 'p', cols: 0, rows: 24 }),
+      s.request('foreground', { id: 'n' }),
+      s.request('resize', { id: 'p', cols: 70000, rows: 24 }),
+    ]);
+    expect(noPty.error?.code).toBe('ERR_PROCTREE_NO_PTY');
+    expect(range.error?.code).toBe('ERR_OUT_OF_RANGE');
+    expect(noFg.error?.code).toBe('ERR_PROCTREE_NO_PTY');
+    expect(wrongType.error?.code).toBe('ERR_OUT_OF_RANGE');
+    await Promise.all([s.request('terminate', { id: 'n' }), s.request('terminate', { id: 'p' })]);
+  });
+
+  it('pause holds a terminal call as it holds pipes; resume delivers all of it', async () => {
+    const s = new Server();
+    // Raw mode: the bytes pass the terminal untouched, so they can be counted and hashed.
+    const size = 5_000_000;
+    const res = await s.request('spawn', {
+      id: 'flood',
+      file: 'sh',
+      args: ['-c', `stty raw -echo; IFS= read -r go; head -c ${size} /dev/zero | tr '\\0' x`],
+      options: { pty: true },
+    });
+    cgroups.push(res.cgroup as string);
+    expect(await s.request('pause', { id: 'flood' })).toMatchObject({ ok: true });
+    // Raw mode is set before reading: type after it took effect.
+    await new Promise((r) => setTimeout(r, 300));
+    await s.request('write', { id: 'flood', data: Buffer.from('go\n').toString('base64') });
+    await new Promise((r) => setTimeout(r, 500));
+    const held = (): number => s.events('flood').filter((m) => m.event === 'pty').reduce((n, m) => n + Buffer.from(m.data as string, 'base64').length, 0);
+    expect(held()).toBeLessThan(1_000_000);
+    expect(s.events('flood').some((m) => m.event === 'exit')).toBe(false);
+    expect(await s.request('resume', { id: 'flood' })).toMatchObject({ ok: true });
+    expect(await s.closed('flood')).toMatchObject({ code: 0 });
+    const out = Buffer.concat(s.events('flood').filter((m) => m.event === 'pty').map((m) => Buffer.from(m.data as string, 'base64')));
+    expect(createHash('sha256').update(out).digest('hex')).toBe(createHash('sha256').update('x'.repeat(size)).digest('hex'));
+  });
+
+  it('collect on a terminal: the result is what it showed, as stdout', async () => {
+    const s = new Server();
+    await s.request('spawn', { id: 'c', file: 'sh', args: ['-c', 'tty >/dev/null && echo on a terminal; echo err >&2'], options: { pty: true, collect: true, encoding: 'utf8' } });
+    expect((await s.closed('c')).result).toEqual({ stdout: 'on a terminal\r\nerr\r\n', stderr: '', stdoutOmitted: 0, stderrOmitted: 0 });
+    expect(s.events('c').map((m) => m.event)).toEqual(['spawn', 'exit', 'close']);
   });
 });

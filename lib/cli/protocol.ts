@@ -1,17 +1,18 @@
 // The JSON-lines protocol of `proctree serve`: message types, and validation
 // against docs/protocol.schema.json — the one description of the protocol,
-// shared by the docs, the server and the tests.
-import fs from 'node:fs';
-import path from 'node:path';
+// shared by the docs, the server and the tests. The schema's request
+// validators are compiled at build time (scripts/build-protocol.js).
+import type { ErrorObject, ValidateFunction } from 'ajv';
 
-import Ajv2020, { type ErrorObject, type ValidateFunction } from 'ajv/dist/2020';
+import type { CleanupReport, ProcessInfo, ResourceUsage } from '../types';
 
-import type { CleanupReport, ProcessInfo } from '../types';
-
-export const PROTOCOL_VERSION = 1;
-
-/** dist/cjs/cli → the package root, where docs/ ships. */
-export const schemaPath = path.resolve(__dirname, '..', '..', '..', 'docs', 'protocol.schema.json');
+/**
+ * Raised whenever the protocol gains something; version 2 (jobs, output
+ * collection, terminals) only added to version 1, so every exchange of
+ * version 1 means the same. A client checks `protocol >= ` the version whose
+ * features it uses.
+ */
+export const PROTOCOL_VERSION = 2;
 
 export type Rid = string | number;
 
@@ -23,13 +24,41 @@ export interface SpawnRequestOptions {
   timeout?: number;
   grace?: number;
   killSignal?: NodeJS.Signals | number;
-  leftovers?: 'kill' | 'wait';
+  leftovers?: 'kill' | 'wait' | 'keep';
   confinement?: string;
   uid?: number;
   gid?: number;
   stdin?: 'pipe' | 'ignore';
   stdout?: 'pipe' | 'ignore';
   stderr?: 'pipe' | 'ignore';
+  background?: boolean;
+  idleTimeout?: number;
+  jobBuffer?: number;
+  collect?: boolean;
+  maxBuffer?: number;
+  keep?: 'head' | 'tail' | 'both';
+  marker?: boolean | string;
+  all?: boolean;
+  encoding?: 'base64' | 'utf8';
+  pty?: boolean | { cols?: number; rows?: number; term?: string };
+}
+
+/** What `collect` gathered: the output as text (`encoding: "utf8"`) or base64. */
+export interface CollectedOutput {
+  stdout: string;
+  stderr: string;
+  all?: string;
+  stdoutOmitted: number;
+  stderrOmitted: number;
+  allOmitted?: number;
+}
+
+/** A call's terminal, as the spawn answer describes it. */
+export interface TerminalInfo {
+  path: string | null;
+  cols: number;
+  rows: number;
+  term: string;
 }
 
 export type Request =
@@ -42,9 +71,17 @@ export type Request =
   | { rid: Rid; op: 'resume'; id: string }
   | { rid: Rid; op: 'list' }
   | { rid: Rid; op: 'shutdown'; grace?: number }
-  | { rid: Rid; op: 'capabilities' };
+  | { rid: Rid; op: 'capabilities' }
+  | { rid: Rid; op: 'resize'; id: string; cols: number; rows: number }
+  | { rid: Rid; op: 'foreground'; id: string }
+  | { rid: Rid; op: 'jobs' }
+  | { rid: Rid; op: 'jobRead'; job: string; from?: number; maxBytes?: number }
+  | { rid: Rid; op: 'jobTail'; job: string; bytes?: number }
+  | { rid: Rid; op: 'jobStop'; job: string; grace?: number }
+  | { rid: Rid; op: 'jobWait'; job: string };
 
 export type Op = Request['op'];
+
 
 export interface ProtocolError {
   code: string;
@@ -54,10 +91,11 @@ export interface ProtocolError {
 
 export type Event =
   | { event: 'spawn'; id: string; pid: number }
-  | { event: 'stdout' | 'stderr'; id: string; data: string }
+  | { event: 'stdout' | 'stderr' | 'pty'; id: string; data: string }
   | { event: 'exit'; id: string; code: number | null; signal: NodeJS.Signals | null }
   | { event: 'leftover'; id: string; processes: ProcessInfo[] }
   | { event: 'cleanup'; id: string; report: CleanupReport }
+  | { event: 'job'; id: string; jobId: string; remaining: ProcessInfo[]; usage: ResourceUsage; result?: CollectedOutput }
   | {
       event: 'close';
       id: string;
@@ -66,6 +104,9 @@ export type Event =
       timedOut: boolean;
       durationMs: number;
       cleanup: CleanupReport | null;
+      usage: ResourceUsage | null;
+      jobId: string | null;
+      result?: CollectedOutput;
     }
   | { event: 'error'; id: string; error: ProtocolError };
 
@@ -96,17 +137,17 @@ function describeErrors(errors: ErrorObject[] | null | undefined): string {
   return message;
 }
 
-export class RequestValidator {
-  readonly #envelope: ValidateFunction;
-  readonly #byOp = new Map<string, ValidateFunction>();
+/** The validators scripts/build-protocol.js compiled from the schema: `requestEnvelope` and one per op. */
+type CompiledValidators = Record<string, ValidateFunction | undefined>;
 
-  constructor(schema: object = JSON.parse(fs.readFileSync(schemaPath, 'utf8')) as object) {
-    const ajv = new Ajv2020({ allErrors: false, strict: true, allowUnionTypes: true });
-    ajv.addSchema(schema, 'protocol');
-    this.#envelope = ajv.getSchema('protocol#/$defs/requestEnvelope') as ValidateFunction;
-    for (const op of ['spawn', 'write', 'closeStdin', 'kill', 'terminate', 'pause', 'resume', 'list', 'shutdown', 'capabilities'] as const) {
-      this.#byOp.set(op, ajv.getSchema(`protocol#/$defs/${op}Request`) as ValidateFunction);
-    }
+export class RequestValidator {
+  readonly #validators: CompiledValidators;
+  readonly #envelope: ValidateFunction;
+
+  constructor() {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    this.#validators = require('./protocol-validators.js') as CompiledValidators;
+    this.#envelope = this.#validators.requestEnvelope as ValidateFunction;
   }
 
   /** Parses one line into a request, or throws a ProtocolViolation saying why not. */
@@ -125,7 +166,7 @@ export class RequestValidator {
     if (!this.#envelope(value)) {
       throw new ProtocolViolation('ERR_PROCTREE_INVALID_REQUEST', describeErrors(this.#envelope.errors), rid);
     }
-    const check = this.#byOp.get((raw as { op: string }).op) as ValidateFunction;
+    const check = this.#validators[(raw as { op: string }).op] as ValidateFunction;
     if (!check(value)) throw new ProtocolViolation('ERR_PROCTREE_INVALID_REQUEST', describeErrors(check.errors), rid);
     return value as Request;
   }

@@ -2,16 +2,32 @@
 // written in other languages. Each request maps onto one API call; nothing
 // here stops processes by itself. When the client goes away (stdin closes, or
 // stdout breaks), every call is terminated and the server exits: a harness
-// that crashed leaves nothing behind. Output has backpressure: a client that
-// reads slowly slows the calls that flood, never the server's memory.
+// that crashed leaves nothing behind — its jobs included. Output has
+// backpressure: a client that reads slowly slows the calls that flood, never
+// the server's memory.
 import type { Readable, Writable } from 'node:stream';
 
 import { capabilities } from '../capabilities';
+import { invalidArgValue } from '../errors';
+import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, keptValue, OutputCollector, type OutputStream } from '../output';
+import { noTerminal, typeEndOfInput } from '../pty';
+import { usageSoFar } from '../result';
 import { spawn } from '../run';
+import { job, jobs } from '../supervisor';
 import type { ToolCall } from '../toolcall';
-import type { CleanupReport, SpawnOptions } from '../types';
+import type { CleanupReport, ProcessInfo, SpawnOptions } from '../types';
 import { parseFlags } from './args';
-import { PROTOCOL_VERSION, type ProtocolError, ProtocolViolation, type Request, RequestValidator, type Response, type Event } from './protocol';
+import {
+  type CollectedOutput,
+  type Event,
+  PROTOCOL_VERSION,
+  type ProtocolError,
+  ProtocolViolation,
+  type Request,
+  RequestValidator,
+  type Response,
+  type SpawnRequestOptions,
+} from './protocol';
 
 export const serveHelp = `Usage: proctree serve
 
@@ -34,7 +50,65 @@ interface LiveCall {
   report: CleanupReport | null;
   closed: Promise<void>;
   flow: OutputFlow;
+  /** The job event went out (the call's output is the job's from then on). */
+  jobSent: boolean;
+  /** The close event went out: nothing of the call may follow it. */
+  closeSent: boolean;
+  /** The last byte typed on the call's terminal (undefined: at the start of a line), for closeStdin's ^D. */
+  lastTyped: number | undefined;
 }
+
+/** Requests that start or change nothing: still answered while every call is being stopped. */
+const READ_ONLY = new Set<Request['op']>(['list', 'capabilities', 'jobs', 'jobRead', 'jobTail', 'jobWait', 'foreground']);
+
+/**
+ * The output of a call spawned with `collect`, kept as run() keeps it (the
+ * library's collectors: maxBuffer bytes a stream, head, tail or both, never
+ * cutting a character in text) and sent as the `result` of its job or close
+ * event. The server collects it itself, from the chunks in arrival order:
+ * `call.done` decodes as UTF-8 only, and the protocol carries bytes too.
+ */
+class Collection {
+  readonly #stdout: OutputCollector;
+  readonly #stderr: OutputCollector;
+  readonly #all: OutputCollector | null;
+  readonly #encoding: 'utf8' | 'buffer';
+  readonly #marker: string | null;
+
+  constructor(o: SpawnRequestOptions) {
+    const max = o.maxBuffer ?? DEFAULT_MAX_BUFFER;
+    const keep: Keep = o.keep ?? 'head';
+    this.#stdout = new OutputCollector(max, keep);
+    this.#stderr = new OutputCollector(max, keep);
+    this.#all = o.all ? new OutputCollector(max, keep) : null;
+    this.#encoding = o.encoding === 'utf8' ? 'utf8' : 'buffer';
+    this.#marker = o.marker === true ? DEFAULT_MARKER : typeof o.marker === 'string' ? o.marker : null;
+  }
+
+  write(chunk: Buffer, stream: OutputStream): void {
+    (stream === 'stdout' ? this.#stdout : this.#stderr).write(chunk);
+    this.#all?.write(chunk);
+  }
+
+  result(): CollectedOutput {
+    const wire = (c: OutputCollector): { value: string; omitted: number } => {
+      const { value, omitted } = keptValue(c, this.#encoding, this.#marker);
+      return { value: typeof value === 'string' ? value : value.toString('base64'), omitted };
+    };
+    const out = wire(this.#stdout);
+    const err = wire(this.#stderr);
+    const result: CollectedOutput = { stdout: out.value, stderr: err.value, stdoutOmitted: out.omitted, stderrOmitted: err.omitted };
+    if (this.#all) {
+      const all = wire(this.#all);
+      result.all = all.value;
+      result.allOmitted = all.omitted;
+    }
+    return result;
+  }
+}
+
+/** The options that shape a collected result: refused without `collect`. */
+const COLLECT_OPTIONS = ['maxBuffer', 'keep', 'marker', 'all', 'encoding'] as const;
 
 /**
  * Whether the server reads a call's stdout and stderr pipes. Not reading
@@ -53,15 +127,33 @@ class OutputFlow {
   treeEmpty = false;
   /** The spawn is not answered yet (a shim's start is pending): output waits for the answer. */
   starting = false;
+  /**
+   * The output goes out as events. Not with `collect`, and not once the call
+   * is a job: then it flows to the result or to the job's ring buffer
+   * whoever reads, and no pause holds it.
+   */
+  events = true;
 
   constructor(private readonly streams: Readable[]) {}
 
+  get hold(): boolean {
+    return this.events && (this.starting || this.waitingForDrain || (this.clientPaused && !this.treeEmpty));
+  }
+
   apply(): void {
-    const hold = this.starting || this.waitingForDrain || (this.clientPaused && !this.treeEmpty);
+    const hold = this.hold;
     for (const s of this.streams) {
       if (hold) s.pause();
       else s.resume();
     }
+  }
+
+  /**
+   * A chunk came while the output should be held: the library resumed the
+   * streams (Node's flushStdio at exit, as ChildProcess does). Hold them again.
+   */
+  reassert(): void {
+    if (this.hold) this.apply();
   }
 }
 
@@ -150,8 +242,11 @@ export class ProtocolServer {
    * pipes of the call that wrote it until 'drain': only the calls that flood
    * wait, the others' events keep going out.
    */
-  #sendOutput(flow: OutputFlow, event: 'stdout' | 'stderr', id: string, chunk: Buffer): void {
-    if (this.#send({ event, id, data: chunk.toString('base64') }) || this.#clientGone) return;
+  #sendOutput(flow: OutputFlow, event: Event): void {
+    if (this.#send(event) || this.#clientGone) {
+      flow.reassert();
+      return;
+    }
     flow.waitingForDrain = true;
     this.#waitingForDrain.add(flow);
     flow.apply();
@@ -216,27 +311,63 @@ export class ProtocolServer {
   }
 
   #handle(req: Request): Result {
-    if (this.#stopping && req.op !== 'list' && req.op !== 'capabilities') {
+    if (this.#stopping && !READ_ONLY.has(req.op)) {
       throw fail('ERR_PROCTREE_SHUTTING_DOWN', 'the server is stopping every call and takes no new work');
     }
     switch (req.op) {
       case 'spawn':
         return this.#spawn(req);
       case 'write': {
-        const stdin = this.#live(req.id).call.stdin;
-        if (!stdin) throw fail('ERR_PROCTREE_NO_STDIN', `call '${req.id}' has no stdin pipe: spawn it with options.stdin 'pipe'`);
-        if (stdin.writableEnded || stdin.destroyed) throw fail('ERR_PROCTREE_STDIN_CLOSED', `the stdin of call '${req.id}' is closed`);
+        const live = this.#live(req.id);
+        // On a terminal, writing is typing.
+        const input = live.call.pty ?? live.call.stdin;
+        if (!input) throw fail('ERR_PROCTREE_NO_STDIN', `call '${req.id}' has no stdin pipe: spawn it with options.stdin 'pipe' (or options.pty)`);
+        if (input.writableEnded || input.destroyed) throw fail('ERR_PROCTREE_STDIN_CLOSED', `the stdin of call '${req.id}' is closed`);
+        const data = Buffer.from(req.data, 'base64');
+        if (live.call.pty && data.length > 0) live.lastTyped = data[data.length - 1];
         // Answer once the data is with the kernel: the client's flow control.
         return new Promise((resolve, reject) => {
-          stdin.write(Buffer.from(req.data, 'base64'), (err) => (err ? reject(err) : resolve({})));
+          input.write(data, (err) => (err ? reject(err) : resolve({})));
         });
       }
       case 'closeStdin': {
-        const stdin = this.#live(req.id).call.stdin;
+        const live = this.#live(req.id);
+        const pty = live.call.pty;
+        if (pty) {
+          // A terminal has no end to close: the end-of-file character at the
+          // start of a line is what makes its reader see end of input, and
+          // typing goes on working after it.
+          if (pty.writable) typeEndOfInput(pty, live.lastTyped);
+          live.lastTyped = undefined;
+          return {};
+        }
+        const stdin = live.call.stdin;
         if (!stdin) throw fail('ERR_PROCTREE_NO_STDIN', `call '${req.id}' has no stdin pipe`);
         stdin.end();
         return {};
       }
+      case 'resize':
+        this.#live(req.id).call.resize(req.cols, req.rows);
+        return {};
+      case 'foreground': {
+        const pty = this.#live(req.id).call.pty;
+        if (!pty) throw noTerminal();
+        return { process: pty.foreground() };
+      }
+      case 'jobs':
+        return { jobs: jobs() };
+      case 'jobRead':
+        return { ...job(req.job).read(req.from ?? 0, req.maxBytes === undefined ? {} : { maxBytes: req.maxBytes }) };
+      case 'jobTail':
+        return { ...job(req.job).tail(req.bytes) };
+      case 'jobStop':
+        return job(req.job)
+          .stop(req.grace === undefined ? {} : { grace: req.grace })
+          .then((report) => ({ report }));
+      case 'jobWait':
+        return job(req.job)
+          .wait()
+          .then((info) => ({ job: info }));
       case 'kill':
         return { delivered: this.#live(req.id).call.kill(req.signal ?? 'SIGTERM') };
       case 'terminate': {
@@ -259,6 +390,7 @@ export class ProtocolServer {
             members: call.members(),
             exitCode: call.exitCode,
             signal: call.signalCode,
+            jobId: call.jobId,
           })),
         };
       case 'capabilities':
@@ -280,10 +412,32 @@ export class ProtocolServer {
   #spawn(req: Extract<Request, { op: 'spawn' }>): Result {
     if (this.#calls.has(req.id)) throw fail('ERR_PROCTREE_DUPLICATE_CALL', `call id '${req.id}' is already open`);
     const o = req.options ?? {};
-    const { stdin = 'ignore', stdout = 'pipe', stderr = 'pipe', confinement, ...rest } = o;
-    const options: SpawnOptions = { ...rest, stdio: [stdin, stdout, stderr] };
+    const { stdin, stdout, stderr, confinement, collect, maxBuffer, keep, marker, all, encoding, pty, ...rest } = o;
+    if (!collect) {
+      for (const name of COLLECT_OPTIONS) {
+        if (o[name] !== undefined) throw invalidArgValue(`options.${name}`, o[name], 'needs options.collect: true');
+      }
+    }
+    const options: SpawnOptions = { ...rest };
+    if (pty !== undefined && pty !== false) {
+      for (const [name, value] of [['stdin', stdin], ['stdout', stdout], ['stderr', stderr]] as const) {
+        if (value !== undefined) throw invalidArgValue(`options.${name}`, value, 'cannot be given with options.pty: fds 0-2 are the terminal');
+      }
+      options.pty = pty;
+    } else {
+      options.stdio = [stdin ?? 'ignore', stdout ?? 'pipe', stderr ?? 'pipe'];
+    }
     // Which tiers exist is the library's call; it rejects the ones it lacks.
     if (confinement !== undefined) options.confinement = confinement as SpawnOptions['confinement'];
+    // With collect: the output kept for the result, until it is sent. Every
+    // chunk in arrival order (stdout and stderr interleaved as `all` needs).
+    let collection = collect ? new Collection({ maxBuffer, keep, marker, all, encoding }) : null;
+    if (collection) options.onOutput = (chunk, stream) => collection?.write(chunk, stream);
+    const takeResult = (): CollectedOutput | undefined => {
+      const result = collection?.result();
+      collection = null;
+      return result;
+    };
     const call = spawn(req.file, req.args ?? [], options);
     if (!call.started) {
       // It could not start: the error arrives on the next tick.
@@ -291,20 +445,60 @@ export class ProtocolServer {
     }
     const id = req.id;
     let resolveClosed!: () => void;
-    const flow = new OutputFlow([call.stdout, call.stderr].filter((s): s is Readable => s !== null));
-    const live: LiveCall = { call, startedAt: performance.now(), report: null, closed: new Promise((r) => (resolveClosed = r)), flow };
+    const streams = call.pty ? [call.pty] : [call.stdout, call.stderr].filter((s): s is Readable => s !== null);
+    const flow = new OutputFlow(streams);
+    flow.events = collection === null;
+    const live: LiveCall = {
+      call,
+      startedAt: performance.now(),
+      report: null,
+      closed: new Promise((r) => (resolveClosed = r)),
+      flow,
+      jobSent: false,
+      closeSent: false,
+      lastTyped: undefined,
+    };
     // Open from now on, even while its start is pending: terminate and
     // stop-all reach it.
     this.#calls.set(id, live);
-    const answer = (): Record<string, unknown> => ({ id, pid: call.pid as number, cgroup: call.cgroup ?? '', confinement: call.confinement });
+    const answer = (): Record<string, unknown> => ({
+      id,
+      pid: call.pid as number,
+      cgroup: call.cgroup ?? '',
+      confinement: call.confinement,
+      jobId: call.jobId,
+      ...(call.pty ? { pty: { path: call.pty.path, cols: call.pty.cols, rows: call.pty.rows, term: call.pty.term } } : {}),
+    });
     // The call's events go out after the spawn answer. A shim (pidns,
     // subreaper) reports the command's pid, or why it could not start, a
     // little later: until then its events wait here and its output in its
     // pipes, and a start that fails sends an error answer and no events.
     let held: Event[] | null = null;
     const emit = (event: Event): void => {
+      if (live.closeSent) return;
       if (held) held.push(event);
       else this.#send(event);
+    };
+    const sendJob = (remaining: ProcessInfo[]): void => {
+      if (live.jobSent || live.closeSent || call.jobId === null) return;
+      live.jobSent = true;
+      const result = takeResult();
+      // From now on the output is the job's: it flows to its ring buffer.
+      flow.events = false;
+      flow.apply();
+      emit({
+        event: 'job',
+        id,
+        jobId: call.jobId,
+        remaining,
+        usage: usageSoFar(call.cgroup, Math.max(1, remaining.length)),
+        ...(result ? { result } : {}),
+      });
+    };
+    const spawned = (): void => {
+      emit({ event: 'spawn', id, pid: call.pid as number });
+      // A background call is a job from its start.
+      if (call.jobId !== null) sendJob([]);
     };
     let pending: Promise<Record<string, unknown>> | null = null;
     if (call.pid === undefined) {
@@ -318,7 +512,7 @@ export class ProtocolServer {
           queueMicrotask(() => {
             const waiting = held ?? [];
             held = null;
-            this.#send({ event: 'spawn', id, pid: call.pid as number });
+            spawned();
             for (const event of waiting) this.#send(event);
             flow.starting = false;
             flow.apply();
@@ -332,16 +526,45 @@ export class ProtocolServer {
         });
       });
     } else {
-      call.on('spawn', () => emit({ event: 'spawn', id, pid: call.pid as number }));
+      call.on('spawn', spawned);
     }
-    call.stdout?.on('data', (chunk: Buffer) => this.#sendOutput(flow, 'stdout', id, chunk));
-    call.stderr?.on('data', (chunk: Buffer) => this.#sendOutput(flow, 'stderr', id, chunk));
+    const output = (event: 'stdout' | 'stderr' | 'pty', chunk: Buffer): void => {
+      // With collect the result has it; once a job, its ring buffer.
+      if (!flow.events || live.closeSent) return;
+      const msg: Event = { event, id, data: chunk.toString('base64') };
+      if (held) {
+        held.push(msg);
+        flow.reassert();
+      } else {
+        this.#sendOutput(flow, msg);
+      }
+    };
+    if (call.pty) {
+      call.pty.on('data', (chunk: Buffer) => output('pty', chunk));
+      // The terminal failing is the call's error; it still ends and closes.
+      call.pty.on('error', (err) => emit({ event: 'error', id, error: errorOf(err) }));
+    } else {
+      call.stdout?.on('data', (chunk: Buffer) => output('stdout', chunk));
+      call.stderr?.on('data', (chunk: Buffer) => output('stderr', chunk));
+    }
     call.on('empty', () => {
       flow.treeEmpty = true;
       flow.apply();
     });
     call.on('exit', (code, signal) => emit({ event: 'exit', id, code, signal }));
-    call.on('leftover', (processes) => emit({ event: 'leftover', id, processes }));
+    call.on('leftover', (processes) => {
+      emit({ event: 'leftover', id, processes });
+      if (call.jobId === null || live.jobSent) return;
+      // What the command left is a job now. As run() does, the job event
+      // comes after one more poll phase, so output already in the pipes is
+      // in its result, and with what remains then (a process caught between
+      // fork and exec at 'exit' shows its command by now).
+      const jobId = call.jobId;
+      setImmediate(() => {
+        const now = job(jobId).info().processes;
+        sendJob(now.length > 0 ? now : processes);
+      });
+    });
     call.on('cleanup', (report) => {
       live.report = report;
       if (report.leftovers.length > 0) this.#leftoversSeen = true;
@@ -353,6 +576,7 @@ export class ProtocolServer {
     call.on('close', (code, signal) => {
       this.#calls.delete(id);
       this.#waitingForDrain.delete(flow);
+      const result = takeResult();
       emit({
         event: 'close',
         id,
@@ -361,7 +585,11 @@ export class ProtocolServer {
         timedOut: live.report?.reason === 'timeout',
         durationMs: performance.now() - live.startedAt,
         cleanup: live.report,
+        usage: call.usage,
+        jobId: call.jobId,
+        ...(result ? { result } : {}),
       });
+      live.closeSent = true;
       resolveClosed();
     });
     return pending ?? answer();
