@@ -43,7 +43,6 @@ describe('clients/python: python3 -m unittest against a real server', () => {
   const modules: [string, string[]][] = [
     ['test_asyncio', ['test_fifty_concurrent_calls', 'test_cancelling_a_run_stops_its_escaping_tree', 'test_wait_for_around_run_stops_a_setsid_daemon']],
     ['test_blocking', ['test_sigkill_of_the_client_ends_all_its_calls_within_1s', 'test_double_fork_setsid_leaves_zero_survivors']],
-    ['test_capture', ['test_cuts_never_split_a_character']],
     ['test_memory', ['test_200mb_with_max_output_keeps_client_and_server_under_100mb']],
     ['test_package', ['test_pip_installs_the_source_directory_offline', 'test_the_client_inside_the_npm_package_finds_its_own_server']],
   ];

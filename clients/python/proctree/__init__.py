@@ -19,10 +19,10 @@ found as ``proctree._discovery`` describes. Standard library only.
 """
 
 from . import blocking
-from ._capture import Keep
-from ._client import DEFAULT_STREAM_LIMIT, Call, ProcTree, Result, Signal
+from ._client import DEFAULT_STREAM_LIMIT, Call, Leftovers, ProcTree, PtyOptions, Result, Signal
 from ._discovery import ServerCommand, find_server
-from ._errors import CleanupReport, ProcessInfo, ProcTreeError
+from ._errors import CleanupReport, JobInfo, JobOutput, Keep, ProcessInfo, ProcTreeError, ResourceUsage, Terminal
+from ._jobs import Job
 
 __version__ = "0.1.0"
 
@@ -30,13 +30,20 @@ __all__ = [
     "DEFAULT_STREAM_LIMIT",
     "Call",
     "CleanupReport",
+    "Job",
+    "JobInfo",
+    "JobOutput",
     "Keep",
+    "Leftovers",
     "ProcTree",
     "ProcTreeError",
     "ProcessInfo",
+    "PtyOptions",
+    "ResourceUsage",
     "Result",
     "ServerCommand",
     "Signal",
+    "Terminal",
     "blocking",
     "find_server",
 ]

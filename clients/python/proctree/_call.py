@@ -1,6 +1,7 @@
 """One call of the asyncio client: its output (StreamReaders fed by the
-server's events, with flow control back to the server), its end, and the
-ladder when it is terminated or the task awaiting it is cancelled."""
+server's events, with flow control back to the server), its terminal, its
+end, and the ladder when it is terminated or the task awaiting it is
+cancelled."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ import signal as _signal
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar, Union, cast
 
-from ._capture import Capture
-from ._errors import CleanupReport, Json, ProcessInfo, ProcTreeError, empty_report, error_from
+from ._errors import CleanupReport, Json, ProcessInfo, ProcTreeError, ResourceUsage, Terminal, empty_report, error_from
 
 if TYPE_CHECKING:
     from ._client import ProcTree
@@ -72,13 +72,20 @@ class Result(Generic[AnyStr_co]):
     duration: float
     pid: int
     cgroup: str = ""
-    #: What the main process left running when it exited (then stopped, unless leftovers='wait').
+    #: What the main process left running when it exited (then stopped, unless leftovers='wait' or 'keep').
     leftovers: List[ProcessInfo] = field(default_factory=list)
-    #: Bytes dropped by ``max_output`` (stdout holds stderr too with ``merge=True``).
+    #: Bytes left out by ``max_output`` (stdout holds stderr too with ``merge=True``).
     stdout_omitted: int = 0
     stderr_omitted: int = 0
     #: Errors after the start, such as processes that survived the ladder.
     errors: List[ProcTreeError] = field(default_factory=list)
+    #: The job's id (``pt.job(result.job_id)``) when the call became a job:
+    #: ``background=True``, or ``leftovers='keep'`` with processes left; else None.
+    job_id: Optional[str] = None
+    #: With ``leftovers='keep'``: the processes still running when the result came (they are the job).
+    remaining: List[ProcessInfo] = field(default_factory=list)
+    #: What the whole tree used (so far, for a job: ``pt.job(id).wait()`` gives the final figures).
+    usage: Optional[ResourceUsage] = None
 
 
 class _Flow(asyncio.ReadTransport):
@@ -112,10 +119,14 @@ class Call:
 
     ``stdout`` and ``stderr`` are ``asyncio.StreamReader`` objects fed by the
     server (None with ``capture=False``; ``stderr`` is None with
-    ``merge=True``, its output is in ``stdout``). Attributes are filled in as
-    the server's events arrive. Awaiting the call's end — ``wait()``,
-    ``communicate()`` — from a task that gets cancelled stops the whole tree
-    first: wrap it in ``asyncio.shield`` to wait without that.
+    ``merge=True``, its output is in ``stdout``). With ``pty``, ``pty`` is the
+    reader of what the terminal shows (stdout and stderr as one stream) and
+    ``stdout``/``stderr`` are None; ``write()`` types. Once the call is a job
+    (``job_id`` set), its output goes to the job's ring buffer: the readers
+    end there, read the rest with ``pt.job(call.job_id)``. Attributes are
+    filled in as the server's events arrive. Awaiting the call's end —
+    ``wait()``, ``communicate()`` — from a task that gets cancelled stops the
+    whole tree first: wrap it in ``asyncio.shield`` to wait without that.
     """
 
     def __init__(self, tree: "ProcTree", call_id: str, args: Sequence[str]) -> None:
@@ -127,6 +138,10 @@ class Call:
         self.confinement = ""
         self.stdout: Optional[asyncio.StreamReader] = None
         self.stderr: Optional[asyncio.StreamReader] = None
+        #: What the call's terminal shows, with ``pty``; else None.
+        self.pty: Optional[asyncio.StreamReader] = None
+        #: The terminal's path, size and TERM, with ``pty``; else None.
+        self.terminal: Optional[Terminal] = None
         self.exit_code: Optional[int] = None
         self.signal: Optional[str] = None
         self.leftovers: List[ProcessInfo] = []
@@ -134,11 +149,23 @@ class Call:
         self.timed_out = False
         self.duration: Optional[float] = None
         self.errors: List[ProcTreeError] = []
-        self._sinks: Dict[str, Union[asyncio.StreamReader, Capture]] = {}
+        #: Set once the call is a job (``background=True``, or ``leftovers='keep'`` with processes left).
+        self.job_id: Optional[str] = None
+        #: With ``leftovers='keep'``: what was still running when the call became a job.
+        self.remaining: List[ProcessInfo] = []
+        #: What the whole tree used: so far at the job event, in full once closed.
+        self.usage: Optional[ResourceUsage] = None
+        self._sinks: Dict[str, asyncio.StreamReader] = {}
         self._holds = 0
         self._limit = DEFAULT_STREAM_LIMIT
+        self._started_at = asyncio.get_running_loop().time()
+        #: The output the server collected (``collect``), from the job or close event.
+        self._result: Optional[Json] = None
         self._closed: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
         self._closed.add_done_callback(consume)
+        #: The call's answer for run(): its close, or the moment it became a job.
+        self._settled: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
+        self._settled.add_done_callback(consume)
         self._ladder: "Optional[asyncio.Future[CleanupReport]]" = None
 
     @property
@@ -165,10 +192,20 @@ class Call:
 
     def _on_event(self, msg: Json) -> None:
         kind = msg["event"]
-        if kind == "stdout" or kind == "stderr":
+        if kind == "stdout" or kind == "stderr" or kind == "pty":
             sink = self._sinks.get(kind)
             if sink is not None:
                 sink.feed_data(base64.b64decode(msg["data"]))
+        elif kind == "job":
+            self.job_id, self.remaining, self.usage = msg["jobId"], msg["remaining"], msg["usage"]
+            self._result = msg.get("result")
+            if self.duration is None:
+                self.duration = asyncio.get_running_loop().time() - self._started_at
+            # What the job writes from now on goes to its ring buffer, not here.
+            for sink in set(self._sinks.values()):
+                sink.feed_eof()
+            if not self._settled.done():
+                self._settled.set_result(None)
         elif kind == "exit":
             self.exit_code, self.signal = msg["code"], msg["signal"]
         elif kind == "leftover":
@@ -182,16 +219,23 @@ class Call:
             self.timed_out = bool(msg["timedOut"])
             self.report = msg["cleanup"]
             self.duration = float(msg["durationMs"]) / 1000.0
+            self.usage, self.job_id = msg["usage"], msg["jobId"]
+            if "result" in msg:
+                self._result = msg["result"]
             for sink in set(self._sinks.values()):
-                sink.feed_eof()
+                if not sink.at_eof():
+                    sink.feed_eof()
             if not self._closed.done():
                 self._closed.set_result(None)
+            if not self._settled.done():
+                self._settled.set_result(None)
 
     def _server_gone(self, err: ProcTreeError) -> None:
         for sink in set(self._sinks.values()):
             sink.set_exception(err)
-        if not self._closed.done():
-            self._closed.set_exception(err)
+        for fut in (self._closed, self._settled):
+            if not fut.done():
+                fut.set_exception(err)
 
     # -- the API -----------------------------------------------------------
 
@@ -229,10 +273,10 @@ class Call:
         return out, err
 
     async def lines(self, *, encoding: str = "utf-8", errors: str = "replace") -> AsyncIterator[str]:
-        """The lines of stdout (with ``merge=True``, of both streams) as text,
-        without their line ending. A line longer than the stream limit comes
-        in pieces of that size."""
-        reader = self.stdout
+        """The lines of stdout (with ``merge=True``, of both streams; with
+        ``pty``, of the terminal) as text, without their line ending. A line
+        longer than the stream limit comes in pieces of that size."""
+        reader = self.pty or self.stdout
         if reader is None:
             raise ValueError("this call's stdout is not captured")
         decoder = codecs.getincrementaldecoder(encoding)(errors)
@@ -257,13 +301,17 @@ class Call:
             in_long_line = False
 
     async def write(self, data: Union[bytes, str]) -> None:
-        """Writes to the call's stdin (spawn it with ``stdin=True``); returns once it is with the kernel."""
+        """Writes to the call's stdin (spawn it with ``stdin=True``), or types
+        on its terminal (``pty``: end a line with ``\\r``, as the Enter key
+        does); returns once it is with the kernel."""
         if isinstance(data, str):
             data = data.encode()
         await self._tree._request("write", id=self.id, data=base64.b64encode(data).decode("ascii"))
 
     async def close_stdin(self) -> None:
-        """Ends the call's stdin; harmless once the call is over."""
+        """Ends the call's stdin; harmless once the call is over. On a
+        terminal, types the end-of-file character (^D) at the start of a line:
+        its reader sees the end of input, and typing still works."""
         if self.closed:
             return
         try:
@@ -272,6 +320,21 @@ class Call:
             # The call closed while the request was on its way.
             if err.code != UNKNOWN_CALL:
                 raise
+
+    async def resize(self, cols: int, rows: int) -> None:
+        """Sets the size of the call's terminal (``pty``): its foreground
+        process group gets SIGWINCH. ``ERR_PROCTREE_NO_PTY`` without a terminal,
+        ``ERR_OUT_OF_RANGE`` outside 1-65535."""
+        await self._tree._request("resize", id=self.id, cols=cols, rows=rows)
+        if self.terminal is not None:
+            self.terminal["cols"], self.terminal["rows"] = cols, rows
+
+    async def foreground(self) -> Optional[ProcessInfo]:
+        """The process in the foreground of the call's terminal (``comm``
+        says what it is: "vim is in the foreground"); None when no process
+        group is, or the terminal is gone."""
+        answer = await self._tree._request("foreground", id=self.id)
+        return cast(Optional[ProcessInfo], answer["process"])
 
     async def kill(self, signal: Signal = "SIGTERM") -> bool:
         """One signal to every process of the tree, no escalation; whether any got it."""
@@ -348,4 +411,5 @@ class Call:
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "running"
-        return f"<proctree.Call {self.id} pid={self.pid} {state} returncode={self.returncode}>"
+        job = f" job={self.job_id}" if self.job_id else ""
+        return f"<proctree.Call {self.id} pid={self.pid}{job} {state} returncode={self.returncode}>"

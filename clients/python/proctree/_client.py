@@ -9,23 +9,39 @@ the protocol.
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import os
 import shlex
-from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Union, cast, overload
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, TypedDict, Union, cast, overload
 
 from ._call import DEFAULT_STREAM_LIMIT, Call, Result, Signal, _Flow, consume, ms
-from ._capture import KEEPS, Capture, Keep
 from ._discovery import ADVICE, ServerCommand, ServerSpec, find_server
-from ._errors import Json, ProcTreeError, error_from
+from ._errors import KEEPS, JobInfo, Json, Keep, ProcTreeError, error_from
+from ._jobs import Job, job_list
 
-__all__ = ["ProcTree", "Call", "Result", "Signal", "DEFAULT_STREAM_LIMIT"]
+__all__ = ["ProcTree", "Call", "Result", "Signal", "DEFAULT_STREAM_LIMIT", "PtyOptions", "Leftovers"]
 
-#: Longest line accepted from the server; an output event carries at most one
-#: pipe read (64 KiB, 88 KiB as base64), the rest is small.
-SERVER_LINE_LIMIT = 16 * 1024 * 1024
-_PROTOCOL = 1
+#: Longest line accepted from the server. An output event carries at most
+#: one pipe read (64 KiB, 88 KiB as base64); the result of a run() carries
+#: what it kept of each stream, up to ``max_output`` bytes each (64 MiB by
+#: default), as base64 or as JSON text.
+SERVER_LINE_LIMIT = 1024 * 1024 * 1024
+#: The protocol version this client needs (jobs, collection and terminals came with 2).
+_PROTOCOL = 2
+
+#: What happens to what a command leaves running when it exits: stopped
+#: (``kill``, the default), waited for (``wait``), or kept as a job (``keep``).
+Leftovers = Literal["kill", "wait", "keep"]
+
+
+class PtyOptions(TypedDict, total=False):
+    """A terminal's size and TERM (``pty={"cols": 120, "rows": 40}``); default 80x24, xterm-256color."""
+
+    cols: int
+    rows: int
+    term: str
 
 
 class ProcTree:
@@ -104,9 +120,10 @@ class ProcTree:
                 raise
             status = self._proc.returncode
             raise self._start_error(f"it exited{'' if status is None else f' with status {status}'} before answering") from None
-        if answer.get("protocol") != _PROTOCOL:
+        protocol = answer.get("protocol")
+        if not isinstance(protocol, int) or protocol < _PROTOCOL:
             await self.close()
-            raise self._start_error(f"it speaks protocol {answer.get('protocol')!r}, this client {_PROTOCOL}")
+            raise self._start_error(f"it speaks protocol {protocol!r}, this client needs {_PROTOCOL} or later (update the proctree npm package)")
         self.server_info = {"version": answer.get("version"), "capabilities": answer.get("capabilities")}
 
     def _start_error(self, why: str) -> ProcTreeError:
@@ -199,8 +216,7 @@ class ProcTree:
         return fut
 
     async def _request(self, op: str, **fields: Any) -> Json:
-        """One request, answered: the primitive every operation is built on
-        (jobs and terminals will be requests like the others)."""
+        """One request, answered: the primitive every operation is built on."""
         await self.start()
         return await self._send(op, fields)
 
@@ -227,7 +243,11 @@ class ProcTree:
         env: Optional[Mapping[str, str]] = None,
         shell: Union[bool, str] = False,
         kill_signal: Optional[Signal] = None,
-        leftovers: Optional[Literal["kill", "wait"]] = None,
+        leftovers: Optional[Leftovers] = None,
+        background: bool = False,
+        idle_timeout: Optional[float] = None,
+        job_buffer: Optional[int] = None,
+        pty: Union[bool, PtyOptions] = False,
         confinement: Optional[str] = None,
         argv0: Optional[str] = None,
         uid: Optional[int] = None,
@@ -235,26 +255,44 @@ class ProcTree:
     ) -> Call:
         """Starts ``args`` (a list, or a string with ``shell=True``) in its own confinement.
 
-        ``timeout`` and ``grace`` are seconds. ``stdin=True`` gives the call a
-        stdin pipe (``write``/``close_stdin``); otherwise it reads /dev/null.
-        ``merge=True`` puts stderr into ``call.stdout`` in arrival order;
-        ``capture=False`` discards both. ``limit`` is the readers' buffer size
-        (as asyncio's): past twice that unread, the command is paused at the
-        server, so memory stays bounded however much it writes.
+        ``timeout``, ``grace`` and ``idle_timeout`` (stop the tree after that
+        long without output, reason ``idle``) are seconds. ``stdin=True``
+        gives the call a stdin pipe (``write``/``close_stdin``); otherwise it
+        reads /dev/null. ``merge=True`` puts stderr into ``call.stdout`` in
+        arrival order; ``capture=False`` discards both. ``limit`` is the
+        readers' buffer size (as asyncio's): past twice that unread, the
+        command is paused at the server, so memory stays bounded however much
+        it writes.
+
+        ``pty=True`` (or ``{"cols", "rows", "term"}``) runs it on a terminal
+        of its own: ``call.pty`` reads what it shows, ``write()`` types,
+        ``resize()``, ``foreground()``. ``leftovers='keep'`` makes what it
+        leaves running a job (``call.job_id``); ``background=True`` makes the
+        call a job from the start (its output goes to the job's ring buffer of
+        ``job_buffer`` bytes, read with ``pt.job(call.job_id)``, and
+        ``stdout``/``stderr`` are None).
         """
+        if pty and not capture:
+            raise ValueError("a terminal's output cannot be discarded: capture=False needs pty=False")
         call = self._new_call(args)
         call._limit = self._stream_limit if limit < 0 else limit
-        if capture:
-            for name in ("stdout",) if merge else ("stdout", "stderr"):
-                reader = asyncio.StreamReader(limit=call._limit)
-                reader.set_transport(_Flow(call))
-                setattr(call, name, reader)
-                call._sinks[name] = reader
-            if merge:
-                call._sinks["stderr"] = call._sinks["stdout"]
+        names: Sequence[str] = ()
+        if pty:
+            names = ("pty",)
+        elif capture:
+            names = ("stdout",) if merge else ("stdout", "stderr")
+        # A background call's output is its job's from the start.
+        for name in () if background else names:
+            reader = asyncio.StreamReader(limit=call._limit)
+            reader.set_transport(_Flow(call))
+            setattr(call, name, reader)
+            call._sinks[name] = reader
+        if merge and "stdout" in call._sinks:
+            call._sinks["stderr"] = call._sinks["stdout"]
         options = _spawn_options(
-            stdin=stdin, capture=capture, timeout=timeout, grace=grace, cwd=cwd, env=env, shell=shell,
-            kill_signal=kill_signal, leftovers=leftovers, confinement=confinement, argv0=argv0, uid=uid, gid=gid,
+            stdin=stdin, capture=capture, pty=pty, timeout=timeout, grace=grace, cwd=cwd, env=env, shell=shell,
+            kill_signal=kill_signal, leftovers=leftovers, background=background, idle_timeout=idle_timeout,
+            job_buffer=job_buffer, confinement=confinement, argv0=argv0, uid=uid, gid=gid,
         )
         await self._start_call(call, options)
         return call
@@ -268,7 +306,7 @@ class ProcTree:
         input: Optional[Union[bytes, str]] = ...,
         max_output: Optional[int] = ...,
         keep: Keep = ...,
-        marker: Optional[str] = ...,
+        marker: Union[bool, str, None] = ...,
         merge: bool = ...,
         capture: bool = ...,
         timeout: Optional[float] = ...,
@@ -277,7 +315,11 @@ class ProcTree:
         env: Optional[Mapping[str, str]] = ...,
         shell: Union[bool, str] = ...,
         kill_signal: Optional[Signal] = ...,
-        leftovers: Optional[Literal["kill", "wait"]] = ...,
+        leftovers: Optional[Leftovers] = ...,
+        background: bool = ...,
+        idle_timeout: Optional[float] = ...,
+        job_buffer: Optional[int] = ...,
+        pty: Union[bool, PtyOptions] = ...,
         confinement: Optional[str] = ...,
         argv0: Optional[str] = ...,
         uid: Optional[int] = ...,
@@ -293,7 +335,7 @@ class ProcTree:
         input: Optional[Union[bytes, str]] = ...,
         max_output: Optional[int] = ...,
         keep: Keep = ...,
-        marker: Optional[str] = ...,
+        marker: Union[bool, str, None] = ...,
         merge: bool = ...,
         capture: bool = ...,
         timeout: Optional[float] = ...,
@@ -302,7 +344,11 @@ class ProcTree:
         env: Optional[Mapping[str, str]] = ...,
         shell: Union[bool, str] = ...,
         kill_signal: Optional[Signal] = ...,
-        leftovers: Optional[Literal["kill", "wait"]] = ...,
+        leftovers: Optional[Leftovers] = ...,
+        background: bool = ...,
+        idle_timeout: Optional[float] = ...,
+        job_buffer: Optional[int] = ...,
+        pty: Union[bool, PtyOptions] = ...,
         confinement: Optional[str] = ...,
         argv0: Optional[str] = ...,
         uid: Optional[int] = ...,
@@ -317,7 +363,7 @@ class ProcTree:
         input: Optional[Union[bytes, str]] = None,
         max_output: Optional[int] = None,
         keep: Keep = "head",
-        marker: Optional[str] = None,
+        marker: Union[bool, str, None] = None,
         merge: bool = False,
         capture: bool = True,
         timeout: Optional[float] = None,
@@ -326,7 +372,11 @@ class ProcTree:
         env: Optional[Mapping[str, str]] = None,
         shell: Union[bool, str] = False,
         kill_signal: Optional[Signal] = None,
-        leftovers: Optional[Literal["kill", "wait"]] = None,
+        leftovers: Optional[Leftovers] = None,
+        background: bool = False,
+        idle_timeout: Optional[float] = None,
+        job_buffer: Optional[int] = None,
+        pty: Union[bool, PtyOptions] = False,
         confinement: Optional[str] = None,
         argv0: Optional[str] = None,
         uid: Optional[int] = None,
@@ -334,36 +384,67 @@ class ProcTree:
     ) -> Union[Result[bytes], Result[str]]:
         """Runs ``args`` until its whole tree is gone; never raises for an exit status.
 
-        ``input`` is written to stdin, which is then closed. ``max_output``
-        bounds what is kept of each stream (bytes, applied as it arrives):
-        ``keep='head'``, ``'tail'`` or ``'both'`` (first and last halves);
-        ``marker`` (a format string with ``{omitted}``) is put where bytes
-        were dropped; ``result.stdout_omitted`` counts them. ``merge=True``
-        puts stderr into ``stdout`` in arrival order. ``text=True`` decodes
-        as UTF-8. Cancelling the task (``asyncio.timeout``,
-        ``asyncio.wait_for``, ``task.cancel()``) stops the whole tree before
-        the cancellation goes on, like ``timeout``.
+        ``input`` is written to stdin, which is then closed. The server keeps
+        the output as it arrives, so nothing more than the kept part ever
+        travels or sits in memory: ``max_output`` bytes of each stream
+        (default: the server's 64 MiB), ``keep='head'``, ``'tail'`` or
+        ``'both'`` (first and last halves); ``marker`` (``True``, or a text in
+        which ``{omitted}`` is the count) stands where bytes were left out;
+        ``result.stdout_omitted`` counts them. ``merge=True`` puts stderr into
+        ``stdout`` in arrival order. ``text=True`` decodes as UTF-8, and a cut
+        never splits a character (without it, cuts count bytes). Cancelling
+        the task (``asyncio.timeout``, ``asyncio.wait_for``,
+        ``task.cancel()``) stops the whole tree before the cancellation goes
+        on, like ``timeout``.
+
+        ``leftovers='keep'``: when the command exits leaving processes (a dev
+        server started with ``&``), ``run()`` returns then, with its status,
+        output, ``remaining`` and ``job_id``; the rest runs on as a job
+        (``pt.job(result.job_id)``). ``background=True``: the call is a job
+        from its start and ``run()`` returns at once. ``pty=True`` runs it on a
+        terminal: ``input`` is typed, then the end of input (^D), and
+        ``stdout`` is what the terminal showed (``\\r\\n`` line ends).
         """
         if keep not in KEEPS:
             raise ValueError(f"keep must be one of {', '.join(map(repr, KEEPS))}, not {keep!r}")
+        if max_output is not None and (isinstance(max_output, bool) or not isinstance(max_output, int) or max_output < 0):
+            raise ValueError(f"max_output must be a non-negative number of bytes, not {max_output!r}")
+        if pty and not capture:
+            raise ValueError("a terminal's output cannot be discarded: capture=False needs pty=False")
         call = self._new_call(args)
-        out = Capture(max_output, keep, marker)
-        err = out if merge else Capture(max_output, keep, marker)
-        if capture:
-            call._sinks["stdout"], call._sinks["stderr"] = out, err
         options = _spawn_options(
-            stdin=input is not None, capture=capture, timeout=timeout, grace=grace, cwd=cwd, env=env, shell=shell,
-            kill_signal=kill_signal, leftovers=leftovers, confinement=confinement, argv0=argv0, uid=uid, gid=gid,
+            stdin=input is not None, capture=capture, pty=pty, timeout=timeout, grace=grace, cwd=cwd, env=env,
+            shell=shell, kill_signal=kill_signal, leftovers=leftovers, background=background,
+            idle_timeout=idle_timeout, job_buffer=job_buffer, confinement=confinement, argv0=argv0, uid=uid, gid=gid,
         )
+        # The server keeps what run() returns: no output travels but that.
+        options.update(collect=True, encoding="utf8" if text else "base64")
+        if max_output is not None:
+            options["maxBuffer"] = max_output
+        if keep != "head":
+            options["keep"] = keep
+        if marker is not None and marker is not False:
+            options["marker"] = marker
+        merged = merge and not pty
+        if merged:
+            options["all"] = True
         await self._start_call(call, options)
         try:
-            if input is not None:
-                await call._send_input(input)
-            await asyncio.shield(call._closed)
+            # On a terminal, as the library's run(): typed, then the end of input.
+            if input is not None or pty:
+                await call._send_input(input if input is not None else b"")
+            await asyncio.shield(call._settled)
         except asyncio.CancelledError:
             await call._stop_because_cancelled()
             raise
-        stdout, stderr = out.value(), (b"" if merge else err.value())
+        kept: Json = call._result or {}
+
+        def value(key: str) -> Union[str, bytes]:
+            data = cast(str, kept.get(key, ""))
+            return data if text else base64.b64decode(data)
+
+        stdout = value("all" if merged else "stdout")
+        stderr = value("") if merged else value("stderr")
         common: Dict[str, Any] = dict(
             args=call.args,
             returncode=call.returncode,
@@ -375,13 +456,16 @@ class ProcTree:
             pid=call.pid,
             cgroup=call.cgroup,
             leftovers=call.leftovers,
-            stdout_omitted=out.omitted,
-            stderr_omitted=0 if merge else err.omitted,
+            stdout_omitted=int(kept.get("allOmitted" if merged else "stdoutOmitted", 0)),
+            stderr_omitted=0 if merged else int(kept.get("stderrOmitted", 0)),
             errors=call.errors,
+            job_id=call.job_id,
+            remaining=call.remaining,
+            usage=call.usage,
         )
         if text:
-            return Result[str](stdout=stdout.decode(errors="replace"), stderr=stderr.decode(errors="replace"), **common)
-        return Result[bytes](stdout=stdout, stderr=stderr, **common)
+            return Result[str](stdout=cast(str, stdout), stderr=cast(str, stderr), **common)
+        return Result[bytes](stdout=cast(bytes, stdout), stderr=cast(bytes, stderr), **common)
 
     def _new_call(self, args: Union[Sequence[str], str]) -> Call:
         argv = [args] if isinstance(args, str) else [str(a) for a in args]
@@ -408,6 +492,8 @@ class ProcTree:
             self._calls.pop(call.id, None)
             raise
         call.pid, call.cgroup, call.confinement = answer["pid"], answer["cgroup"], answer["confinement"]
+        call.job_id = answer.get("jobId") or call.job_id
+        call.terminal = answer.get("pty")
 
     def _stop_orphan(self, call: Call, fut: "asyncio.Future[Json]") -> None:
         if fut.cancelled() or fut.exception() is not None:
@@ -418,8 +504,18 @@ class ProcTree:
     # -- the rest of the protocol ----------------------------------------------
 
     async def list(self) -> List[Json]:
-        """The server's open calls: id, pid, cgroup, members (pids), exitCode, signal."""
+        """The server's open calls: id, pid, cgroup, members (pids), exitCode, signal, jobId."""
         return cast(List[Json], (await self._request("list"))["calls"])
+
+    async def jobs(self) -> List[JobInfo]:
+        """The jobs: running ones, and the last finished ones (with their
+        output), in the order they became jobs; members read from the kernel now."""
+        return job_list(await self._request("jobs"))
+
+    def job(self, job_id: str) -> Job:
+        """The job with this id (``result.job_id``, ``call.job_id``, ``jobs()[i]["id"]``):
+        ``read()``, ``tail()``, ``stop()``, ``wait()``, ``info()``."""
+        return Job(self, job_id)
 
     async def capabilities(self) -> Json:
         """What this host allows (tiers, cgroup, pidfd, ...), as ``proctree doctor`` shows it."""
@@ -458,6 +554,7 @@ def _spawn_options(
     *,
     stdin: bool,
     capture: bool,
+    pty: Union[bool, PtyOptions],
     timeout: Optional[float],
     grace: Optional[float],
     cwd: Optional[str],
@@ -465,15 +562,23 @@ def _spawn_options(
     shell: Union[bool, str],
     kill_signal: Optional[Signal],
     leftovers: Optional[str],
+    background: bool,
+    idle_timeout: Optional[float],
+    job_buffer: Optional[int],
     confinement: Optional[str],
     argv0: Optional[str],
     uid: Optional[int],
     gid: Optional[int],
 ) -> Json:
     """spawn's keyword arguments as the protocol's ``spawnOptions``."""
-    options: Json = {"stdin": "pipe" if stdin else "ignore"}
-    if not capture:
-        options["stdout"] = options["stderr"] = "ignore"
+    options: Json = {}
+    if pty:
+        # fds 0-2 are the terminal: no stdio choice to make.
+        options["pty"] = True if pty is True else dict(pty)
+    else:
+        options["stdin"] = "pipe" if stdin else "ignore"
+        if not capture:
+            options["stdout"] = options["stderr"] = "ignore"
     for key, value in (
         ("cwd", None if cwd is None else os.fspath(cwd)),
         ("env", None if env is None else dict(env)),
@@ -482,12 +587,16 @@ def _spawn_options(
         ("grace", ms(grace)),
         ("killSignal", int(kill_signal) if isinstance(kill_signal, int) else kill_signal),
         ("leftovers", leftovers),
+        ("idleTimeout", ms(idle_timeout)),
+        ("jobBuffer", job_buffer),
         ("confinement", confinement),
         ("uid", uid),
         ("gid", gid),
     ):
         if value is not None:
             options[key] = value
+    if background:
+        options["background"] = True
     if shell:
         options["shell"] = shell
     return options

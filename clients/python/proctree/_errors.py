@@ -1,10 +1,15 @@
-"""The one exception type of the client, and the shapes of what the server reports."""
+"""The one exception type of the client, and the shapes of what the server
+reports (the ``$defs`` of docs/protocol.schema.json, as TypedDicts)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, TypedDict
+from typing import Any, Dict, List, Literal, Optional, TypedDict
 
 Json = Dict[str, Any]
+
+#: Which part of an output longer than ``max_output`` is kept.
+Keep = Literal["head", "tail", "both"]
+KEEPS = ("head", "tail", "both")
 
 
 class ProcessInfo(TypedDict):
@@ -16,6 +21,40 @@ class ProcessInfo(TypedDict):
     sid: int
     comm: str
     cmdline: str
+    #: When it started, in clock ticks after boot: with pid, names the process across pid reuse.
+    startTime: int
+
+
+class _ResourceUsage(TypedDict):
+    userMs: float
+    systemMs: float
+    peakProcesses: int
+    #: ``cgroup`` (cpu.stat, memory.peak), ``rusage`` (what was reaped), ``none`` (not known).
+    source: str
+
+
+class ResourceUsage(_ResourceUsage, total=False):
+    """What a call's whole tree used (``resourceUsage``); ``memoryPeakBytes``
+    only where the memory controller is delegated."""
+
+    memoryPeakBytes: int
+
+
+class Terminal(TypedDict):
+    """A call's terminal (``terminalInfo``): the slave's path, its size now, TERM."""
+
+    path: Optional[str]
+    cols: int
+    rows: int
+    term: str
+
+
+class JobOutputCounters(TypedDict):
+    #: Bytes the job wrote since it started.
+    total: int
+    #: Of those, the oldest bytes its ring buffer no longer holds.
+    dropped: int
+    capacity: int
 
 
 class CleanupReport(TypedDict):
@@ -29,6 +68,37 @@ class CleanupReport(TypedDict):
     leftovers: List[ProcessInfo]
     verified: str
     durationMs: float
+
+
+class JobInfo(TypedDict):
+    """A job (``jobInfo``): ``state`` is ``running``, ``stopping``, ``exited``
+    (it ended by itself) or ``stopped`` (a ladder emptied it); ``processes``
+    are read from the kernel when asked; ``cleanup`` and ``usage`` once it is over."""
+
+    id: str
+    command: str
+    argv: List[str]
+    #: When it started, in ms since the epoch.
+    startedAt: float
+    state: str
+    pid: Optional[int]
+    exitCode: Optional[int]
+    signal: Optional[str]
+    members: int
+    processes: List[ProcessInfo]
+    cgroup: str
+    confinement: str
+    output: JobOutputCounters
+    cleanup: Optional[CleanupReport]
+    usage: Optional[ResourceUsage]
+
+
+#: A piece of a job's output (stdout and stderr merged): ``text`` never
+#: starts or ends inside a character; ``from`` is the offset of its first
+#: byte, ``next`` the offset to read from next time, ``dropped`` the bytes the
+#: ring buffer lost between the offset asked for and ``from``, ``total`` the
+#: bytes written so far.
+JobOutput = TypedDict("JobOutput", {"text": str, "from": int, "next": int, "dropped": int, "total": int})
 
 
 class ProcTreeError(Exception):

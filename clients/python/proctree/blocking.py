@@ -34,13 +34,12 @@ from typing import (
     overload,
 )
 
-from . import _client
-from ._capture import Keep
-from ._client import DEFAULT_STREAM_LIMIT, Result, Signal
+from . import _client, _jobs
+from ._client import DEFAULT_STREAM_LIMIT, Leftovers, PtyOptions, Result, Signal
 from ._discovery import ServerSpec
-from ._errors import CleanupReport, Json, ProcessInfo, ProcTreeError
+from ._errors import CleanupReport, JobInfo, JobOutput, Json, Keep, ProcessInfo, ProcTreeError, ResourceUsage, Terminal
 
-__all__ = ["ProcTree", "Call", "Output", "Result", "ProcTreeError"]
+__all__ = ["ProcTree", "Call", "Job", "Output", "Result", "ProcTreeError"]
 
 T = TypeVar("T")
 _CHUNK = 64 * 1024
@@ -148,6 +147,8 @@ class Call:
         self._core = core
         self.stdout = Output(loop, core.stdout, core._limit) if core.stdout is not None else None
         self.stderr = Output(loop, core.stderr, core._limit) if core.stderr is not None else None
+        #: What the call's terminal shows, with ``pty``; else None.
+        self.pty = Output(loop, core.pty, core._limit) if core.pty is not None else None
 
     @property
     def id(self) -> str:
@@ -201,13 +202,37 @@ class Call:
     def closed(self) -> bool:
         return self._core.closed
 
+    @property
+    def job_id(self) -> Optional[str]:
+        return self._core.job_id
+
+    @property
+    def remaining(self) -> List[ProcessInfo]:
+        return self._core.remaining
+
+    @property
+    def usage(self) -> Optional[ResourceUsage]:
+        return self._core.usage
+
+    @property
+    def terminal(self) -> Optional[Terminal]:
+        return self._core.terminal
+
     def write(self, data: Union[bytes, str]) -> None:
-        """Writes to the call's stdin (spawn it with ``stdin=True``)."""
+        """Writes to the call's stdin (spawn it with ``stdin=True``), or types on its terminal (``pty``)."""
         self._loop.run(self._core.write(data))
 
     def close_stdin(self) -> None:
-        """Ends the call's stdin; harmless once the call is over."""
+        """Ends the call's stdin (on a terminal: types ^D); harmless once the call is over."""
         self._loop.run(self._core.close_stdin())
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Sets the size of the call's terminal; its foreground process group gets SIGWINCH."""
+        self._loop.run(self._core.resize(cols, rows))
+
+    def foreground(self) -> Optional[ProcessInfo]:
+        """The process in the foreground of the call's terminal, or None."""
+        return self._loop.run(self._core.foreground())
 
     def kill(self, signal: Signal = "SIGTERM") -> bool:
         """One signal to every process of the tree, no escalation."""
@@ -242,6 +267,44 @@ class Call:
     def __exit__(self, *exc: object) -> None:
         if not self.closed:
             self.terminate()
+
+
+class Job:
+    """A job of the server (see ``proctree.Job``)."""
+
+    def __init__(self, loop: _Loop, core: _jobs.Job) -> None:
+        self._loop = loop
+        self._core = core
+
+    @property
+    def id(self) -> str:
+        return self._core.id
+
+    def read(self, from_: int = 0, max_bytes: Optional[int] = None) -> JobOutput:
+        """Its output from byte offset ``from_``; pass ``out["next"]`` back to read what came since."""
+        return self._loop.run(self._core.read(from_, max_bytes))
+
+    def tail(self, n: int = 4096) -> JobOutput:
+        """The last ``n`` bytes of its output."""
+        return self._loop.run(self._core.tail(n))
+
+    def stop(self, grace: Optional[float] = None) -> CleanupReport:
+        """Stops its whole tree and returns the report."""
+        return self._loop.run(self._core.stop(grace))
+
+    def wait(self, timeout: Optional[float] = None) -> JobInfo:
+        """Waits until its tree is gone; returns its final info. After
+        ``timeout`` seconds raises ``TimeoutError`` and leaves the job running."""
+        try:
+            return self._loop.run(self._core.wait(), timeout)
+        except TimeoutError:
+            raise TimeoutError(f"job {self.id} still running after {timeout} s") from None
+
+    def info(self) -> JobInfo:
+        return self._loop.run(self._core.info())
+
+    def __repr__(self) -> str:
+        return f"<proctree.blocking.Job {self.id}>"
 
 
 class ProcTree:
@@ -292,7 +355,11 @@ class ProcTree:
         env: Optional[Mapping[str, str]] = None,
         shell: Union[bool, str] = False,
         kill_signal: Optional[Signal] = None,
-        leftovers: Optional[Literal["kill", "wait"]] = None,
+        leftovers: Optional[Leftovers] = None,
+        background: bool = False,
+        idle_timeout: Optional[float] = None,
+        job_buffer: Optional[int] = None,
+        pty: Union[bool, PtyOptions] = False,
         confinement: Optional[str] = None,
         argv0: Optional[str] = None,
         uid: Optional[int] = None,
@@ -303,6 +370,7 @@ class ProcTree:
             self._core.spawn(
                 args, stdin=stdin, merge=merge, capture=capture, limit=limit, timeout=timeout, grace=grace,
                 cwd=cwd, env=env, shell=shell, kill_signal=kill_signal, leftovers=leftovers,
+                background=background, idle_timeout=idle_timeout, job_buffer=job_buffer, pty=pty,
                 confinement=confinement, argv0=argv0, uid=uid, gid=gid,
             )
         )
@@ -317,7 +385,7 @@ class ProcTree:
         input: Optional[Union[bytes, str]] = ...,
         max_output: Optional[int] = ...,
         keep: Keep = ...,
-        marker: Optional[str] = ...,
+        marker: Union[bool, str, None] = ...,
         merge: bool = ...,
         capture: bool = ...,
         timeout: Optional[float] = ...,
@@ -326,7 +394,11 @@ class ProcTree:
         env: Optional[Mapping[str, str]] = ...,
         shell: Union[bool, str] = ...,
         kill_signal: Optional[Signal] = ...,
-        leftovers: Optional[Literal["kill", "wait"]] = ...,
+        leftovers: Optional[Leftovers] = ...,
+        background: bool = ...,
+        idle_timeout: Optional[float] = ...,
+        job_buffer: Optional[int] = ...,
+        pty: Union[bool, PtyOptions] = ...,
         confinement: Optional[str] = ...,
         argv0: Optional[str] = ...,
         uid: Optional[int] = ...,
@@ -342,7 +414,7 @@ class ProcTree:
         input: Optional[Union[bytes, str]] = ...,
         max_output: Optional[int] = ...,
         keep: Keep = ...,
-        marker: Optional[str] = ...,
+        marker: Union[bool, str, None] = ...,
         merge: bool = ...,
         capture: bool = ...,
         timeout: Optional[float] = ...,
@@ -351,7 +423,11 @@ class ProcTree:
         env: Optional[Mapping[str, str]] = ...,
         shell: Union[bool, str] = ...,
         kill_signal: Optional[Signal] = ...,
-        leftovers: Optional[Literal["kill", "wait"]] = ...,
+        leftovers: Optional[Leftovers] = ...,
+        background: bool = ...,
+        idle_timeout: Optional[float] = ...,
+        job_buffer: Optional[int] = ...,
+        pty: Union[bool, PtyOptions] = ...,
         confinement: Optional[str] = ...,
         argv0: Optional[str] = ...,
         uid: Optional[int] = ...,
@@ -364,8 +440,16 @@ class ProcTree:
         return result
 
     def list(self) -> List[Json]:
-        """The server's open calls: id, pid, cgroup, members (pids), exitCode, signal."""
+        """The server's open calls: id, pid, cgroup, members (pids), exitCode, signal, jobId."""
         return self._loop.run(self._core.list())
+
+    def jobs(self) -> List[JobInfo]:
+        """The jobs: running ones and the last finished ones; see ``proctree.ProcTree.jobs``."""
+        return self._loop.run(self._core.jobs())
+
+    def job(self, job_id: str) -> Job:
+        """The job with this id: ``read()``, ``tail()``, ``stop()``, ``wait()``, ``info()``."""
+        return Job(self._loop, self._core.job(job_id))
 
     def capabilities(self) -> Json:
         return self._loop.run(self._core.capabilities())
