@@ -1,5 +1,6 @@
 // The Python client (clients/python) from `npm test`: its unittest suite
-// against this checkout's server, module by module; the README's Python
+// against this checkout's server, module by module (jobs and terminals
+// included); the README's Python
 // examples, run as written and compared with the output shown; and the npm
 // package carrying what `pip install node_modules/proctree/clients/python`
 // needs.
@@ -43,6 +44,17 @@ describe('clients/python: python3 -m unittest against a real server', () => {
   const modules: [string, string[]][] = [
     ['test_asyncio', ['test_fifty_concurrent_calls', 'test_cancelling_a_run_stops_its_escaping_tree', 'test_wait_for_around_run_stops_a_setsid_daemon']],
     ['test_blocking', ['test_sigkill_of_the_client_ends_all_its_calls_within_1s', 'test_double_fork_setsid_leaves_zero_survivors']],
+    [
+      'test_jobs',
+      [
+        'test_a_dev_server_kept_as_a_job_answers_after_run_is_listed_readable_and_stopped',
+        'test_a_background_dev_server_survives_run_and_job_stop_ends_it',
+        'test_cancelling_a_wait_on_a_job_does_not_stop_it',
+        'test_a_background_job_through_the_blocking_api',
+        'test_sigkill_of_the_client_kills_its_jobs',
+      ],
+    ],
+    ['test_terminal', ['test_tty_stty_size_resize_typing_and_the_end_of_input', 'test_run_with_a_terminal_returns_what_it_showed', 'test_a_terminal_through_the_blocking_api']],
     ['test_memory', ['test_200mb_with_max_output_keeps_client_and_server_under_100mb']],
     ['test_package', ['test_pip_installs_the_source_directory_offline', 'test_the_client_inside_the_npm_package_finds_its_own_server']],
   ];
