@@ -13,7 +13,10 @@ The asyncio API (this module) mirrors ``asyncio.subprocess``::
 
     asyncio.run(main())
 
-``proctree.blocking`` has the same API for programs without an event loop.
+Jobs (``run(..., leftovers="keep")``, ``background=True``, ``pt.jobs()``,
+``pt.job(id)``) and terminals (``pty=True``, ``call.pty``, ``call.resize()``)
+are those of the library. ``proctree.blocking`` has the same API for
+programs without an event loop.
 Both talk to ``proctree serve`` from the npm package (docs/protocol.md),
 found as ``proctree._discovery`` describes. Standard library only.
 """
