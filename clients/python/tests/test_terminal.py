@@ -96,9 +96,11 @@ class TerminalTest(unittest.IsolatedAsyncioTestCase):
         typed = await self.pt.run(["sh", "-c", "read a; echo \"got $a\"; cat"], pty=True, input="x y\r", text=True)
         self.assertEqual(typed.stdout, "x y\r\ngot x y\r\n")
         # A daemon that setsid'd away from the terminal is stopped with the rest.
+        # (The pause: the shell's exit hangs the terminal up, and SIGHUP would
+        # end the daemon itself if it had not left the shell's session yet.)
         t = token()
         try:
-            stopped = await self.pt.run(["bash", "-c", f"setsid sleep {t} & echo started"], pty=True, text=True)
+            stopped = await self.pt.run(["bash", "-c", f"setsid sleep {t} & sleep 0.5; echo started"], pty=True, text=True)
             assert stopped.report is not None
             self.assertEqual((stopped.report["reason"], stopped.report["leftovers"]), ("leftovers", []))
             self.assertEqual(live_with(t), [])
