@@ -1,9 +1,8 @@
 // The Python client (clients/python) from `npm test`: its unittest suite
 // against this checkout's server, module by module (jobs and terminals
-// included); the README's Python
-// examples, run as written and compared with the output shown; and the npm
-// package carrying what `pip install node_modules/proctree/clients/python`
-// needs.
+// included); the README's Python examples, run as written and compared with
+// the output shown; and the npm package carrying what
+// `pip install node_modules/proctree/clients/python` needs.
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
