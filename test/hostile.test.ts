@@ -232,6 +232,52 @@ describe('out of inotify watches (ENOSPC)', () => {
   });
 });
 
+describe('an overflowing inotify queue (IN_Q_OVERFLOW)', () => {
+  it("a 'populated 0' lost in the overflow does not leave calls open forever", async () => {
+    const t = token();
+    const { child, info } = await harness<{ cgroups: string[]; victims: string[] }>('overflow', t);
+    for (const g of info.victims) cgroups.push(g);
+    // While the harness's loop is blocked (13 s): toggle the freeze of the
+    // noise calls' leaves (leaves this test's harness made) until the queue
+    // has overflowed for sure (16384 events: about 5 s of this with 250
+    // leaves) and the victims' trees have ended (8 s); thaw them at last.
+    const deadline = Date.now() + 12000;
+    let toggles = 0;
+    while (Date.now() < deadline) {
+      for (const g of info.cgroups) {
+        try {
+          fs.writeFileSync(`${g}/cgroup.freeze`, toggles % 2 ? '0' : '1');
+        } catch {
+          // gone already
+        }
+      }
+      toggles += 1;
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    for (const g of info.cgroups) {
+      try {
+        fs.writeFileSync(`${g}/cgroup.freeze`, '0');
+      } catch {
+        // gone already
+      }
+    }
+    const line = await new Promise<string>((resolve, reject) => {
+      let buf = '';
+      child.stdout?.on('data', (d: Buffer) => {
+        buf += d.toString();
+        if (buf.includes('closedAfterMs')) resolve(buf);
+      });
+      child.once('exit', (code) => reject(new Error(`harness exited ${code}: ${buf}`)));
+      setTimeout(() => reject(new Error(`calls still open 20 s after the overflow: ${buf}`)), 20_000);
+    });
+    expect(line).toMatch(/"closedAfterMs":\d+/);
+    for (const g of info.victims) expect(fs.existsSync(g)).toBe(false);
+    await new Promise((resolve) => (child.exitCode !== null ? resolve(null) : child.once('exit', resolve)));
+    await waitUntil(() => liveWith(t, 'sleep').length === 0, 3000);
+    expect(liveWith(t, 'sleep')).toEqual([]);
+  }, 60_000);
+});
+
 describe('kill()', () => {
   it('kill(0) asks whether the tree lives and changes nothing: no freeze, no thaw', async () => {
     const t = token();
