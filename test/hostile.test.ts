@@ -156,6 +156,23 @@ describe('kernels without cgroup.kill (PROCTREE_TEST_NO_CGROUP_KILL=1)', () => {
   });
 });
 
+describe('kernels without cgroup.kill, the exit hook', () => {
+  it('a harness exiting normally stops every call (freeze + SIGKILL rounds) before it is gone', async () => {
+    const t = token();
+    const env = { ...process.env, PROCTREE_TEST_NO_CGROUP_KILL: '1' };
+    const child = cpSpawn(process.execPath, [fixture, 'signal-storm', t, 'exit'], { env, stdio: ['pipe', 'pipe', 'inherit'] });
+    children.push(child);
+    const line = await new Promise<string>((resolve) => child.stdout?.once('data', (d: Buffer) => resolve(d.toString())));
+    for (const g of (JSON.parse(line) as { cgroups: string[] }).cgroups) cgroups.push(g);
+    expect(await waitForLive(t, 60, 'sleep')).toHaveLength(60);
+    child.stdin?.write('exit\n');
+    await new Promise((resolve) => child.once('exit', resolve));
+    // Synchronously, in the hook: nothing is left the moment it has exited.
+    expect(liveWith(t, 'sleep')).toEqual([]);
+    expect(child.exitCode).toBe(0);
+  });
+});
+
 describe('the weaker tiers', () => {
   it('subreaper: a shim killed from outside is reported as an error, never as a clean empty', async () => {
     const t = token();
