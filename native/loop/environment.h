@@ -105,6 +105,9 @@ class Environment {
 
  private:
   SysError ensure_open();
+  // Unique in the process, so several environments (workers) can share a
+  // subtree without their leaves colliding.
+  static uint64_t next_call_id();
   SysError spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_brokered(const SpawnOptions& opts, const SpawnRequest& req, SpawnedCall* out);
@@ -114,6 +117,9 @@ class Environment {
   void reap_finished();
   static void on_flush_timer(uv_timer_t* t);
   void handle_closed();
+  // uv_close, then delete; counted until its close callback has run.
+  template <typename Handle>
+  void close_handle(Handle** handle);
 
   uv_loop_t* loop_;
   EventSink* sink_;
