@@ -276,6 +276,9 @@ void Call::resume_pass() {
 
 bool Call::terminate(int grace_ms, int sig, const std::string& reason) {
   if (finished_ || ladder_.started()) return ladder_.started();
+  // The shim may have said which process is the command already, in a
+  // message not read yet: "escaped" is counted against it.
+  if (starting_ && control_) drain_control();
   if (!confinement_) {
     // The broker has not said where the tree is yet: run the ladder then.
     pending_terminate_ = true;
