@@ -1,4 +1,4 @@
-export { spawn, run } from './run';
+export { spawn, run } from './spawn';
 export { ToolCall, type ToolCallEvents } from './toolcall';
 export { PtyStream } from './pty';
 export { Supervisor, getDefaultSupervisor, jobs, job, type SupervisorOptions, type SupervisorEvents } from './supervisor';

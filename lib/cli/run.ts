@@ -2,7 +2,7 @@
 // public API (spawn, terminate, done); this file only maps flags and statuses.
 import { constants as osConstants } from 'node:os';
 
-import { spawn } from '../run';
+import { spawn } from '../spawn';
 import type { ToolCall } from '../toolcall';
 import type { CleanupReport, ResourceUsage, RunResult, SpawnOptions } from '../types';
 import { EXIT_USAGE, flagString, parseDuration, parseFlags, parseSize, splitCommand, UsageError } from './args';

@@ -12,7 +12,7 @@ import { invalidArgValue } from '../errors';
 import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, keptValue, OutputCollector, type OutputStream } from '../output';
 import { noTerminal, typeEndOfInput } from '../pty';
 import { usageSoFar } from '../result';
-import { spawn } from '../run';
+import { spawn } from '../spawn';
 import { job, jobs } from '../supervisor';
 import type { ToolCall } from '../toolcall';
 import type { CleanupReport, ProcessInfo, SpawnOptions } from '../types';

@@ -1,3 +1,5 @@
+// The module-level spawn() and run(): calls of the default supervisor
+// (getDefaultSupervisor() in supervisor.ts), for a harness that needs one.
 import { getDefaultSupervisor } from './supervisor';
 import type { ToolCall } from './toolcall';
 import type { RunOptions, RunResult, SpawnOptions } from './types';
