@@ -209,7 +209,8 @@ function checkStdio(value: unknown): StdioEntry[] {
 // execvpe's search, done here in the parent; the child execs the first
 // candidate that exists (relative entries resolve against the new cwd).
 function candidatesFor(file: string, env: string[] | null): string[] {
-  if (file.includes('/')) return [file];
+  // Windows (the portable binding): child_process searches PATH and PATHEXT itself.
+  if (file.includes('/') || process.platform === 'win32') return [file];
   const entry = env === null ? process.env.PATH : env.find((e) => e.startsWith('PATH='))?.slice(5);
   const searchPath = entry !== undefined ? entry : '/usr/local/bin:/usr/bin:/bin';
   return searchPath.split(':').map((dir) => (dir === '' ? file : path.posix.join(dir, file)));
@@ -353,8 +354,8 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
   const output = resolveOutput(opts);
   const jobBuffer = checkBytes(opts.jobBuffer, 'options.jobBuffer', defaults.jobBuffer ?? DEFAULT_JOB_BUFFER);
   const confinement = opts.confinement ?? 'auto';
-  if (!['auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup'].includes(confinement as string)) {
-    throw invalidArgValue('options.confinement', confinement, "must be one of: 'auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup'");
+  if (!['auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup', 'none'].includes(confinement as string)) {
+    throw invalidArgValue('options.confinement', confinement, "must be one of: 'auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup', 'none'");
   }
   const grace = checkMs(opts.grace, 'grace', defaults.grace ?? 2000);
   const pty = resolvePty(opts.pty);

@@ -12,9 +12,14 @@
  *   that stays below the shim, killed by re-walking until none is left.
  * - `pgroup`: a new session, signalled member by member; a descendant that
  *   calls setsid() is invisible to it. The baseline, used only when nothing
- *   above works.
+ *   above works. Off Linux (the portable binding, see README "Off Linux"):
+ *   a new session and process group, signalled through the group and
+ *   through the descendants the process table shows.
+ * - `none`: only with the portable binding (Windows, or on request): the
+ *   main process and its descendants as the process table shows them, each
+ *   signalled by pid; no group, nothing confined.
  */
-export type Confinement = 'cgroup' | 'systemd' | 'pidns' | 'subreaper' | 'pgroup';
+export type Confinement = 'cgroup' | 'systemd' | 'pidns' | 'subreaper' | 'pgroup' | 'none';
 
 /** How a CleanupReport proved the tree empty. */
 export type Verification = 'cgroup.events' | 'pidns' | 'subreaper' | 'none';
@@ -150,7 +155,7 @@ export interface CleanupReport {
    * How emptiness was proved: `cgroup.events` (populated 0), `pidns` (the
    * namespace's init was reaped, which the kernel allows only once every
    * process of the namespace is gone), `subreaper` (the shim had no child
-   * left), `none` (pgroup: nothing visible is left, escapees are not visible).
+   * left), `none` (pgroup and none: nothing visible is left, escapees are not visible).
    */
   verified: Verification;
   durationMs: number;
