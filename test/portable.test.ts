@@ -221,6 +221,33 @@ describe.each(['pgroup', 'none'] as const)('portable confinement %s', (tier) => 
 });
 
 describe('run() and spawn() on the portable binding', () => {
+  it('an exec failure child_process reports late (a script whose interpreter is missing): error, then close', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-portable-'));
+    dirs.push(dir);
+    const script = path.join(dir, 'bad-interpreter');
+    fs.writeFileSync(script, '#!/nonexistent/proctree-interpreter\n', { mode: 0o755 });
+    const call = pt.spawn(script);
+    const err = await new Promise<Error & { code?: string; step?: string }>((resolve) => call.once('error', resolve));
+    expect(err).toMatchObject({ code: 'ENOENT', step: 'execve' });
+    expect(call.pid).toBeUndefined();
+    await new Promise((resolve) => call.once('close', resolve));
+    expect(call.exitCode).toBe(-2);
+  });
+
+  it('an fd of the harness as stdout (a file)', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-portable-'));
+    dirs.push(dir);
+    const file = path.join(dir, 'out.txt');
+    const fd = fs.openSync(file, 'w');
+    try {
+      const r = await pt.run('bash', ['-c', 'echo to-file; echo to-pipe >&2'], { stdio: ['ignore', fd, 'pipe'] });
+      expect(r.stderr).toBe('to-pipe\n');
+    } finally {
+      fs.closeSync(fd);
+    }
+    expect(fs.readFileSync(file, 'utf8')).toBe('to-file\n');
+  });
+
   it('output, exit codes, signals, input, all and onOutput', async () => {
     const seen: string[] = [];
     const r = await pt.run('bash', ['-c', 'echo out; echo err >&2; cat; exit 7'], {
@@ -358,6 +385,30 @@ describe('other harnesses', () => {
     expect(doctor.status).toBe(0);
     expect(doctor.stdout).toMatch(/portable\s+PROCTREE_PORTABLE=1/);
     expect(doctor.stdout).toMatch(/auto picks: pgroup/);
+  });
+
+  it("a harness's normal exit kills its unref'd calls; a harness killed by SIGKILL leaves them running (no guardian: a known miss)", async () => {
+    const t1 = tok();
+    const exited = nodeChild(
+      `const pt = require('.'); const c = pt.spawn('bash', ['-c', 'sleep ${t1} & sleep ${t1}'], { stdio: 'ignore' });
+       c.once('spawn', () => setTimeout(() => { c.unref(); }, 200));`,
+      { PROCTREE_PORTABLE: '1' },
+    );
+    expect(exited.stderr).toBe('');
+    expect(exited.status).toBe(0);
+    await waitUntil(() => liveWith(t1).length === 0, 2000);
+    expect(liveWith(t1)).toEqual([]);
+
+    const t2 = tok();
+    const harness = execFile(process.execPath, ['-e', `const pt = require('.'); pt.spawn('bash', ['-c', 'sleep ${t2} & sleep ${t2}'], { stdio: 'ignore' }); setInterval(() => {}, 1000);`], {
+      cwd: root,
+      env: { ...process.env, PROCTREE_PORTABLE: '1' },
+    });
+    await waitForLive(t2, 2, 'sleep');
+    harness.kill('SIGKILL');
+    await new Promise((resolve) => harness.once('exit', resolve));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(reapMisses(t2)).toBe(2);
   });
 
   it('PROCTREE_PORTABLE=ps reads the process table with ps(1), as on macOS: the same outcomes', () => {
