@@ -34,7 +34,7 @@ import {
   type NativeSpawned,
   type PortableMode,
 } from './native';
-import { aliveInGroup, describe, type ProcessRow, readTable } from './process-table';
+import { aliveInGroup, describe, type ProcessRow, readTable, stillAlive } from './process-table';
 
 const SIGKILL = osConstants.signals.SIGKILL;
 // Windows has no SIGCONT (and no stopped processes to continue).
@@ -436,11 +436,26 @@ class PortableBinding implements NativeBinding {
     call.onEvent(NativeEventKind.Empty, { peakProcesses: call.peak });
   }
 
-  /** Polls until the call is empty (true) or `deadline` passes (false); in the kill phase, SIGKILL to the group each turn. */
-  async #settle(call: PortableCall, deadline: number, killing: boolean): Promise<boolean> {
+  /**
+   * What the ladder signalled that is still alive but no longer visible:
+   * an escapee whose parent died during the ladder (reparented away), or, in
+   * 'none', a child of the main process once it exited. It still gets its
+   * grace and its SIGKILL.
+   */
+  #stragglers(call: PortableCall, signalled: readonly ProcessRow[], visible: readonly ProcessRow[]): ProcessRow[] {
+    const seen = new Set(visible.map((r) => r.pid));
+    return stillAlive(this.#mode.processTable, signalled.filter((r) => !seen.has(r.pid) && r.pid !== call.pid));
+  }
+
+  /**
+   * Polls until the call is empty and nothing it signalled is left (true),
+   * or `deadline` passes (false); in the kill phase, SIGKILL to the group
+   * each turn.
+   */
+  async #settle(call: PortableCall, signalled: readonly ProcessRow[], deadline: number, killing: boolean): Promise<boolean> {
     let delay = 2;
     for (;;) {
-      if (this.#isEmpty(call, LADDER_SCAN_MS)) return true;
+      if (this.#isEmpty(call, LADDER_SCAN_MS) && this.#stragglers(call, signalled, []).length === 0) return true;
       const left = deadline - performance.now();
       if (left <= 0) return false;
       // A member forked since the last pass is in the group: it gets its SIGKILL here.
@@ -472,15 +487,20 @@ class PortableBinding implements NativeBinding {
     this.#send(call, rows, sig);
     // A stopped member acts on the signal only once continued.
     if (SIGCONT !== undefined && sig !== SIGKILL && sig !== SIGCONT) this.#send(call, rows, SIGCONT);
-    let empty = await this.#settle(call, t0 + graceMs, false);
+    let empty = await this.#settle(call, rows, t0 + graceMs, false);
     let killed = 0;
     if (!empty) {
-      const alive = this.#visibleNow(call);
+      const visible = this.#visibleNow(call);
+      const alive = [...visible, ...this.#stragglers(call, rows, visible)];
       killed = alive.length;
       this.#send(call, alive, SIGKILL);
-      empty = await this.#settle(call, performance.now() + KILL_WAIT_MS, true);
+      empty = await this.#settle(call, rows, performance.now() + KILL_WAIT_MS, true);
     }
-    const leftovers = empty ? [] : describe(this.#mode.processTable, this.#visibleNow(call).map((r) => r.pid));
+    let leftovers: NativeProcessInfo[] = [];
+    if (!empty) {
+      const visible = this.#visibleNow(call);
+      leftovers = describe(this.#mode.processTable, [...visible, ...this.#stragglers(call, rows, visible)].map((r) => r.pid));
+    }
     call.ladder = false;
     call.onEvent(NativeEventKind.Cleanup, {
       reason,

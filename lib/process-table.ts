@@ -113,6 +113,31 @@ export function aliveInGroup(source: TableSource, pid: number, pgid: number): bo
   return s !== null && s.state !== 'Z' && s.pgid === pgid;
 }
 
+/**
+ * Which of `rows` are still alive (not zombies), and the same processes:
+ * where the source has start times, a pid now held by a newer process is
+ * not counted. ps has none; a pid reused since `rows` were read would count.
+ */
+export function stillAlive(source: TableSource, rows: readonly ProcessRow[]): ProcessRow[] {
+  if (rows.length === 0) return [];
+  if (source === 'proc') {
+    return rows.filter((r) => {
+      const s = readStat(r.pid);
+      return s !== null && s.state !== 'Z' && s.start === r.start;
+    });
+  }
+  if (source === 'ps') {
+    const alive = new Set<number>();
+    for (const line of ps(['-o', 'pid=,stat=', '-p', rows.map((r) => r.pid).join(',')]).split('\n')) {
+      const [pid, stat] = line.trim().split(/\s+/);
+      if (pid && stat !== undefined && !stat.startsWith('Z')) alive.add(Number(pid));
+    }
+    return rows.filter((r) => alive.has(r.pid));
+  }
+  const now = new Map(windowsTable().map((r) => [r.pid, r.start]));
+  return rows.filter((r) => now.has(r.pid) && now.get(r.pid) === r.start);
+}
+
 /** Every live process now. */
 export function readTable(source: TableSource): ProcessRow[] {
   if (source === 'proc') return procTable();

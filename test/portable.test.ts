@@ -173,6 +173,22 @@ describe.each(['pgroup', 'none'] as const)('portable confinement %s', (tier) => 
     expect(liveWith(t)).toEqual([]);
   });
 
+  it('an escapee that ignores SIGTERM and is orphaned during the ladder still gets SIGKILL after grace', async () => {
+    const t = tok();
+    const call = start(tier, `setsid bash -c "trap '' TERM; exec sleep ${t}" & sleep ${t}`);
+    await waitForLive(t, 2, 'sleep');
+    const grace = 400;
+    const report = await call.terminate({ grace });
+    await call.done;
+    // The main tree dies of SIGTERM; the escapee, reparented away, was remembered.
+    expect(report.signaled).toBeGreaterThanOrEqual(2);
+    expect(report.escaped).toBe(1);
+    expect(report.killed).toBe(1);
+    expect(report.durationMs).toBeGreaterThanOrEqual(grace);
+    expect(report.leftovers).toEqual([]);
+    expect(liveWith(t)).toEqual([]);
+  });
+
   it('a descendant forking setsid children during the ladder: every one a miss', async () => {
     const t = tok(30);
     // Bounded: at most 3000 forks, one every 2 ms.
