@@ -15,7 +15,7 @@
 // and whose parent then exited — the classic daemon. It is reparented away
 // and is a miss: neither signalled nor reported. Emptiness is "nothing
 // visible any more", hence `verified: 'none'` in every report.
-import { type ChildProcess, spawn as cpSpawn } from 'node:child_process';
+import childProcess, { type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import { constants as osConstants } from 'node:os';
@@ -35,6 +35,11 @@ import {
   type PortableMode,
 } from './native';
 import { aliveInGroup, describe, type ProcessRow, readTable, stillAlive } from './process-table';
+
+// Node's own spawn, taken once at load: a harness that then installs
+// proctree's spawn as child_process.spawn (a drop-in) must not make the
+// portable binding call itself.
+const cpSpawn = childProcess.spawn;
 
 const SIGKILL = osConstants.signals.SIGKILL;
 // Windows has no SIGCONT (and no stopped processes to continue).
@@ -300,8 +305,12 @@ class PortableBinding implements NativeBinding {
       } else {
         entry.stream.pipe(theirs);
       }
-      // Ours closed (released, destroyed): so is the child's end.
-      entry.stream.once('close', () => theirs.destroy());
+      // Ours destroyed (released, or stdin at the exit): so is the child's
+      // end. Ours ended whole (stdin.end()): pipe() ended theirs, which
+      // still has to flush what it holds.
+      entry.stream.once('close', () => {
+        if (entry.readable || !entry.stream.readableEnded) theirs.destroy();
+      });
     });
   }
 
