@@ -52,15 +52,20 @@ const LADDER_POLL_MS = 50;
 /** After the main exit, how often the call is checked for emptiness at most (doubling from 0 to this). */
 const WATCH_POLL_MS = 250;
 /**
- * A group that still exists may hold only zombies (orphans that init has
- * not reaped yet): then the process table, read at most this often, decides.
- * A full read costs milliseconds on Linux (more through ps) and much more on
- * Windows, where it is the only way.
+ * After the main exit, the process table is read once; from then on the
+ * members that read found are checked cheaply (one /proc file each, or
+ * kill(pid, 0)), and the table is read again only when every one of them is
+ * gone — at most this often, per source: a read costs about 2 ms through
+ * /proc and 17 ms through ps here (a few hundred processes), and a large
+ * fraction of a second through PowerShell.
  */
-const LADDER_SCAN_MS = 100;
-const WATCH_SCAN_MS = 500;
-/** When every member the last read saw is gone (a cheap /proc check says so): read again after this. */
-const SCAN_SOON_MS = 10;
+const SCAN_SOON_MS: Readonly<Record<PortableMode['processTable'], number>> = { proc: 10, ps: 50, windows: 1000 };
+/**
+ * kill(pid, 0) cannot tell a zombie, or a process that reused the pid, from
+ * the member it was: where that is the only cheap check (ps, Windows), the
+ * table is read again this often however alive the members look.
+ */
+const RESCAN_MS = 5000;
 
 interface PortableCall {
   readonly id: number;
@@ -78,9 +83,13 @@ interface PortableCall {
   watching: boolean;
   ref: boolean;
   peak: number;
+  /** performance.now() of the last read of the process table, and of the exit. */
   lastScan: number;
-  /** Group members the last read found: one still alive means not empty, without a full read. */
-  known: number[];
+  exitedPerf: number;
+  /** Members the last read found (pgroup: those in the group): one still alive means not empty. */
+  known: ProcessRow[];
+  /** A read after the exit found nothing: empty for good (zombies cannot fork). */
+  drained: boolean;
   readonly timers: Set<NodeJS.Timeout>;
   /** The child's pipe ends, which keep the loop alive like the process does. */
   readonly handles: Array<{ ref?: () => void; unref?: () => void }>;
@@ -242,7 +251,9 @@ class PortableBinding implements NativeBinding {
       ref: true,
       peak: 1,
       lastScan: 0,
+      exitedPerf: 0,
       known: [],
+      drained: false,
       timers: new Set(),
       handles: [],
     };
@@ -318,6 +329,7 @@ class PortableBinding implements NativeBinding {
     if (call.exited || call.empty) return;
     call.exited = true;
     call.exitedAt = Date.now();
+    call.exitedPerf = performance.now();
     call.onEvent(NativeEventKind.Exit, code, sig ? (osConstants.signals[sig] ?? 0) : 0);
     // The Exit listener may have started a ladder (leftovers): it reports Empty then.
     if (!call.ladder) this.#watch(call);
@@ -370,23 +382,45 @@ class PortableBinding implements NativeBinding {
   /** The call's tree now. */
   #visibleNow(call: PortableCall): ProcessRow[] {
     if (call.empty || this.#surelyEmpty(call)) return [];
+    const exited = call.exited;
     call.lastScan = performance.now();
     const rows = this.#visible(call, readTable(this.#mode.processTable));
-    call.known = rows.filter((r) => call.pgid && r.pgid === call.pgid).map((r) => r.pid);
+    // A member outside the group can drop out of sight alive (its parent
+    // exits): only group members are evidence that the call goes on.
+    call.known = call.pgid ? rows.filter((r) => r.pgid === call.pgid) : rows;
+    if (exited && rows.length === 0) call.drained = true;
     return rows;
   }
 
-  /** Whether the call is empty: the main exited and nothing is visible (the table read at most every `scanMs`). */
-  #isEmpty(call: PortableCall, scanMs: number): boolean {
+  /**
+   * Whether a member the last read found is still there: 'exact' from /proc
+   * (alive, same group, same start), 'approx' from kill(pid, 0) (a zombie or
+   * a reused pid would pass), 'none' when every one is gone.
+   */
+  #knownAlive(call: PortableCall): 'exact' | 'approx' | 'none' {
+    let approx = false;
+    for (const r of call.known) {
+      const exact = call.pgid ? aliveInGroup(this.#mode.processTable, r.pid, call.pgid, r.start) : null;
+      if (exact === true) return 'exact';
+      if (exact === null && signal(r.pid, 0)) approx = true;
+    }
+    return approx ? 'approx' : 'none';
+  }
+
+  /** Whether the call is empty: the main process exited and nothing of the tree is visible. */
+  #isEmpty(call: PortableCall): boolean {
     if (!call.exited) return false;
-    if (this.#surelyEmpty(call)) return true;
-    // The group still has a member, or only zombies that init has not reaped
-    // yet. A member seen alive before and still in it settles it cheaply;
-    // when every one seen is gone, the table is read again soon.
-    const alive = call.known.map((pid) => aliveInGroup(this.#mode.processTable, pid, call.pgid));
-    if (alive.includes(true)) return false;
-    const wait = alive.length > 0 && !alive.includes(null) ? SCAN_SOON_MS : scanMs;
-    if (performance.now() - call.lastScan < wait) return false;
+    if (call.drained || this.#surelyEmpty(call)) return true;
+    // The group still exists: live members, or zombies that init has not
+    // reaped yet (kill(-pgid, 0) counts them). The table decides, read after
+    // the exit once, then again only when the members it found are gone.
+    if (call.lastScan >= call.exitedPerf) {
+      const since = performance.now() - call.lastScan;
+      const there = this.#knownAlive(call);
+      if (there === 'exact') return false;
+      if (there === 'approx' && since < RESCAN_MS) return false;
+      if (there === 'none' && since < SCAN_SOON_MS[this.#mode.processTable]) return false;
+    }
     return this.#visibleNow(call).length === 0;
   }
 
@@ -425,7 +459,7 @@ class PortableBinding implements NativeBinding {
           call.watching = false;
           return;
         }
-        if (this.#isEmpty(call, WATCH_SCAN_MS)) {
+        if (this.#isEmpty(call)) {
           call.watching = false;
           this.#emitEmpty(call);
           return;
@@ -464,7 +498,7 @@ class PortableBinding implements NativeBinding {
   async #settle(call: PortableCall, signalled: readonly ProcessRow[], deadline: number, killing: boolean): Promise<boolean> {
     let delay = 2;
     for (;;) {
-      if (this.#isEmpty(call, LADDER_SCAN_MS) && this.#stragglers(call, signalled, []).length === 0) return true;
+      if (this.#isEmpty(call) && this.#stragglers(call, signalled, []).length === 0) return true;
       const left = deadline - performance.now();
       if (left <= 0) return false;
       // A member forked since the last pass is in the group: it gets its SIGKILL here.

@@ -104,13 +104,14 @@ function windowsTable(filter = ''): ProcessRow[] {
 }
 
 /**
- * Whether `pid` is alive (not a zombie) in group `pgid`, read cheaply (one
- * /proc file); null where the source has no cheap read (ps, Windows).
+ * Whether `pid` is still the process that started at `start`, alive (not a
+ * zombie) and in group `pgid`, read cheaply (one /proc file); null where the
+ * source has no such read (ps, Windows).
  */
-export function aliveInGroup(source: TableSource, pid: number, pgid: number): boolean | null {
+export function aliveInGroup(source: TableSource, pid: number, pgid: number, start: number): boolean | null {
   if (source !== 'proc') return null;
   const s = readStat(pid);
-  return s !== null && s.state !== 'Z' && s.pgid === pgid;
+  return s !== null && s.state !== 'Z' && s.pgid === pgid && s.start === start;
 }
 
 /**
