@@ -43,6 +43,8 @@ export interface NativeSpawnSpec {
   uid?: number;
   gid?: number;
   tier: NativeTier;
+  /** Windows (the portable binding only): pass the arguments unquoted, as Node's option. */
+  windowsVerbatimArguments?: boolean;
   /** The proctree-helper executable: the shim of pidns and subreaper, and the guardian. */
   helper: string;
 }

@@ -57,6 +57,8 @@ export interface ResolvedSpawn {
   gid: number | undefined;
   confinement: 'auto' | Confinement;
   detached: boolean;
+  /** Windows only (the portable binding): the arguments go to the command unquoted, as Node's option. */
+  windowsVerbatimArguments: boolean;
   /** A terminal for fds 0–2 (options.pty), or none. */
   pty: ResolvedPty | undefined;
 }
@@ -310,15 +312,26 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     nullCheck(opts.argv0, 'options.argv0');
   }
   checkBoolean(opts.windowsHide, 'options.windowsHide');
-  checkBoolean(opts.windowsVerbatimArguments, 'options.windowsVerbatimArguments');
+  let windowsVerbatimArguments = checkBoolean(opts.windowsVerbatimArguments, 'options.windowsVerbatimArguments');
 
   let file = file0;
   let args = args0;
   if (shell) {
     nullCheck(shell, 'options.shell');
     const command = [file0, ...args0].join(' ');
-    file = typeof shell === 'string' ? shell : '/bin/sh';
-    args = ['-c', command];
+    if (process.platform === 'win32') {
+      // Node's choice on Windows (the portable binding): cmd.exe, its switches, the command quoted whole.
+      file = typeof shell === 'string' ? shell : process.env.comspec || 'cmd.exe';
+      if (/^(?:.*\\)?cmd(?:\.exe)?$/i.test(file)) {
+        args = ['/d', '/s', '/c', `"${command}"`];
+        windowsVerbatimArguments = true;
+      } else {
+        args = ['-c', command];
+      }
+    } else {
+      file = typeof shell === 'string' ? shell : '/bin/sh';
+      args = ['-c', command];
+    }
   }
   const argv = [typeof opts.argv0 === 'string' ? opts.argv0 : file, ...args];
 
@@ -383,6 +396,7 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     gid: opts.gid ?? undefined,
     confinement,
     detached,
+    windowsVerbatimArguments,
     pty,
   };
 }

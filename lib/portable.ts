@@ -229,6 +229,7 @@ class PortableBinding implements NativeBinding {
         stdio,
         detached: tier === 'pgroup',
         windowsHide: true,
+        windowsVerbatimArguments: spec.windowsVerbatimArguments === true,
         ...(spec.uid !== undefined ? { uid: spec.uid } : {}),
         ...(spec.gid !== undefined ? { gid: spec.gid } : {}),
       });

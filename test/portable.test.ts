@@ -564,10 +564,24 @@ describe('other harnesses', () => {
     expect(d).toMatchObject({ exitCode: 3, stdout: 'hi\n', cleanup: { reason: 'leftovers', leftovers: [] } });
     expect(liveWith(t)).toEqual([]);
 
-    // Windows: no process groups, so the tier is 'none' (nothing is spawned here: no PowerShell on this host).
-    const win = nodeChild(asPlatform('win32', `const caps = pt.capabilities(); console.log(JSON.stringify({ tier: caps.tier, portable: caps.portable, pgroup: caps.probes.pgroup, rejected: caps.rejected }));`), { PROCTREE_PORTABLE: '' }, dir);
+    // Windows: no process groups, so the tier is 'none'. Nothing runs here (no
+    // cmd.exe, no PowerShell on this host): a shell call is built as Node
+    // builds it there, and fails to start as a missing program does.
+    const win = nodeChild(
+      asPlatform(
+        'win32',
+        `const caps = pt.capabilities();
+         const call = pt.spawn('echo hi && dir', { shell: true, env: { PATH: process.env.PATH } });
+         const err = await new Promise((resolve) => call.once('error', resolve));
+         console.log(JSON.stringify({ tier: caps.tier, portable: caps.portable, pgroup: caps.probes.pgroup, rejected: caps.rejected,
+           spawnfile: call.spawnfile, spawnargs: call.spawnargs, confinement: call.confinement, code: err.code }));`,
+      ),
+      { PROCTREE_PORTABLE: '' },
+      dir,
+    );
     expect(win.stderr).toBe('');
-    const w = JSON.parse(win.stdout) as { tier: string; portable: unknown; pgroup: unknown; rejected: Record<string, string> };
+    const w = JSON.parse(win.stdout) as { tier: string; portable: unknown; pgroup: unknown; rejected: Record<string, string>; spawnfile: string; spawnargs: string[]; confinement: string; code: string };
+    expect(w).toMatchObject({ spawnfile: 'cmd.exe', spawnargs: ['cmd.exe', '/d', '/s', '/c', '"echo hi && dir"'], confinement: 'none', code: 'ENOENT' });
     expect(w.tier).toBe('none');
     expect(w.portable).toEqual({ reason: 'not on Linux (win32)', processTable: 'windows' });
     expect(w.pgroup).toEqual({ ok: false, errno: 'ENOSYS', detail: 'Windows has no process groups' });
