@@ -111,7 +111,7 @@ export function ipcUnsupported(): Error & { code: string } {
 /** options.pty with the portable binding (off Linux, PROCTREE_PORTABLE): no terminals there. */
 export function ptyUnsupported(why: string): Error & { code: string } {
   return withCode(
-    new Error(`proctree cannot give a call a terminal here (${why}): options.pty needs the Linux addon`),
+    new Error(`a terminal (options.pty) needs the Linux addon, and this process runs the portable binding (${why})`),
     'ERR_PROCTREE_PTY_UNSUPPORTED',
   );
 }
