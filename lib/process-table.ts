@@ -18,8 +18,9 @@ export interface ProcessRow {
   /** Its process group; 0 where the system has none (Windows). */
   pgid: number;
   /**
-   * When it started, in the source's own unit (clock ticks after boot for
-   * /proc, ms since the epoch on Windows); 0 when the source cannot tell (ps).
+   * When it started, in the source's own unit: clock ticks after boot
+   * (/proc), ms since the epoch (Windows; ps, to the second); 0 when the
+   * source could not tell.
    */
   start: number;
 }
@@ -58,21 +59,28 @@ function procTable(): ProcessRow[] {
 
 /** ps's output, whatever its exit status (it exits 1 when a -p list matched nothing). */
 function ps(args: string[]): string {
-  const res = spawnSync('ps', args, { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+  // LC_ALL=C: lstart in the one format Date.parse reads ("Fri Dec  4 07:17:32 2026").
+  const res = spawnSync('ps', args, { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024, env: { ...process.env, LC_ALL: 'C' } });
   if (res.error) throw res.error;
   return res.stdout ?? '';
 }
 
-// pid, ppid, pgid and state are in ps(1) of procps (Linux) and of BSD
-// (macOS) alike; the state's first letter is Z for a zombie in both.
-function psTable(): ProcessRow[] {
-  const rows: ProcessRow[] = [];
-  for (const line of ps(['-A', '-o', 'pid=,ppid=,pgid=,stat=']).split('\n')) {
-    const [pid, ppid, pgid, stat] = line.trim().split(/\s+/);
-    if (!pid || stat === undefined || stat.startsWith('Z')) continue;
-    rows.push({ pid: Number(pid), ppid: Number(ppid), pgid: Number(pgid), start: 0 });
+// pid, ppid, pgid, state and lstart are in ps(1) of procps (Linux) and of
+// BSD (macOS) alike; the state's first letter is Z for a zombie in both.
+// lstart (to the second) tells a process from a later one with its pid.
+function psRows(args: string[]): Array<ProcessRow & { stat: string }> {
+  const rows: Array<ProcessRow & { stat: string }> = [];
+  for (const line of ps(args).split('\n')) {
+    const m = /^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(.*)$/.exec(line);
+    if (m) rows.push({ pid: Number(m[1]), ppid: Number(m[2]), pgid: Number(m[3]), stat: m[4], start: Date.parse(m[5]) || 0 });
   }
   return rows;
+}
+
+function psTable(): ProcessRow[] {
+  return psRows(['-A', '-o', 'pid=,ppid=,pgid=,stat=,lstart='])
+    .filter((r) => !r.stat.startsWith('Z'))
+    .map(({ pid, ppid, pgid, start }) => ({ pid, ppid, pgid, start }));
 }
 
 // Windows: no /proc and no ps. Win32_Process has the parent of every
@@ -115,9 +123,9 @@ export function aliveInGroup(source: TableSource, pid: number, pgid: number, sta
 }
 
 /**
- * Which of `rows` are still alive (not zombies), and the same processes:
- * where the source has start times, a pid now held by a newer process is
- * not counted. ps has none; a pid reused since `rows` were read would count.
+ * Which of `rows` are still alive (not zombies), and the same processes: a
+ * pid now held by a newer process (another start time) is not counted. With
+ * ps, start times are to the second.
  */
 export function stillAlive(source: TableSource, rows: readonly ProcessRow[]): ProcessRow[] {
   if (rows.length === 0) return [];
@@ -128,12 +136,12 @@ export function stillAlive(source: TableSource, rows: readonly ProcessRow[]): Pr
     });
   }
   if (source === 'ps') {
-    const alive = new Set<number>();
-    for (const line of ps(['-o', 'pid=,stat=', '-p', rows.map((r) => r.pid).join(',')]).split('\n')) {
-      const [pid, stat] = line.trim().split(/\s+/);
-      if (pid && stat !== undefined && !stat.startsWith('Z')) alive.add(Number(pid));
-    }
-    return rows.filter((r) => alive.has(r.pid));
+    const now = new Map(
+      psRows(['-o', 'pid=,ppid=,pgid=,stat=,lstart=', '-p', rows.map((r) => r.pid).join(',')])
+        .filter((r) => !r.stat.startsWith('Z'))
+        .map((r) => [r.pid, r.start]),
+    );
+    return rows.filter((r) => now.has(r.pid) && now.get(r.pid) === r.start);
   }
   const now = new Map(windowsTable().map((r) => [r.pid, r.start]));
   return rows.filter((r) => now.has(r.pid) && now.get(r.pid) === r.start);

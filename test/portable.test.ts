@@ -475,8 +475,8 @@ describe('other harnesses', () => {
   });
 
   it('PROCTREE_PORTABLE=ps reads the process table with ps(1), as on macOS: the same outcomes', () => {
-    const t = token();
-    tokens.push(t);
+    const t = tok();
+    const t2 = tok();
     const script = `
       const pt = require('.');
       (async () => {
@@ -486,16 +486,23 @@ describe('other harnesses', () => {
         const members = call.members();
         const report = await call.terminate({ grace: 1000 });
         await call.done;
-        console.log(JSON.stringify({ portable: caps.portable, members, report }));
+        // An escapee that ignores SIGTERM, orphaned when its parent dies of it: remembered, SIGKILLed after grace.
+        const second = pt.spawn('bash', ['-c', 'setsid bash -c "trap \\'\\' TERM; exec sleep ${t2}" & sleep ${t2}'], { stdio: 'ignore' });
+        while (second.members().length < 2) await new Promise((r) => setTimeout(r, 20));
+        const straggler = await second.terminate({ grace: 300 });
+        await second.done;
+        console.log(JSON.stringify({ portable: caps.portable, members, report, straggler }));
       })();`;
     const res = nodeChild(script, { PROCTREE_PORTABLE: 'ps' });
     expect(res.stderr).toBe('');
-    const out = JSON.parse(res.stdout) as { portable: unknown; members: number[]; report: { signaled: number; leftovers: unknown[]; verified: string } };
+    const out = JSON.parse(res.stdout) as { portable: unknown; members: number[]; report: object; straggler: object };
     expect(out.portable).toEqual({ reason: 'PROCTREE_PORTABLE=ps', processTable: 'ps' });
     // bash, its two group sleepers; the setsid one is a miss.
     expect(out.members).toHaveLength(3);
     expect(out.report).toMatchObject({ signaled: 3, leftovers: [], verified: 'none' });
     expect(reapMisses(t)).toBe(1);
+    expect(out.straggler).toMatchObject({ escaped: 1, killed: 1, leftovers: [] });
+    expect(liveWith(t2)).toEqual([]);
   });
 
   it('PROCTREE_PORTABLE=ps: processInfo through ps (comm, cmdline, group)', () => {
