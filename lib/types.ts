@@ -81,13 +81,14 @@ export interface SpawnOptions {
   gid?: number;
   /**
    * Accepted for child_process compatibility. Every call already leads a
-   * session of its own; unlike Node, a detached call is still stopped when
-   * the harness exits (use unref() to let the harness exit first).
+   * session of its own (but in the portable `none` tier); unlike Node, a
+   * detached call is still stopped when the harness exits (use unref() to
+   * let the harness exit first).
    */
   detached?: boolean;
-  /** Accepted for child_process compatibility; no effect on Linux. */
+  /** Accepted for child_process compatibility; no effect on Linux. On Windows (portable) consoles are always hidden. */
   windowsHide?: boolean;
-  /** Accepted for child_process compatibility; no effect on Linux. */
+  /** Accepted for child_process compatibility; no effect on Linux. On Windows (portable), as Node's option. */
   windowsVerbatimArguments?: boolean;
   /** Accepted for child_process compatibility (`'json'` or `'advanced'`); without IPC it has no effect. */
   serialization?: 'json' | 'advanced';
