@@ -28,6 +28,8 @@
         "native/ladder/shim_tree.cc",
         "native/loop/call.cc",
         "native/loop/environment.cc",
+        "native/loop/environment_broker.cc",
+        "native/loop/environment_stops.cc",
         "native/loop/errno_name.cc",
         "native/loop/file_writer.cc",
         "native/loop/reactor.cc",

@@ -457,9 +457,13 @@ void Call::ensure_timer() {
 
 void Call::arm_timer(int ms) {
   ensure_timer();
-  // The loop's cached time can be tens of ms old; deadlines count from now.
-  uv_update_time(env_->loop());
-  uv_timer_start(timer_, on_timer, static_cast<uint64_t>(std::max(ms, 0)), 0);
+  // Deadlines count from now, not from the loop's cached time (it can be
+  // tens of ms old): the lag is added rather than the loop's time updated,
+  // and a timer is never due before the loop's next turn (at least 1 ms).
+  // Re-arming a due timer from its own callback would otherwise keep some
+  // libuv versions in their timers phase for ever.
+  int64_t lag = static_cast<int64_t>(uv_hrtime() / 1000000ULL) - static_cast<int64_t>(uv_now(env_->loop()));
+  uv_timer_start(timer_, on_timer, static_cast<uint64_t>(std::max(ms, 1) + std::max<int64_t>(lag, 0)), 0);
   if (ref_) uv_ref(reinterpret_cast<uv_handle_t*>(timer_));
 }
 

@@ -7,19 +7,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <vector>
 
 #include "kernel/stdio_fds.h"
-#include "kernel/systemd_probe.h"
 #include "ladder/cgroup_confinement.h"
 #include "ladder/pidns_confinement.h"
 #include "ladder/session_confinement.h"
 #include "ladder/subreaper_confinement.h"
-
-extern char** environ;
 
 namespace proctree {
 namespace {
@@ -41,6 +37,8 @@ Environment::Environment(uv_loop_t* loop, EventSink* sink)
 Environment::~Environment() {
   for (auto& kv : calls_) delete kv.second;
 }
+
+uint64_t Environment::next_call_id() { return g_next_call_id.fetch_add(1); }
 
 SysError Environment::location(CgroupLocation* out) { return subtrees_.location(out); }
 
@@ -66,7 +64,7 @@ SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedC
       req.new_session = true;
       SpawnResult proc;
       if (SysError e = spawn_process(req, stack_, &proc)) return e;
-      uint64_t id = g_next_call_id.fetch_add(1);
+      uint64_t id = next_call_id();
       out->id = id;
       out->pid = proc.pid;
       out->method = proc.method;
@@ -80,141 +78,8 @@ SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedC
   }
 }
 
-SysError Environment::ensure_broker(const std::string& helper) {
-  if (broker_error_) return broker_error_;
-  if (broker_) return SysError::none();
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) env.push_back(*e);
-  std::string systemd_run = find_in_path("systemd-run", env);
-  if (systemd_run.empty()) return SysError::of(ENOENT, "broker", "systemd-run is not on PATH");
-  // One broker per environment: a worker's calls die with the worker.
-  static std::atomic<unsigned> environments{0};
-  unsigned n = environments.fetch_add(1);
-  BrokerLaunch launch;
-  launch.helper = helper;
-  launch.wrapper = systemd_run_wrapper(systemd_run, broker_unit_name(n == 0 ? "" : "e" + std::to_string(n + 1)));
-  auto client = std::make_unique<BrokerClient>();
-  if (SysError e = BrokerClient::start(launch, stack_, client.get())) return e;
-  if (SysError e = reactor_.watch_broker(client->socket_fd(), client->process_pidfd())) {
-    client->close();
-    return e;
-  }
-  broker_ = std::move(client);
-  return SysError::none();
-}
-
-SysError Environment::spawn_brokered(const SpawnOptions& opts, const SpawnRequest& req, SpawnedCall* out) {
-  // The broker starts commands with their 0..2 only, as the user it runs as.
-  if (req.fds.size() > 3) return SysError::of(ENOTSUP, "spawn", "the systemd tier passes fds 0-2 only");
-  if (req.set_uid || req.set_gid) return SysError::of(ENOTSUP, "setuid", "the systemd tier runs commands as the harness's user");
-  if (SysError e = ensure_broker(opts.helper)) return e;
-  uint64_t id = g_next_call_id.fetch_add(1);
-  BrokerSpawn spawn;
-  spawn.leaf = "c" + std::to_string(id);
-  spawn.candidates = req.candidates;
-  spawn.argv = req.argv;
-  if (req.inherit_env) {
-    for (char** e = environ; *e; ++e) spawn.envp.push_back(*e);
-  } else {
-    spawn.envp = req.envp;
-  }
-  spawn.cwd = req.cwd;
-  for (int i = 0; i < 3; ++i) {
-    // The broker gives /dev/null where it gets nothing; our own fd i where
-    // the call inherits it.
-    if (req.fds[i] == kInherit) {
-      spawn.stdio[i] = i;
-    } else if (req.fds[i] == kClosed) {
-      spawn.stdio[i] = -1;
-    } else {
-      spawn.stdio[i] = req.fds[i];
-    }
-  }
-  spawn.controlling_tty = req.controlling_tty;
-  uint64_t request = 0;
-  if (SysError e = broker_->send_spawn(spawn, &request)) return e;
-  if (broker_->wants_write()) reactor_.set_broker_writable(broker_->socket_fd(), true);
-  brokered_[request] = id;
-  out->id = id;
-  out->pid = -1;  // the broker reports it: a kStarted event follows
-  return adopt(new Call(this, id, Tier::kSystemd));
-}
-
-void Environment::on_broker_socket(bool writable) {
-  if (!broker_) return;
-  if (writable && broker_->flush()) {
-    broker_gone(SysError::of(EPIPE, "broker", "the broker stopped reading"));
-    return;
-  }
-  reactor_.set_broker_writable(broker_->socket_fd(), broker_->wants_write());
-  for (;;) {
-    BrokerEvent ev;
-    if (SysError e = broker_->receive(&ev)) {
-      broker_gone(e);
-      return;
-    }
-    if (ev.kind == BrokerEvent::kNone) return;
-    if (ev.kind == BrokerEvent::kClosed) {
-      broker_gone(ev.error ? ev.error : SysError::of(ECONNRESET, "broker", "the broker exited"));
-      return;
-    }
-    if (ev.kind == BrokerEvent::kReady) continue;
-    auto it = brokered_.find(ev.id);
-    if (it == brokered_.end()) continue;
-    Call* call = find(it->second);
-    switch (ev.kind) {
-      case BrokerEvent::kSpawned: {
-        CgroupDir leaf;
-        SysError e = CgroupDir::open_existing(ev.path, &leaf);
-        if (call && !e) {
-          call->on_broker_spawned(ev.pid, std::move(ev.pidfd), std::move(leaf));
-        } else if (call) {
-          call->on_broker_lost(e);
-        }
-        break;
-      }
-      case BrokerEvent::kSpawnFailed:
-        if (call) call->on_broker_failed(ev.error);
-        brokered_.erase(it);
-        break;
-      case BrokerEvent::kExited:
-        if (call) call->on_broker_exited(ev.status);
-        brokered_.erase(it);
-        break;
-      default:
-        break;
-    }
-  }
-}
-
-void Environment::on_broker_process() {
-  if (!broker_) return;
-  ExitStatus st;
-  broker_->reap_process(&st);
-  // What it said last is still in the socket: read it, then see it closed.
-  on_broker_socket(false);
-}
-
-// The broker is gone (it could not start, or it died): its calls can no
-// longer be started or hear their exit; the leaves are still ours to empty.
-void Environment::broker_gone(const SysError& e) {
-  broker_error_ = e;
-  if (broker_) {
-    reactor_.unwatch(broker_->socket_fd());
-    reactor_.unwatch(broker_->process_pidfd());
-    ExitStatus st;
-    broker_->reap_process(&st);
-    broker_->close();
-  }
-  std::unordered_map<uint64_t, uint64_t> calls;
-  calls.swap(brokered_);
-  for (const auto& kv : calls) {
-    if (Call* c = find(kv.second)) c->on_broker_lost(e);
-  }
-}
-
 SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
-  uint64_t id = g_next_call_id.fetch_add(1);
+  uint64_t id = next_call_id();
   CgroupDir leaf;
   if (SysError e = subtrees_.make_leaf(opts.group, id, opts.helper, stack_, &leaf, &out->guardian_error)) {
     if (calls_.empty()) subtrees_.idle();
@@ -290,7 +155,7 @@ SysError Environment::spawn_shim(const SpawnOptions& opts, SpawnRequest req, Spa
     return e;
   }
   theirs.reset();
-  uint64_t id = g_next_call_id.fetch_add(1);
+  uint64_t id = next_call_id();
   out->id = id;
   out->pid = -1;  // reported by the shim: a kStarted event follows
   out->shim = proc.pid;
@@ -388,121 +253,6 @@ void Environment::on_control_readable(uint64_t id) {
 
 void Environment::on_change(uint64_t id) {
   if (Call* c = find(id)) c->on_change();
-}
-
-std::vector<bool> Environment::terminate_group(const std::vector<uint64_t>& ids, const std::vector<int>& sigs,
-                                               int grace_ms, const std::string& reason) {
-  std::vector<bool> out(ids.size(), false);
-  // Which calls share which subtree: one freeze each, where it can be had.
-  std::unordered_map<std::string, std::vector<size_t>> by_subtree;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    Call* c = find(ids[i]);
-    if (!c) continue;
-    std::string subtree = grace_ms > 0 ? c->subtree_path() : std::string();
-    if (!subtree.empty()) by_subtree[subtree].push_back(i);
-  }
-  for (auto& kv : by_subtree) {
-    if (group_freezes_.count(kv.first) || kv.second.size() < 2) continue;
-    for (size_t i : kv.second) find(ids[i])->prepare_stop();
-    GroupFreeze g;
-    if (CgroupDir::open_existing(kv.first, &g.subtree) || !g.subtree.has_file("cgroup.freeze")) continue;
-    g.subtree.close();
-    writes_.write_later(kv.first + "/cgroup.freeze", "1");
-    g.holders = kv.second.size();
-    for (size_t i : kv.second) freeze_holder_[ids[i]] = kv.first;
-    group_freezes_.emplace(kv.first, std::move(g));
-  }
-  for (size_t i = 0; i < ids.size(); ++i) {
-    Call* c = find(ids[i]);
-    if (!c) continue;
-    bool group = freeze_holder_.count(ids[i]) != 0;
-    if (!turn_has_time()) {
-      // Later in this turn's place: a ladder that starts on an empty tree
-      // still reports, so the answer is already known.
-      deferred_stops_.push_back(DeferredStop{ids[i], sigs[i], grace_ms, reason, group});
-      out[i] = !c->finished();
-      continue;
-    }
-    out[i] = group ? c->terminate_frozen_by_group(grace_ms, sigs[i], reason) : c->terminate(grace_ms, sigs[i], reason);
-  }
-  return out;
-}
-
-bool Environment::turn_has_time() {
-  uint64_t now = uv_hrtime();
-  if (turn_start_ns_ == 0) {
-    turn_start_ns_ = now;
-    start_turns();
-  }
-  return now - turn_start_ns_ < kTurnBudgetNs;
-}
-
-// An idle handle runs once per turn (and keeps the loop from blocking while
-// work waits): it gives the next turn its time and resumes what waits.
-void Environment::start_turns() {
-  if (closing_) return;
-  if (!budget_refill_) {
-    budget_refill_ = new uv_idle_t;
-    uv_idle_init(loop_, budget_refill_);
-    budget_refill_->data = this;
-    uv_unref(reinterpret_cast<uv_handle_t*>(budget_refill_));
-  }
-  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(budget_refill_))) uv_idle_start(budget_refill_, on_budget_turn);
-}
-
-size_t Environment::take_pass_budget(uint64_t call_id, size_t wanted) {
-  if (turn_has_time()) return std::min(wanted, kMembersPerGrant);
-  budget_waiters_.push_back(call_id);
-  return 0;
-}
-
-void Environment::on_budget_turn(uv_idle_t* h) {
-  Environment* self = static_cast<Environment*>(h->data);
-  self->turn_start_ns_ = 0;
-  // What waits goes on, in order, while this turn has time; the rest waits
-  // for the next one.
-  while (!self->deferred_stops_.empty() && self->turn_has_time()) {
-    DeferredStop d = std::move(self->deferred_stops_.front());
-    self->deferred_stops_.pop_front();
-    if (Call* c = self->find(d.id)) {
-      if (d.group_frozen) {
-        c->terminate_frozen_by_group(d.grace_ms, d.sig, d.reason);
-      } else {
-        c->terminate(d.grace_ms, d.sig, d.reason);
-      }
-    } else if (d.group_frozen) {
-      self->group_freeze_released(d.id);
-    }
-  }
-  std::deque<uint64_t> waiting;
-  waiting.swap(self->budget_waiters_);
-  while (!waiting.empty() && self->turn_has_time()) {
-    uint64_t id = waiting.front();
-    waiting.pop_front();
-    if (Call* c = self->find(id)) c->resume_pass();
-  }
-  // Whoever did not get a turn keeps its place, ahead of newcomers.
-  while (!waiting.empty()) {
-    self->budget_waiters_.push_front(waiting.back());
-    waiting.pop_back();
-  }
-  if (self->budget_waiters_.empty() && self->deferred_stops_.empty()) {
-    uv_idle_stop(h);
-    self->turn_start_ns_ = 0;
-  }
-  self->flush();
-}
-
-void Environment::group_freeze_released(uint64_t call_id) {
-  auto h = freeze_holder_.find(call_id);
-  if (h == freeze_holder_.end()) return;
-  auto g = group_freezes_.find(h->second);
-  freeze_holder_.erase(h);
-  if (g == group_freezes_.end()) return;
-  if (--g->second.holders > 0) return;
-  // The last call is done signalling: everyone runs again, signals pending.
-  writes_.write_later(g->first + "/cgroup.freeze", "0");
-  group_freezes_.erase(g);
 }
 
 void Environment::shutdown_sync(int wait_ms) {

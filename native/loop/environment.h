@@ -105,6 +105,9 @@ class Environment {
 
  private:
   SysError ensure_open();
+  // Unique in the process, so several environments (workers) can share a
+  // subtree without their leaves colliding.
+  static uint64_t next_call_id();
   SysError spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_brokered(const SpawnOptions& opts, const SpawnRequest& req, SpawnedCall* out);
