@@ -535,9 +535,11 @@ class PortableBinding implements NativeBinding {
     let killed = 0;
     if (!empty) {
       const visible = this.#visibleNow(call);
-      const alive = [...visible, ...this.#stragglers(call, rows, visible)];
-      killed = alive.length;
-      this.#send(call, alive, SIGKILL);
+      const stragglers = this.#stragglers(call, rows, visible);
+      killed = visible.length + stragglers.length;
+      this.#send(call, visible, SIGKILL);
+      // By pid: the group they were in when signalled may not be theirs any more.
+      for (const r of stragglers) signal(r.pid, SIGKILL);
       empty = await this.#settle(call, rows, performance.now() + KILL_WAIT_MS, true);
     }
     let leftovers: NativeProcessInfo[] = [];
