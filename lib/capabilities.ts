@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 
 import { ConfinementUnavailableError } from './errors';
-import { native, nativePath } from './native';
+import { native, nativePath, portable, type PortableMode } from './native';
 import { pickTier, type Probes, tierRejection } from './tiers';
 import type { Confinement } from './types';
 
@@ -16,13 +16,24 @@ export interface Capabilities {
   kernel: string;
   /** Where cgroup2 is mounted and the harness's cgroup in it; null without cgroup2. */
   cgroup2: { mount: string; own: string; ownPath: string } | null;
-  /** How the cgroup tier creates children: clone3 into the cgroup, or clone() + cgroup.procs. */
-  clone: 'clone3' | 'clone';
+  /**
+   * How the cgroup tier creates children: clone3 into the cgroup, or clone()
+   * + cgroup.procs; `child_process` with the portable binding.
+   */
+  clone: 'clone3' | 'clone' | 'child_process';
   probes: Probes;
   /** The tier 'auto' picks: the strongest whose probes all passed; null when none can run. */
   tier: Confinement | null;
   /** Why each tier stronger than `tier` was rejected, e.g. `{ cgroup: 'delegation: EACCES (mkdir …)' }`. */
   rejected: Partial<Record<Confinement, string>>;
+  /**
+   * Set when no addon runs the calls but the portable binding does (off
+   * Linux, or PROCTREE_PORTABLE set; README "Off Linux"): why, and how it
+   * reads the process table. Its tiers are `pgroup` (POSIX) and `none`, every
+   * Linux probe says `ENOSYS` with the reason, and every report says
+   * `verified: 'none'`. null with the addon.
+   */
+  portable: PortableMode | null;
 }
 
 let cached: Capabilities | null = null;
@@ -39,15 +50,20 @@ export function helperPath(): string {
 export function capabilities(): Capabilities {
   if (cached) return cached;
   const raw = native.probe(helperPath());
-  const probes: Probes = { ...raw.probes, pgroup: { ok: true, detail: 'setsid + signal by pidfd; cannot catch setsid escapes' } };
-  const { tier, rejected } = pickTier(probes);
+  const probes: Probes = {
+    ...raw.probes,
+    pgroup: raw.probes.pgroup ?? { ok: true, detail: 'setsid + signal by pidfd; cannot catch setsid escapes' },
+    none: raw.probes.none ?? { ok: false, detail: 'only without the addon (off Linux, or PROCTREE_PORTABLE=1): the tiers above are stronger' },
+  };
+  const { tier, rejected } = pickTier(probes, portable !== null);
   cached = {
     kernel: os.release(),
     cgroup2: raw.location,
-    clone: probes.cloneIntoCgroup.ok ? 'clone3' : 'clone',
+    clone: portable ? 'child_process' : probes.cloneIntoCgroup.ok ? 'clone3' : 'clone',
     probes,
     tier,
     rejected,
+    portable,
   };
   return cached;
 }
@@ -62,7 +78,7 @@ export function resolveTier(confinement: 'auto' | Confinement): Confinement {
     }
     return caps.tier;
   }
-  const why = tierRejection(caps.probes, confinement);
+  const why = tierRejection(caps.probes, confinement, caps.portable !== null);
   if (why !== null) {
     throw new ConfinementUnavailableError(`confinement '${confinement}' is not available here: ${why}`);
   }

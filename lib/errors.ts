@@ -108,6 +108,14 @@ export function ipcUnsupported(): Error & { code: string } {
   );
 }
 
+/** options.pty with the portable binding (off Linux, PROCTREE_PORTABLE): no terminals there. */
+export function ptyUnsupported(why: string): Error & { code: string } {
+  return withCode(
+    new Error(`a terminal (options.pty) needs the Linux addon, and this process runs the portable binding (${why})`),
+    'ERR_PROCTREE_PTY_UNSUPPORTED',
+  );
+}
+
 /** Node's ERR_INVALID_SYNC_FORK_INPUT: a string or buffer as a stdio entry of an asynchronous spawn. */
 export function invalidSyncForkInput(value: unknown): TypeError & { code: string } {
   return withCode(

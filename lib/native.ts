@@ -1,10 +1,33 @@
 // The one file that loads the addon, and the exact shape of what it exports.
+// Off Linux, or with PROCTREE_PORTABLE set, the same shape is implemented in
+// TypeScript on node:child_process (lib/portable.ts) and no addon is loaded.
 import path from 'node:path';
+import type { PassThrough } from 'node:stream';
 
+import { createPortableBinding } from './portable';
 import type { ProcessInfo } from './types';
 
-/** What the command gets as fd i: 'close' = no fd i; 'pty' (0..2 only) = the call's terminal. */
-export type NativeStdio = 'pipe' | 'ignore' | 'inherit' | 'close' | 'pty' | number;
+/**
+ * A 'pipe' entry of the portable binding, which cannot make pipe pairs:
+ * child_process makes the pipe when the command starts, and the binding
+ * connects the child's end to `stream` (our side, which exists from the
+ * call's creation on) and sets `connected`.
+ */
+export interface PortablePipe {
+  readonly stream: PassThrough;
+  /** fd 0 is written by us; every other pipe is read. */
+  readonly readable: boolean;
+  connected: boolean;
+}
+
+/**
+ * What the command gets as fd i: 'close' = no fd i; 'pty' (0..2 only) = the
+ * call's terminal; a PortablePipe only with the portable binding.
+ */
+export type NativeStdio = 'pipe' | 'ignore' | 'inherit' | 'close' | 'pty' | number | PortablePipe;
+
+/** The tiers a binding can run: the addon all but 'none', the portable binding 'pgroup' (POSIX) and 'none'. */
+export type NativeTier = 'cgroup' | 'systemd' | 'pidns' | 'subreaper' | 'pgroup' | 'none';
 
 export interface NativeSpawnSpec {
   group: string;
@@ -19,7 +42,9 @@ export interface NativeSpawnSpec {
   pty?: { cols: number; rows: number };
   uid?: number;
   gid?: number;
-  tier: 'cgroup' | 'systemd' | 'pidns' | 'subreaper' | 'pgroup';
+  tier: NativeTier;
+  /** Windows (the portable binding only): pass the arguments unquoted, as Node's option. */
+  windowsVerbatimArguments?: boolean;
   /** The proctree-helper executable: the shim of pidns and subreaper, and the guardian. */
   helper: string;
 }
@@ -38,8 +63,8 @@ export interface NativeSpawned {
   /** pidns/subreaper: the shim reports the command's pid later (a Started or StartFailed event). */
   pending?: true;
   cgroup: string;
-  method: 'clone3' | 'clone' | 'clone+pidfd_open';
-  tier: 'cgroup' | 'systemd' | 'pidns' | 'subreaper' | 'pgroup';
+  method: 'clone3' | 'clone' | 'clone+pidfd_open' | 'child_process';
+  tier: NativeTier;
   /** One per stdio entry: our end of a 'pipe', else -1. */
   stdio: number[];
   /** The terminal's master side (non-blocking, close-on-exec) when stdio asked for 'pty'. */
@@ -122,7 +147,11 @@ export interface NativeProbes {
     | 'helper'
     | 'userManager',
     NativeProbe
-  >;
+  > & {
+    /** Only the portable binding says these: the addon's pgroup tier is always there, its 'none' never. */
+    pgroup?: NativeProbe;
+    none?: NativeProbe;
+  };
 }
 
 export interface NativeBinding {
@@ -149,11 +178,48 @@ export interface NativeBinding {
   subtreePrefix(): string;
 }
 
-// node-gyp-build looks in build/Release first, then prebuilds/<platform>-<arch>.
-// eslint-disable-next-line @typescript-eslint/no-require-imports
-const load = require('node-gyp-build') as ((dir: string) => NativeBinding) & { path(dir: string): string };
+/** Why the portable binding runs instead of the addon, and how it reads the process table. */
+export interface PortableMode {
+  /** `not on Linux (darwin)`, or `PROCTREE_PORTABLE=1`. */
+  reason: string;
+  /** /proc (Linux), ps(1) (macOS, the BSDs; on Linux with PROCTREE_PORTABLE=ps), or Windows' process list. */
+  processTable: 'proc' | 'ps' | 'windows';
+}
+
+/**
+ * PROCTREE_PORTABLE forces the portable binding on Linux (any value but ''
+ * and '0'; 'ps' also makes it read the process table with ps(1), as on
+ * macOS): how the portable tier is tested here. Off Linux it is the only
+ * binding. On Linux without the variable, an addon that does not load is an
+ * error, as it always was (`proctree doctor` reports it): the portable tier
+ * is far weaker, and falling back to it silently would hide that.
+ */
+function portableMode(): PortableMode | null {
+  const forced = process.env.PROCTREE_PORTABLE;
+  const reason =
+    process.platform !== 'linux'
+      ? `not on Linux (${process.platform})`
+      : forced !== undefined && forced !== '' && forced !== '0'
+        ? `PROCTREE_PORTABLE=${forced}`
+        : null;
+  if (reason === null) return null;
+  const processTable =
+    process.platform === 'win32' ? 'windows' : process.platform === 'linux' && forced !== 'ps' ? 'proc' : 'ps';
+  return { reason, processTable };
+}
 
 export const packageRoot = path.resolve(__dirname, '..', '..');
-/** The .node file that was loaded; helper executables ship next to it. */
-export const nativePath: string = load.path(packageRoot);
-export const native: NativeBinding = load(packageRoot);
+/** Set when the portable binding runs the calls (no addon loaded); null with the addon. */
+export const portable: PortableMode | null = portableMode();
+
+function loadAddon(): { binding: NativeBinding; file: string } {
+  // node-gyp-build looks in build/Release first, then prebuilds/<platform>-<arch>.
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const load = require('node-gyp-build') as ((dir: string) => NativeBinding) & { path(dir: string): string };
+  return { file: load.path(packageRoot), binding: load(packageRoot) };
+}
+
+const loaded = portable ? { binding: createPortableBinding(portable), file: '' } : loadAddon();
+/** The .node file that was loaded ('' with the portable binding); helper executables ship next to it. */
+export const nativePath: string = loaded.file;
+export const native: NativeBinding = loaded.binding;

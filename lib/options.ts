@@ -57,6 +57,8 @@ export interface ResolvedSpawn {
   gid: number | undefined;
   confinement: 'auto' | Confinement;
   detached: boolean;
+  /** Windows only (the portable binding): the arguments go to the command unquoted, as Node's option. */
+  windowsVerbatimArguments: boolean;
   /** A terminal for fds 0–2 (options.pty), or none. */
   pty: ResolvedPty | undefined;
 }
@@ -209,7 +211,8 @@ function checkStdio(value: unknown): StdioEntry[] {
 // execvpe's search, done here in the parent; the child execs the first
 // candidate that exists (relative entries resolve against the new cwd).
 function candidatesFor(file: string, env: string[] | null): string[] {
-  if (file.includes('/')) return [file];
+  // Windows (the portable binding): child_process searches PATH and PATHEXT itself.
+  if (file.includes('/') || process.platform === 'win32') return [file];
   const entry = env === null ? process.env.PATH : env.find((e) => e.startsWith('PATH='))?.slice(5);
   const searchPath = entry !== undefined ? entry : '/usr/local/bin:/usr/bin:/bin';
   return searchPath.split(':').map((dir) => (dir === '' ? file : path.posix.join(dir, file)));
@@ -309,15 +312,26 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     nullCheck(opts.argv0, 'options.argv0');
   }
   checkBoolean(opts.windowsHide, 'options.windowsHide');
-  checkBoolean(opts.windowsVerbatimArguments, 'options.windowsVerbatimArguments');
+  let windowsVerbatimArguments = checkBoolean(opts.windowsVerbatimArguments, 'options.windowsVerbatimArguments');
 
   let file = file0;
   let args = args0;
   if (shell) {
     nullCheck(shell, 'options.shell');
     const command = [file0, ...args0].join(' ');
-    file = typeof shell === 'string' ? shell : '/bin/sh';
-    args = ['-c', command];
+    if (process.platform === 'win32') {
+      // Node's choice on Windows (the portable binding): cmd.exe, its switches, the command quoted whole.
+      file = typeof shell === 'string' ? shell : process.env.comspec || 'cmd.exe';
+      if (/^(?:.*\\)?cmd(?:\.exe)?$/i.test(file)) {
+        args = ['/d', '/s', '/c', `"${command}"`];
+        windowsVerbatimArguments = true;
+      } else {
+        args = ['-c', command];
+      }
+    } else {
+      file = typeof shell === 'string' ? shell : '/bin/sh';
+      args = ['-c', command];
+    }
   }
   const argv = [typeof opts.argv0 === 'string' ? opts.argv0 : file, ...args];
 
@@ -353,8 +367,8 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
   const output = resolveOutput(opts);
   const jobBuffer = checkBytes(opts.jobBuffer, 'options.jobBuffer', defaults.jobBuffer ?? DEFAULT_JOB_BUFFER);
   const confinement = opts.confinement ?? 'auto';
-  if (!['auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup'].includes(confinement as string)) {
-    throw invalidArgValue('options.confinement', confinement, "must be one of: 'auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup'");
+  if (!['auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup', 'none'].includes(confinement as string)) {
+    throw invalidArgValue('options.confinement', confinement, "must be one of: 'auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup', 'none'");
   }
   const grace = checkMs(opts.grace, 'grace', defaults.grace ?? 2000);
   const pty = resolvePty(opts.pty);
@@ -382,6 +396,7 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     gid: opts.gid ?? undefined,
     confinement,
     detached,
+    windowsVerbatimArguments,
     pty,
   };
 }

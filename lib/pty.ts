@@ -7,8 +7,8 @@ import fs from 'node:fs';
 import { Duplex } from 'node:stream';
 import tty from 'node:tty';
 
-import { invalidArgType, invalidArgValue, outOfRange } from './errors';
-import { native } from './native';
+import { invalidArgType, invalidArgValue, outOfRange, ptyUnsupported } from './errors';
+import { native, portable } from './native';
 import type { StdioEntry } from './options';
 import type { ProcessInfo, PtyOptions } from './types';
 
@@ -43,6 +43,8 @@ export function resolvePty(value: unknown): ResolvedPty | undefined {
   if (value !== true && (typeof value !== 'object' || Array.isArray(value))) {
     throw invalidArgType('options.pty', ['boolean', 'Object'], value);
   }
+  // The portable binding has no pseudo-terminals: refused before anything is made.
+  if (portable) throw ptyUnsupported(portable.reason);
   const o = (value === true ? {} : { __proto__: null, ...value }) as PtyOptions;
   const term = o.term ?? DEFAULT_TERM;
   if (typeof term !== 'string') throw invalidArgType('options.pty.term', 'string', term);

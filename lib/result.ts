@@ -14,6 +14,7 @@ export const verification: Readonly<Record<Confinement, Verification>> = {
   pidns: 'pidns',
   subreaper: 'subreaper',
   pgroup: 'none',
+  none: 'none',
 };
 
 /** The report of a ladder that had nothing to stop (the tree was already empty, or never started). */

@@ -1,9 +1,9 @@
 // A call's stdio: the pipes made for it and our ends as streams. What the
 // call wrote is collected in output.ts.
 import net from 'node:net';
-import type { Readable, Writable } from 'node:stream';
+import { PassThrough, type Readable, type Writable } from 'node:stream';
 
-import { native, type NativeStdio } from './native';
+import { native, type NativeStdio, type PortablePipe, portable } from './native';
 import type { StdioEntry } from './options';
 
 /**
@@ -26,7 +26,9 @@ export class CallStdio {
   /** What the child gets at each fd: our pipe ends for 'pipe', the kind or fd otherwise. */
   readonly forChild: NativeStdio[];
   #childEnds: number[] = [];
-  readonly #readables = new Set<net.Socket>();
+  /** Portable binding: the pipes child_process will make, until it does. */
+  #portablePipes: PortablePipe[] = [];
+  readonly #readables = new Set<Readable>();
   readonly #onDrained: () => void;
 
   /**
@@ -42,6 +44,15 @@ export class CallStdio {
         if (entry.kind !== 'pipe') {
           this.streams.push(null);
           this.forChild.push(entry.kind === 'fd' ? entry.fd : entry.kind);
+          continue;
+        }
+        if (portable) {
+          // Portable binding (no pipe pairs of its own): our side is a
+          // PassThrough now, connected to the child's pipe when it starts.
+          const pipe: PortablePipe = { stream: this.#proxy(i !== 0), readable: i !== 0, connected: false };
+          this.#portablePipes.push(pipe);
+          this.forChild.push(pipe);
+          this.streams.push(pipe.stream);
           continue;
         }
         const [readFd, writeFd] = native.pipe();
@@ -76,6 +87,9 @@ export class CallStdio {
   closeChildEnds(): void {
     for (const fd of this.#childEnds) native.closeFd(fd);
     this.#childEnds = [];
+    // Portable: a pipe the child never got will never carry anything.
+    for (const p of this.#portablePipes) if (!p.connected && p.readable && !p.stream.destroyed) p.stream.end();
+    this.#portablePipes = [];
   }
 
   /**
@@ -100,14 +114,23 @@ export class CallStdio {
   }
 
   setRef(ref: boolean): void {
-    for (const s of this.streams as Array<net.Socket | null>) {
-      if (ref) s?.ref();
-      else s?.unref();
+    for (const s of this.streams) {
+      // Portable proxies hold no handle: the binding refs the child's pipes.
+      if (!(s instanceof net.Socket)) continue;
+      if (ref) s.ref();
+      else s.unref();
     }
   }
 
   #socket(fd: number, readable: boolean): net.Socket {
-    const sock = new net.Socket({ fd, readable, writable: !readable, allowHalfOpen: true });
+    return this.#track(new net.Socket({ fd, readable, writable: !readable, allowHalfOpen: true }), readable);
+  }
+
+  #proxy(readable: boolean): PassThrough {
+    return this.#track(new PassThrough(), readable);
+  }
+
+  #track<S extends net.Socket | PassThrough>(sock: S, readable: boolean): S {
     if (!readable) {
       // EPIPE once the command is gone is not fatal, as with ChildProcess;
       // like ChildProcess, 'close' does not wait for stdin.

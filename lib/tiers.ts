@@ -39,12 +39,14 @@ export interface Probes {
   helper: Probe;
   /** A systemd user manager answers (its private socket or the user bus, run by our uid), and systemd-run is on PATH. */
   userManager: Probe;
-  /** A new session and process group: always available. */
+  /** A new session and process group: always available (off Linux: on POSIX, not on Windows). */
   pgroup: Probe;
+  /** The main process and its descendants, no group: only with the portable binding (off Linux, PROCTREE_PORTABLE). */
+  none: Probe;
 }
 
 /** The tiers, strongest first. */
-export const tiers: readonly Confinement[] = ['cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup'];
+export const tiers: readonly Confinement[] = ['cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup', 'none'];
 
 // Every tier addresses processes only by pidfd and waits with waitid(P_PIDFD):
 // without those none can run safely (signalling by number races with pid reuse).
@@ -59,16 +61,23 @@ export const needs: Readonly<Record<Confinement, ReadonlyArray<keyof Probes>>> =
   pidns: ['pidns', 'helper', ...pidfds],
   subreaper: ['subreaper', 'helper', ...pidfds],
   pgroup: ['pgroup', ...pidfds],
+  none: ['none'],
 };
 
+// The portable binding (lib/portable.ts) signals by pid through
+// child_process: its pgroup and none tiers need no pidfds (and are not
+// race-free for it; verified is 'none').
+const portableNeeds: Readonly<Record<Confinement, ReadonlyArray<keyof Probes>>> = { ...needs, pgroup: ['pgroup'] };
+
 function describeProbe(name: string, p: Probe): string {
-  const what = [p.errno, p.syscall && `(${p.syscall}${p.detail ? ` ${p.detail}` : ''})`].filter(Boolean).join(' ');
+  const why = p.syscall ? `(${p.syscall}${p.detail ? ` ${p.detail}` : ''})` : p.errno && p.detail ? `(${p.detail})` : undefined;
+  const what = [p.errno, why].filter(Boolean).join(' ');
   return `${name}: ${what || p.detail || 'failed'}`;
 }
 
-/** Why `tier` cannot run with these probes, or null when it can. */
-export function tierRejection(probes: Probes, tier: Confinement): string | null {
-  for (const name of needs[tier]) {
+/** Why `tier` cannot run with these probes, or null when it can; `portable`: the probes are the portable binding's. */
+export function tierRejection(probes: Probes, tier: Confinement, portable = false): string | null {
+  for (const name of (portable ? portableNeeds : needs)[tier]) {
     const p = probes[name];
     if (!p?.ok) return describeProbe(name, p ?? { ok: false });
   }
@@ -76,10 +85,10 @@ export function tierRejection(probes: Probes, tier: Confinement): string | null 
 }
 
 /** The strongest tier that can run, and why each stronger one cannot. */
-export function pickTier(probes: Probes): { tier: Confinement | null; rejected: Partial<Record<Confinement, string>> } {
+export function pickTier(probes: Probes, portable = false): { tier: Confinement | null; rejected: Partial<Record<Confinement, string>> } {
   const rejected: Partial<Record<Confinement, string>> = {};
   for (const tier of tiers) {
-    const why = tierRejection(probes, tier);
+    const why = tierRejection(probes, tier, portable);
     if (why === null) return { tier, rejected };
     rejected[tier] = why;
   }

@@ -260,6 +260,8 @@ export class ToolCall extends EventEmitter {
           ...(opts.uid !== undefined ? { uid: opts.uid } : {}),
           ...(opts.gid !== undefined ? { gid: opts.gid } : {}),
           ...(this.pty ? { pty: { cols: this.pty.cols, rows: this.pty.rows } } : {}),
+          // Portable binding on Windows only (shell: cmd.exe's quoting); the addon never reads it.
+          ...(opts.windowsVerbatimArguments ? { windowsVerbatimArguments: true } : {}),
       });
       res = native.spawn(spec, (kind, a, b) => this.#onNative(kind, a, b));
     } catch (err) {

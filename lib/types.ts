@@ -12,9 +12,14 @@
  *   that stays below the shim, killed by re-walking until none is left.
  * - `pgroup`: a new session, signalled member by member; a descendant that
  *   calls setsid() is invisible to it. The baseline, used only when nothing
- *   above works.
+ *   above works. Off Linux (the portable binding, see README "Off Linux"):
+ *   a new session and process group, signalled through the group and
+ *   through the descendants the process table shows.
+ * - `none`: only with the portable binding (Windows, or on request): the
+ *   main process and its descendants as the process table shows them, each
+ *   signalled by pid; no group, nothing confined.
  */
-export type Confinement = 'cgroup' | 'systemd' | 'pidns' | 'subreaper' | 'pgroup';
+export type Confinement = 'cgroup' | 'systemd' | 'pidns' | 'subreaper' | 'pgroup' | 'none';
 
 /** How a CleanupReport proved the tree empty. */
 export type Verification = 'cgroup.events' | 'pidns' | 'subreaper' | 'none';
@@ -76,13 +81,14 @@ export interface SpawnOptions {
   gid?: number;
   /**
    * Accepted for child_process compatibility. Every call already leads a
-   * session of its own; unlike Node, a detached call is still stopped when
-   * the harness exits (use unref() to let the harness exit first).
+   * session of its own (but in the portable `none` tier); unlike Node, a
+   * detached call is still stopped when the harness exits (use unref() to
+   * let the harness exit first).
    */
   detached?: boolean;
-  /** Accepted for child_process compatibility; no effect on Linux. */
+  /** Accepted for child_process compatibility; no effect on Linux. On Windows (portable) consoles are always hidden. */
   windowsHide?: boolean;
-  /** Accepted for child_process compatibility; no effect on Linux. */
+  /** Accepted for child_process compatibility; no effect on Linux. On Windows (portable), as Node's option. */
   windowsVerbatimArguments?: boolean;
   /** Accepted for child_process compatibility (`'json'` or `'advanced'`); without IPC it has no effect. */
   serialization?: 'json' | 'advanced';
@@ -150,7 +156,7 @@ export interface CleanupReport {
    * How emptiness was proved: `cgroup.events` (populated 0), `pidns` (the
    * namespace's init was reaped, which the kernel allows only once every
    * process of the namespace is gone), `subreaper` (the shim had no child
-   * left), `none` (pgroup: nothing visible is left, escapees are not visible).
+   * left), `none` (pgroup and none: nothing visible is left, escapees are not visible).
    */
   verified: Verification;
   durationMs: number;

@@ -5,7 +5,8 @@
 // node-gyp, as node-gyp-build's own install script does. Where that build
 // cannot even start (an Alpine or slim image without python3, make and a C++
 // compiler), it says which packages to add and why, instead of failing
-// halfway through node-gyp or loading a binary that cannot relocate.
+// halfway through node-gyp or loading a binary that cannot relocate. Off
+// Linux it does nothing: the portable tier needs no addon.
 'use strict';
 const { spawnSync } = require('node:child_process');
 const fs = require('node:fs');
@@ -76,6 +77,12 @@ function advice(missing, lc) {
 }
 
 function main() {
+  // Off Linux there is no addon: the library runs its portable tier on
+  // child_process (README, "Off Linux"), which needs nothing built.
+  if (process.platform !== 'linux') {
+    console.log(`proctree: ${process.platform} is not Linux: no addon to build; calls run in the portable tier (see the README, "Off Linux")`);
+    return 0;
+  }
   if (!buildFromSourceRequested()) {
     const loaded = loadableAddon();
     if (loaded.ok) return 0;

@@ -80,8 +80,11 @@ describe('capabilities() on this host', () => {
     // either way it says so (the systemd tier is tested in test/systemd.test.ts).
     for (const [name, probe] of Object.entries(caps.probes)) {
       if (name === 'userManager') expect(probe.ok || (probe.errno !== undefined && probe.detail !== undefined), name).toBe(true);
+      // The plain-tree tier exists only in the portable binding (test/portable.test.ts).
+      else if (name === 'none') expect(probe, name).toMatchObject({ ok: false });
       else expect(probe, name).toMatchObject({ ok: true });
     }
+    expect(caps.portable).toBeNull();
     expect(caps.cgroup2?.mount).toBeTruthy();
     // Cached: the same object, no second round of probes.
     expect(capabilities()).toBe(caps);

@@ -73,18 +73,30 @@ export type DoctorInput = Capabilities | { addon: Probe; tier: null };
 export function renderDoctor(caps: DoctorInput, host: Host = detectHost()): string {
   const rows: Array<[string, Probe]> = 'addon' in caps ? [['addon', caps.addon]] : Object.entries(caps.probes);
   const lines: string[] = [];
+  const portable = 'addon' in caps ? null : caps.portable ?? null;
   if (!('addon' in caps)) {
     lines.push(`  kernel   ${caps.kernel}`);
     lines.push(`  cgroup2  ${caps.cgroup2 ? `${caps.cgroup2.mount} (own cgroup ${caps.cgroup2.own})` : '-'}`);
     lines.push(`  clone    ${caps.clone}`);
     if (host === 'container') lines.push('  host     a container');
+    if (portable) {
+      // The portable binding: the Linux probes were not tried, so no fix applies to them one by one.
+      lines.push(`  portable ${portable.reason} (no addon; process table: ${portable.processTable})`);
+      lines.push(
+        portable.reason.startsWith('PROCTREE_PORTABLE')
+          ? '           fix: unset PROCTREE_PORTABLE to use the addon and its stronger tiers'
+          : "           calls run in the portable tier: a setsid daemon whose parent exited is not stopped, and nothing is verified (README, 'Off Linux')",
+      );
+    }
     lines.push('');
   }
   const width = Math.max(...rows.map(([name]) => name.length), 4);
   for (const [name, p] of rows) {
+    // 'none' exists only without the addon: with it, a FAIL there would only alarm.
+    if (name === 'none' && !portable && !p.ok) continue;
     const why = p.errno && p.detail && !p.detail.startsWith(p.errno) ? `${p.errno}: ${p.detail}` : p.detail ?? p.errno ?? '';
     lines.push(`  ${(p.ok ? 'ok' : 'FAIL').padEnd(4)}  ${name.padEnd(width)}  ${why}`.trimEnd());
-    const fix = p.ok ? undefined : adviceFor(name, p, host);
+    const fix = p.ok || portable ? undefined : adviceFor(name, p, host);
     if (fix) lines.push(`${' '.repeat(width + 10)}fix: ${fix}`);
   }
   lines.push('');

@@ -4,7 +4,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { native } from '../native';
+import { native, portable } from '../native';
 import type { ProcessInfo } from '../types';
 import { parseFlags } from './args';
 
@@ -184,6 +184,11 @@ export async function psCommand(argv: string[]): Promise<number> {
   if (flags.help) {
     process.stdout.write(psHelp);
     return 0;
+  }
+  if (portable) {
+    // The portable tier makes no cgroups: there is nothing to list from outside the harness.
+    process.stderr.write(`proctree: ps lists the calls' cgroups, and the portable tier has none (${portable.reason}); ask the harness (jobs())\n`);
+    return 1;
   }
   const mounts = cgroup2Mounts();
   if (mounts.length === 0) {

@@ -18,7 +18,7 @@ Options:
   --timeout DURATION    stop the whole tree after DURATION (0 = never; default 0)
   --grace DURATION      from the graceful signal to SIGKILL (default 2s)
   --signal SIG          the graceful signal (default SIGTERM)
-  --confinement TIER    auto | cgroup | systemd | pidns | subreaper | pgroup (default auto;
+  --confinement TIER    auto | cgroup | systemd | pidns | subreaper | pgroup | none (default auto;
                         the library rejects the tiers this host or version lacks)
   --leftovers MODE      when COMMAND exits with descendants alive: kill (default)
                         runs the ladder on them; wait keeps going until they end
