@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { PassThrough } from 'node:stream';
 
 import { createPortableBinding } from './portable';
-import type { ProcessInfo } from './types';
+import type { ProcessInfo, Verification } from './types';
 
 /**
  * A 'pipe' entry of the portable binding, which cannot make pipe pairs:
@@ -65,6 +65,8 @@ export interface NativeSpawned {
   cgroup: string;
   method: 'clone3' | 'clone' | 'clone+pidfd_open' | 'child_process';
   tier: NativeTier;
+  /** How this call's tree will be proved empty: what its reports' `verified` say. */
+  verified: Verification;
   /** One per stdio entry: our end of a 'pipe', else -1. */
   stdio: number[];
   /** The terminal's master side (non-blocking, close-on-exec) when stdio asked for 'pty'. */
@@ -81,7 +83,7 @@ export interface NativeReport {
   signaled: number;
   killed: number;
   escaped: number;
-  verified: 'cgroup.events' | 'pidns' | 'subreaper' | 'none';
+  verified: Verification;
   leftovers: NativeProcessInfo[];
   durationMs: number;
 }

@@ -7,19 +7,13 @@ import type { NativeReport, NativeUsage } from './native';
 import type { CallOutput } from './output';
 import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, ResourceUsage, RunResult, Verification } from './types';
 
-/** How each tier proves a tree empty (see CleanupReport.verified). */
-export const verification: Readonly<Record<Confinement, Verification>> = {
-  cgroup: 'cgroup.events',
-  systemd: 'cgroup.events',
-  pidns: 'pidns',
-  subreaper: 'subreaper',
-  pgroup: 'none',
-  none: 'none',
-};
-
-/** The report of a ladder that had nothing to stop (the tree was already empty, or never started). */
-export function emptyReport(reason: CleanupReason, confinement: Confinement): CleanupReport {
-  return { reason, confinement, signaled: 0, killed: 0, escaped: 0, leftovers: [], verified: verification[confinement], durationMs: 0 };
+/**
+ * The report of a ladder that had nothing to stop: the tree was already
+ * empty (`verified` as the call's tier proves it, from the addon), or the
+ * call never started (nothing was verified: 'none').
+ */
+export function emptyReport(reason: CleanupReason, confinement: Confinement, verified: Verification): CleanupReport {
+  return { reason, confinement, signaled: 0, killed: 0, escaped: 0, leftovers: [], verified, durationMs: 0 };
 }
 
 export function cleanupReport(r: NativeReport, confinement: Confinement): CleanupReport {

@@ -15,9 +15,9 @@ import { helperPath, resolveTier, warnNoGuardian } from './capabilities';
 import type { CallPhase } from './jobs';
 import { ByteTail, CallOutput, type LinesOptions } from './output';
 import { attachMaster, flushPty, noTerminal, PtyStream, ptyPending, ptyTreeEmpty, releasePty, setPtyRef, typeInput } from './pty';
-import { cleanupReport, emptyReport, finalUsage, leftoversError, runResult, usageSoFar, verification } from './result';
+import { cleanupReport, emptyReport, finalUsage, leftoversError, runResult, usageSoFar } from './result';
 import { CallStdio, isUsedAsStdio } from './stdio';
-import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, ResourceUsage, RunResult } from './types';
+import type { CleanupReason, CleanupReport, Confinement, Verification, ProcessInfo, ResourceUsage, RunResult } from './types';
 
 /**
  * How long pipes may stay open once the tree is verified empty. Every
@@ -116,6 +116,8 @@ export class ToolCall extends EventEmitter {
   readonly pty: PtyStream | null;
 
   #id = 0;
+  /** How the tree is proved empty, as the addon says for this call's tier ('none' until it started). */
+  #verified: Verification = 'none';
   readonly #opts: ResolvedSpawn;
   readonly #owner: CallOwner;
   readonly #createdAt = performance.now();
@@ -274,6 +276,7 @@ export class ToolCall extends EventEmitter {
       return;
     }
     this.#id = res.id;
+    this.#verified = res.verified;
     if (res.ptyMaster !== undefined) this.pty?.[attachMaster](res.ptyMaster);
     this.cgroup = res.cgroup === '' ? null : res.cgroup;
     if (res.guardianError) warnNoGuardian(res.guardianError);
@@ -333,7 +336,7 @@ export class ToolCall extends EventEmitter {
     process.nextTick(() => {
       this.#owner.release(this);
       if (emitError) this.#emitError(err);
-      if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport('terminate', this.confinement));
+      if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport('terminate', this.confinement, this.#verified));
       this.#empty = true;
       this.#flushOutput();
       this.#maybeClose();
@@ -509,10 +512,10 @@ export class ToolCall extends EventEmitter {
     if (!this.#started) {
       // Still queued: it will never start, and that is no error.
       this[dropQueued](Object.assign(new Error('The call was stopped before it started'), { code: 'ABORT_ERR' }));
-      return Promise.resolve(emptyReport(reason, this.confinement));
+      return Promise.resolve(emptyReport(reason, this.confinement, this.#verified));
     }
     this.#startLadder(reason, grace, reason !== 'leftovers');
-    return this.#ladder ?? Promise.resolve(this.#report ?? emptyReport(reason, this.confinement));
+    return this.#ladder ?? Promise.resolve(this.#report ?? emptyReport(reason, this.confinement, this.#verified));
   }
 
   /** Starts the ladder once; returns whether it will signal a live tree. */
@@ -534,7 +537,7 @@ export class ToolCall extends EventEmitter {
   #ladderStarted(reporting: boolean, reason: CleanupReason, kills: boolean): boolean {
     if (!reporting) {
       // The tree emptied before any ladder ran: nothing to stop.
-      this.#resolveLadder?.(emptyReport(reason, this.confinement));
+      this.#resolveLadder?.(emptyReport(reason, this.confinement, this.#verified));
       return false;
     }
     if (kills) this.killed = true;
@@ -643,7 +646,7 @@ export class ToolCall extends EventEmitter {
     this.#usage = finalUsage(usage);
     if (this.#idleTimer) clearTimeout(this.#idleTimer);
     this.#idleTimer = null;
-    const unverified = verification[this.confinement] === 'none';
+    const unverified = this.#verified === 'none';
     // The timeout covers the whole tree; where emptiness is not proven
     // (pgroup), it also covers the pipes until 'close'.
     if (this.#timer && !unverified) {
@@ -651,7 +654,7 @@ export class ToolCall extends EventEmitter {
       this.#timer = null;
     }
     // A ladder asked for while the empty event was on its way.
-    if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport('terminate', this.confinement));
+    if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport('terminate', this.confinement, this.#verified));
     this.stdin?.destroy();
     this.emit('empty');
     this.pty?.[ptyTreeEmpty]();

@@ -329,6 +329,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     }
     out.Set("cgroup", call.cgroup);
     out.Set("tier", tier_name(opts.tier));
+    out.Set("verified", call.verified);
     out.Set("method", clone_method_name(call.method));
     Napi::Array fds = Napi::Array::New(env, stdio.parent.size());
     for (uint32_t i = 0; i < stdio.parent.size(); ++i) {

@@ -65,6 +65,9 @@ class Call : public LadderHost {
   // The command's pid, -1 while a shim has not reported it.
   pid_t command_pid() const { return command_; }
   pid_t main_pid() const { return main_.pid; }
+  // How this call's tree is proved empty: its confinement's word; a
+  // systemd-tier call still waiting for the broker will have a cgroup leaf.
+  const char* verified() const { return confinement_ ? confinement_->verified() : "cgroup.events"; }
   bool finished() const { return finished_; }
   bool referenced() const { return ref_; }
   void set_referenced(bool ref);

@@ -69,7 +69,7 @@ SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedC
       out->pid = proc.pid;
       out->method = proc.method;
       pid_t leader = proc.pid;
-      return adopt(new Call(this, id, std::move(proc), std::make_unique<SessionConfinement>(leader), Fd()));
+      return adopt(new Call(this, id, std::move(proc), std::make_unique<SessionConfinement>(leader), Fd()), out);
     }
     case Tier::kSystemd:
       return spawn_brokered(opts, req, out);
@@ -108,7 +108,7 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   // are reopened if a ladder or members() needs them).
   leaf.close();
   return adopt(new Call(this, id, std::move(proc),
-                        std::make_unique<CgroupConfinement>(std::move(leaf), Tier::kCgroup, &writes_), Fd()));
+                        std::make_unique<CgroupConfinement>(std::move(leaf), Tier::kCgroup, &writes_), Fd()), out);
 }
 
 SysError Environment::spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
@@ -166,10 +166,11 @@ SysError Environment::spawn_shim(const SpawnOptions& opts, SpawnRequest req, Spa
   } else {
     c = std::make_unique<SubreaperConfinement>(proc.pid, proc.pidfd.get());
   }
-  return adopt(new Call(this, id, std::move(proc), std::move(c), std::move(ours)));
+  return adopt(new Call(this, id, std::move(proc), std::move(c), std::move(ours)), out);
 }
 
-SysError Environment::adopt(Call* call) {
+SysError Environment::adopt(Call* call, SpawnedCall* out) {
+  out->verified = call->verified();
   calls_[call->id()] = call;
   ++referenced_;
   reactor_.set_ref(true);

@@ -37,6 +37,8 @@ struct SpawnedCall {
   pid_t shim = -1;   // pidns/subreaper: the shim's pid
   std::string cgroup;
   CloneMethod method = CloneMethod::kClone3;
+  // How this call's tier proves its tree empty (Confinement::verified()).
+  const char* verified = "";
   // The cgroup tier made a subtree now and could not start the guardian:
   // the call runs, but is not stopped if the harness is SIGKILLed.
   SysError guardian_error;
@@ -113,7 +115,7 @@ class Environment {
   SysError spawn_brokered(const SpawnOptions& opts, const SpawnRequest& req, SpawnedCall* out);
   SysError ensure_broker(const std::string& helper);
   void broker_gone(const SysError& e);
-  SysError adopt(Call* call);
+  SysError adopt(Call* call, SpawnedCall* out);
   void reap_finished();
   static void on_flush_timer(uv_timer_t* t);
   void handle_closed();

@@ -72,7 +72,7 @@ SysError Environment::spawn_brokered(const SpawnOptions& opts, const SpawnReques
   brokered_[request] = id;
   out->id = id;
   out->pid = -1;  // the broker reports it: a kStarted event follows
-  return adopt(new Call(this, id, Tier::kSystemd));
+  return adopt(new Call(this, id, Tier::kSystemd), out);
 }
 
 void Environment::on_broker_socket(bool writable) {
