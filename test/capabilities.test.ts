@@ -251,3 +251,51 @@ describe('a host with a second cgroup2 mount (a bind mount of a part of the hier
     }
   });
 });
+
+describe('a proctree-helper that cannot run (built for another libc, say)', () => {
+  it('is reported by capabilities(), the tiers that need it are rejected, and the missing guardian is a warning, never a per-call EPROTO', () => {
+    const t = token();
+    // A copy of the package whose helper is not an executable this host can run.
+    const copy = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-badhelper-'));
+    try {
+      const root = path.resolve(__dirname, '..');
+      fs.cpSync(path.join(root, 'dist'), path.join(copy, 'dist'), { recursive: true });
+      fs.cpSync(path.join(root, 'docs'), path.join(copy, 'docs'), { recursive: true });
+      fs.copyFileSync(path.join(root, 'package.json'), path.join(copy, 'package.json'));
+      fs.mkdirSync(path.join(copy, 'build', 'Release'), { recursive: true });
+      fs.copyFileSync(path.join(root, 'build', 'Release', 'proctree.node'), path.join(copy, 'build', 'Release', 'proctree.node'));
+      // ELF magic with nothing behind it: execve fails (ENOEXEC / EIO).
+      fs.writeFileSync(path.join(copy, 'build', 'Release', 'proctree-helper'), Buffer.from('7f454c4602010100', 'hex'), { mode: 0o755 });
+      fs.symlinkSync(path.join(root, 'node_modules'), path.join(copy, 'node_modules'));
+      const code = `
+        const { capabilities, run } = require(${JSON.stringify(path.join(copy, 'dist', 'cjs', 'index.js'))});
+        const warnings = [];
+        process.on('warning', (w) => warnings.push(w.code));
+        (async () => {
+          const caps = capabilities();
+          const r = await run('bash', ['-c', 'setsid sleep ${t} & echo ran'], { grace: 200 });
+          await new Promise((res) => setImmediate(res));
+          console.log(JSON.stringify({ helper: caps.probes.helper, tier: caps.tier, rejected: caps.rejected, out: r.stdout, report: r.cleanup, warnings }));
+        })();`;
+      const r = spawnSync(process.execPath, ['-e', code], { encoding: 'utf8', timeout: 30_000 });
+      const out = JSON.parse(r.stdout);
+      expect(out.helper.ok).toBe(false);
+      expect(out.helper.detail).toContain('proctree-helper');
+      // The cgroup tier does not need the helper to run calls; pidns and
+      // subreaper would be rejected for it.
+      expect(out.tier).toBe('cgroup');
+      expect(out.out).toBe('ran\n');
+      expect(out.report).toMatchObject({ leftovers: [] });
+      expect(out.warnings).toContain('PROCTREE_NO_GUARDIAN');
+      const forced = spawnSync(
+        process.execPath,
+        ['-e', `const { spawn } = require(${JSON.stringify(path.join(copy, 'dist', 'cjs', 'index.js'))}); try { spawn('true', [], { confinement: 'subreaper' }); } catch (e) { console.log(e.code, e.message); }`],
+        { encoding: 'utf8', timeout: 30_000 },
+      );
+      expect(forced.stdout).toMatch(/^ERR_PROCTREE_CONFINEMENT_UNAVAILABLE .*helper/);
+      expect(liveWith(t, 'sleep')).toEqual([]);
+    } finally {
+      fs.rmSync(copy, { recursive: true, force: true });
+    }
+  });
+});

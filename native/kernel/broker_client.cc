@@ -91,6 +91,7 @@ SysError BrokerClient::start(const BrokerLaunch& launch, ChildStack& stack, Brok
   req.candidates = {req.argv[0]};
   req.envp = launch.envp;
   req.inherit_env = launch.envp.empty();
+  req.shell_fallback = false;
   req.fds = io.fds;
   req.cgroup_dir = launch.cgroup_dir;
   // No PR_SET_PDEATHSIG: when we die, the broker must live on long enough to

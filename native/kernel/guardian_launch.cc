@@ -103,6 +103,7 @@ SysError ensure_guardian(const std::string& helper, const std::string& cgroup_di
   req.argv = {helper, "guardian", cgroup_dir, prefix};
   req.inherit_env = true;
   req.fds = io.fds;
+  req.shell_fallback = false;
   // Not in any call cgroup: the guardian must outlive the subtrees it kills.
   SpawnResult res;
   if (SysError e = spawn_process(req, stack, &res)) {

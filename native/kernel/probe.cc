@@ -98,6 +98,7 @@ void probe_helper(const std::string& helper, ChildStack& stack, Probe* out) {
   req.candidates = {helper};
   req.argv = {helper, "--version"};
   req.inherit_env = true;
+  req.shell_fallback = false;
   req.fds = io.fds;
   SpawnResult res;
   if (SysError e = spawn_process(req, stack, &res)) {

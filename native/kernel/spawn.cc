@@ -104,7 +104,7 @@ SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* 
   args.candidates = candidates.data();
   args.argv = argv.data();
   args.envp = req.inherit_env ? environ : envp.data();
-  args.sh_argv = sh_argv.data();
+  args.sh_argv = req.shell_fallback ? sh_argv.data() : nullptr;
   args.cwd = req.cwd.empty() ? nullptr : req.cwd.c_str();
   args.fds = req.fds.data();
   args.nfds = nfds;

@@ -42,6 +42,10 @@ struct SpawnRequest {
   // PR_SET_PDEATHSIG for the child, armed after any uid change. Its "parent"
   // is the thread that calls spawn_process.
   int pdeathsig = 0;
+  // A file without #! runs through /bin/sh, as execvp does: right for a
+  // user's command, wrong for our own helper (a helper that cannot run must
+  // fail as such, not run as a shell script).
+  bool shell_fallback = true;
   // Extra clone flags: CLONE_NEWPID, optionally with CLONE_NEWUSER (then the
   // child maps its own uid and gid 1:1 before it execs).
   uint64_t ns_flags = 0;

@@ -134,6 +134,7 @@ SysError Environment::spawn_shim(const SpawnOptions& opts, SpawnRequest req, Spa
   argv.insert(argv.end(), req.argv.begin(), req.argv.end());
   req.argv = std::move(argv);
   req.candidates = {opts.helper};
+  req.shell_fallback = false;
   req.controlling_tty = false;
   req.new_session = true;
   if (pidns) {
