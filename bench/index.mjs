@@ -36,9 +36,12 @@ const FULL = {
     skip: { 'tree-kill': [1000] },
   },
   throughput: { calls: 1000, concurrency: [1, 8, 64], reps: 3 },
-  memory: { calls: 1000, methods: ['proctree', 'child_process'] },
+  // Issue 14: fds and heap per live call, spawn cost with `calls` live vs `fewLive`.
+  memory: { calls: 1000, methods: ['proctree', 'proctree run()', 'child_process'], spawnSamples: 200, fewLive: 10 },
   // Issue 5: 100 calls × 10 processes, every one honouring SIGTERM.
-  shutdown: { trees: 100, perTree: 10, lifetimeS: 120, reps: 5, grace: 1000, methods: ['proctree', 'killpg'] },
+  shutdown: { trees: 100, perTree: 10, lifetimeS: 120, reps: 5, grace: 1000, methods: ['proctree', 'killpg', 'floor'] },
+  // Issue 14: harness CPU per call against the C floor.
+  cpuPerCall: { calls: 1000, reps: 5, straceCalls: 200, profileCalls: 1000 },
 };
 
 const QUICK = {
@@ -46,13 +49,15 @@ const QUICK = {
   spawnLatency: { tiersMB: [50, 1024], samples: { 50: 30, 1024: 30 }, warmup: 5, floorSamples: 100 },
   cleanupLatency: {
     ...FULL.cleanupLatency,
-    sizes: [1, 10, 100],
-    reps: { 1: 2, 10: 2, 100: 1 },
-    skip: { 'tree-kill': [100] },
+    // 1000: issue 14's terminate() verdicts.
+    sizes: [1, 10, 100, 1000],
+    reps: { 1: 2, 10: 2, 100: 1, 1000: 1 },
+    skip: { 'tree-kill': [100, 1000] },
   },
   throughput: { calls: 200, concurrency: [1, 8, 64], reps: 1 },
-  memory: { calls: 200, methods: ['proctree', 'child_process'] },
+  memory: { ...FULL.memory, spawnSamples: 100 },
   shutdown: { ...FULL.shutdown, reps: 2 },
+  cpuPerCall: { calls: 200, reps: 3, straceCalls: 100, profileCalls: 0 },
 };
 
 // Each section: a module with run(job, ctx) (in a worker) and report(results,
@@ -69,6 +74,8 @@ const SECTIONS = [
   { name: 'memory', module: 'memory.mjs', jobs: (c) => c.methods.map((method) => ({ ...c, method })) },
   // Issue 5: "shutdown: 100 calls × 10 processes vs a killpg loop".
   { name: 'shutdown', module: 'shutdown.mjs', jobs: (c) => [c] },
+  // Issue 14: "harness CPU per call within 2× of the C floor".
+  { name: 'cpuPerCall', module: 'cpu-per-call.mjs', jobs: (c) => ['proctree', 'child_process'].map((group) => ({ ...c, group })) },
 ];
 
 // ---------------------------------------------------------------------------
