@@ -35,7 +35,7 @@ const FULL = {
     // each reading all of /proc: at 1000 processes that takes minutes.
     skip: { 'tree-kill': [1000] },
   },
-  throughput: { calls: 1000, concurrency: [1, 8, 64], reps: 3 },
+  throughput: { calls: 1000, concurrency: [1, 8, 64], reps: 5 },
   // Issue 14: fds and heap per live call, spawn cost with `calls` live vs `fewLive`.
   memory: { calls: 1000, methods: ['proctree', 'proctree run()', 'child_process'], spawnSamples: 200, fewLive: 10 },
   // Issue 5: 100 calls × 10 processes, every one honouring SIGTERM.
@@ -54,7 +54,7 @@ const QUICK = {
     reps: { 1: 2, 10: 2, 100: 1, 1000: 1 },
     skip: { 'tree-kill': [100, 1000] },
   },
-  throughput: { calls: 200, concurrency: [1, 8, 64], reps: 1 },
+  throughput: { calls: 200, concurrency: [1, 8, 64], reps: 2 },
   memory: { ...FULL.memory, spawnSamples: 100 },
   shutdown: { ...FULL.shutdown, reps: 2 },
   cpuPerCall: { calls: 200, reps: 3, straceCalls: 100, profileCalls: 0 },
