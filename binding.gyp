@@ -29,6 +29,7 @@
         "native/loop/call.cc",
         "native/loop/environment.cc",
         "native/loop/errno_name.cc",
+        "native/loop/file_writer.cc",
         "native/loop/reactor.cc",
         "native/loop/subtrees.cc"
       ],

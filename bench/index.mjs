@@ -40,6 +40,8 @@ const FULL = {
   memory: { calls: 1000, methods: ['proctree', 'proctree run()', 'child_process'], spawnSamples: 200, fewLive: 10 },
   // Issue 5: 100 calls × 10 processes, every one honouring SIGTERM.
   shutdown: { trees: 100, perTree: 10, lifetimeS: 120, reps: 5, grace: 1000, methods: ['proctree', 'killpg', 'floor'] },
+  // Issue 12: PTY spawn → exit of /bin/true, proctree vs node-pty.
+  ptyLatency: { samples: 200, warmup: 10 },
   // Issue 14: harness CPU per call against the C floor.
   cpuPerCall: { calls: 1000, reps: 5, straceCalls: 200, profileCalls: 1000 },
 };
@@ -57,6 +59,7 @@ const QUICK = {
   throughput: { calls: 200, concurrency: [1, 8, 64], reps: 2 },
   memory: { ...FULL.memory, spawnSamples: 100 },
   shutdown: { ...FULL.shutdown, reps: 2 },
+  ptyLatency: { samples: 30, warmup: 5 },
   cpuPerCall: { calls: 200, reps: 3, straceCalls: 100, profileCalls: 0 },
 };
 
@@ -74,6 +77,7 @@ const SECTIONS = [
   { name: 'memory', module: 'memory.mjs', jobs: (c) => c.methods.map((method) => ({ ...c, method })) },
   // Issue 5: "shutdown: 100 calls × 10 processes vs a killpg loop".
   { name: 'shutdown', module: 'shutdown.mjs', jobs: (c) => [c] },
+  { name: 'ptyLatency', module: 'pty-latency.mjs', jobs: (c) => [c] },
   // Issue 14: "harness CPU per call within 2× of the C floor".
   { name: 'cpuPerCall', module: 'cpu-per-call.mjs', jobs: (c) => ['proctree', 'child_process'].map((group) => ({ ...c, group })) },
 ];

@@ -1,13 +1,20 @@
 export { spawn, run } from './run';
 export { ToolCall, type ToolCallEvents } from './toolcall';
-export { Supervisor, getDefaultSupervisor, type SupervisorOptions, type SupervisorEvents } from './supervisor';
+export { PtyStream } from './pty';
+export { Supervisor, getDefaultSupervisor, jobs, job, type SupervisorOptions, type SupervisorEvents } from './supervisor';
+export { Job, type JobInfo, type JobOutput, type JobState } from './jobs';
+export type { LinesOptions } from './output';
 export { capabilities, type Capabilities } from './capabilities';
 export { AbortError, LeftoversError, ConfinementUnavailableError, type SpawnError } from './errors';
 export type {
   CleanupReason,
   CleanupReport,
   Confinement,
+  JobOptions,
+  OutputOptions,
   ProcessInfo,
+  PtyOptions,
+  ResourceUsage,
   RunOptions,
   RunResult,
   SpawnOptions,

@@ -4,6 +4,7 @@
 // `env`, which is walked with for…in as Node does).
 import { constants as osConstants } from 'node:os';
 import path from 'node:path';
+import { isMainThread } from 'node:worker_threads';
 import type { Readable, Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 
@@ -16,6 +17,8 @@ import {
   outOfRange,
   unknownSignal,
 } from './errors';
+import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, type OutputSettings, UNREAD_MAX_BUFFER } from './output';
+import { ptyStdio, resolvePty, type ResolvedPty, withTerm } from './pty';
 import type { Confinement, RunOptions, SpawnOptions } from './types';
 
 /**
@@ -26,25 +29,36 @@ export type StdioEntry =
   | { kind: 'pipe' }
   | { kind: 'ignore' }
   | { kind: 'inherit' }
-  | { kind: 'fd'; fd: number; stream?: Readable | Writable };
+  | { kind: 'fd'; fd: number; stream?: Readable | Writable }
+  | { kind: 'pty' };
 
 export interface ResolvedSpawn {
   file: string;
   /** argv as the command sees it, argv[0] included; also what Node calls spawnargs. */
   argv: string[];
   candidates: string[];
-  env: string[];
+  /** null: the harness's own environment, passed by the addon without a copy (main thread). */
+  env: string[] | null;
   cwd: string | undefined;
   stdio: StdioEntry[];
   timeout: number;
   grace: number;
   killSignal: number;
   signal: AbortSignal | undefined;
-  leftovers: 'kill' | 'wait';
+  leftovers: 'kill' | 'wait' | 'keep';
+  /** A job from the start. */
+  background: boolean;
+  /** ms without output before the ladder (reason 'idle'); 0 = never. */
+  idleTimeout: number;
+  output: OutputSettings;
+  /** Capacity of the job's ring buffer, in bytes. */
+  jobBuffer: number;
   uid: number | undefined;
   gid: number | undefined;
   confinement: 'auto' | Confinement;
   detached: boolean;
+  /** A terminal for fds 0–2 (options.pty), or none. */
+  pty: ResolvedPty | undefined;
 }
 
 const signalNumbers: Record<string, number> = osConstants.signals as Record<string, number>;
@@ -194,10 +208,10 @@ function checkStdio(value: unknown): StdioEntry[] {
 
 // execvpe's search, done here in the parent; the child execs the first
 // candidate that exists (relative entries resolve against the new cwd).
-function candidatesFor(file: string, env: string[]): string[] {
+function candidatesFor(file: string, env: string[] | null): string[] {
   if (file.includes('/')) return [file];
-  const entry = env.find((e) => e.startsWith('PATH='));
-  const searchPath = entry !== undefined ? entry.slice(5) : '/usr/local/bin:/usr/bin:/bin';
+  const entry = env === null ? process.env.PATH : env.find((e) => e.startsWith('PATH='))?.slice(5);
+  const searchPath = entry !== undefined ? entry : '/usr/local/bin:/usr/bin:/bin';
   return searchPath.split(':').map((dir) => (dir === '' ? file : path.posix.join(dir, file)));
 }
 
@@ -207,8 +221,11 @@ const nodeOptions = [
   'cwd', 'env', 'argv0', 'stdio', 'detached', 'uid', 'gid', 'serialization', 'shell',
   'windowsVerbatimArguments', 'windowsHide', 'signal', 'timeout', 'killSignal',
 ];
-const proctreeOptions = ['grace', 'leftovers', 'confinement'];
-const runOptions = ['input', 'encoding', 'maxBuffer'];
+const proctreeOptions = [
+  'grace', 'leftovers', 'confinement', 'background', 'jobBuffer',
+  'maxBuffer', 'keep', 'marker', 'all', 'onOutput', 'idleTimeout', 'pty',
+];
+const runOptions = ['input', 'encoding'];
 const knownOptions = new Set([...nodeOptions, ...proctreeOptions, ...runOptions]);
 const warned = new Set<string>();
 
@@ -272,6 +289,7 @@ function normalize(fileArg: unknown, argsArg: unknown, optionsArg: unknown): { f
 export interface SpawnDefaults {
   grace?: number;
   where?: 'spawn' | 'run';
+  jobBuffer?: number;
 }
 
 export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unknown, defaults: SpawnDefaults = {}): ResolvedSpawn {
@@ -303,9 +321,11 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
   }
   const argv = [typeof opts.argv0 === 'string' ? opts.argv0 : file, ...args];
 
-  // `env || process.env`, as Node: a falsy env means the harness's.
-  const envSource = (opts.env || process.env) as object;
-  const env = envPairs(envSource);
+  // `env || process.env`, as Node: a falsy env means the harness's. On the
+  // main thread process.env is this process's own environment, which the
+  // addon hands to the command as it is (nothing copied); a worker's
+  // process.env is its own copy, so it goes through like any other object.
+  const env = !opts.env && isMainThread ? null : envPairs((opts.env || process.env) as object);
 
   // Node validates these after the arguments, in this order.
   const timeout = opts.timeout;
@@ -325,33 +345,44 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
 
   // proctree's own options.
   const leftovers = opts.leftovers ?? 'kill';
-  if (leftovers !== 'kill' && leftovers !== 'wait') {
-    throw invalidArgValue('options.leftovers', leftovers, "must be one of: 'kill', 'wait'");
+  if (leftovers !== 'kill' && leftovers !== 'wait' && leftovers !== 'keep') {
+    throw invalidArgValue('options.leftovers', leftovers, "must be one of: 'kill', 'wait', 'keep'");
   }
+  const background = checkBoolean(opts.background, 'options.background');
+  const idleTimeout = checkMs(opts.idleTimeout, 'idleTimeout', 0);
+  const output = resolveOutput(opts);
+  const jobBuffer = checkBytes(opts.jobBuffer, 'options.jobBuffer', defaults.jobBuffer ?? DEFAULT_JOB_BUFFER);
   const confinement = opts.confinement ?? 'auto';
   if (!['auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup'].includes(confinement as string)) {
     throw invalidArgValue('options.confinement', confinement, "must be one of: 'auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup'");
   }
   const grace = checkMs(opts.grace, 'grace', defaults.grace ?? 2000);
+  const pty = resolvePty(opts.pty);
   warnUnknownOptions(opts, defaults.where ?? 'spawn');
 
   return {
     file,
     argv,
     candidates: candidatesFor(file, env),
-    env,
+    // A terminal's TERM is set in a copy: the shared environ cannot carry it.
+    env: pty ? withTerm(env ?? envPairs(process.env), pty.term) : env,
     cwd,
-    stdio,
+    stdio: pty ? ptyStdio(stdio, opts.stdio) : stdio,
     // Node accepts any unsigned integer; a timer cannot wait longer than this.
     timeout: Math.min((timeout as number | null | undefined) ?? 0, 2 ** 31 - 1),
     grace,
     killSignal,
     signal: signal as AbortSignal | undefined,
     leftovers,
+    background,
+    idleTimeout,
+    output,
+    jobBuffer,
     uid: opts.uid ?? undefined,
     gid: opts.gid ?? undefined,
     confinement,
     detached,
+    pty,
   };
 }
 
@@ -360,7 +391,6 @@ export interface ResolvedRun {
   /** End stdin when there is no input, so a command reading it cannot hang. */
   closeStdin: boolean;
   encoding: BufferEncoding | 'buffer';
-  maxBuffer: number;
 }
 
 export function resolveRun(options: RunOptions | undefined): ResolvedRun {
@@ -375,13 +405,45 @@ export function resolveRun(options: RunOptions | undefined): ResolvedRun {
   if (encoding !== 'buffer' && !Buffer.isEncoding(encoding)) {
     throw invalidArgValue('options.encoding', encoding, 'is invalid encoding');
   }
-  let maxBuffer = 64 * 1024 * 1024;
-  if (o.maxBuffer !== undefined && o.maxBuffer !== null) {
+  return { input, encoding, closeStdin: true };
+}
+
+/** A job's ring buffer when neither the call nor its supervisor says otherwise. */
+export const DEFAULT_JOB_BUFFER = 1024 * 1024;
+
+/** A size in bytes: an integer >= 0 (ERR_INVALID_ARG_TYPE, ERR_OUT_OF_RANGE). */
+export function checkBytes(value: unknown, name: string, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number') throw invalidArgType(name, 'number', value);
+  if (!Number.isSafeInteger(value) || value < 0) throw outOfRange(name, 'an integer >= 0', value);
+  return value;
+}
+
+/** The output options (OutputOptions), validated. */
+function resolveOutput(o: SpawnOptions): OutputSettings {
+  let maxBuffer = DEFAULT_MAX_BUFFER;
+  const given = o.maxBuffer !== undefined && o.maxBuffer !== null;
+  if (given) {
     // Node's validateMaxBuffer: any number >= 0, else ERR_OUT_OF_RANGE.
     if (!(typeof o.maxBuffer === 'number' && o.maxBuffer >= 0)) {
       throw outOfRange('options.maxBuffer', 'a positive number', o.maxBuffer);
     }
     maxBuffer = Number.isFinite(o.maxBuffer) ? Math.floor(o.maxBuffer) : Number.MAX_SAFE_INTEGER;
   }
-  return { input, encoding, maxBuffer, closeStdin: true };
+  const keep = (o.keep ?? 'head') as Keep;
+  if (keep !== 'head' && keep !== 'tail' && keep !== 'both') {
+    throw invalidArgValue('options.keep', keep, "must be one of: 'head', 'tail', 'both'");
+  }
+  const m = o.marker as unknown;
+  let marker: string | null = null;
+  if (m === true) marker = DEFAULT_MARKER;
+  else if (typeof m === 'string') marker = m;
+  else if (m !== undefined && m !== false) throw invalidArgType('options.marker', ['boolean', 'string'], m);
+  const all = checkBoolean(o.all, 'options.all');
+  const onOutput = o.onOutput as unknown;
+  if (onOutput !== undefined && typeof onOutput !== 'function') throw invalidArgType('options.onOutput', 'function', onOutput);
+  // A limit the caller chose is kept from the first byte; the default one
+  // only once `done` is read (a call that only streams holds 1 MiB a stream).
+  const unreadMax = given ? maxBuffer : Math.min(maxBuffer, UNREAD_MAX_BUFFER);
+  return { maxBuffer, unreadMax, keep, marker, all, onOutput: onOutput as OutputSettings['onOutput'] };
 }

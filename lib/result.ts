@@ -1,9 +1,11 @@
 // What a call ends with: its CleanupReport and its RunResult, built from what
 // the addon reported and what the call observed.
+import fs from 'node:fs';
+
 import { LeftoversError } from './errors';
-import type { NativeReport } from './native';
-import type { CleanupReason, CleanupReport, Confinement, RunResult, Verification } from './types';
-import type { Collector } from './stdio';
+import type { NativeReport, NativeUsage } from './native';
+import type { CallOutput } from './output';
+import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, ResourceUsage, RunResult, Verification } from './types';
 
 /** How each tier proves a tree empty (see CleanupReport.verified). */
 export const verification: Readonly<Record<Confinement, Verification>> = {
@@ -51,21 +53,24 @@ export interface CallOutcome {
   pid: number | undefined;
   cgroup: string | null;
   confinement: Confinement;
+  usage: ResourceUsage;
+  jobId: string | null;
+  remaining: ProcessInfo[];
 }
 
-export function runResult(
-  call: CallOutcome,
-  stdout: Collector,
-  stderr: Collector,
-  encoding: BufferEncoding | 'buffer',
-): RunResult<string | Buffer> {
+export function runResult(call: CallOutcome, output: CallOutput, encoding: BufferEncoding | 'buffer'): RunResult<string | Buffer> {
+  const o = output.collected(encoding);
   return {
     exitCode: call.exitCode,
     signal: call.signal,
-    stdout: stdout.value(encoding),
-    stderr: stderr.value(encoding),
-    stdoutTruncated: stdout.truncated,
-    stderrTruncated: stderr.truncated,
+    stdout: o.stdout,
+    stderr: o.stderr,
+    ...(o.all !== undefined ? { all: o.all } : {}),
+    stdoutTruncated: o.stdoutOmitted > 0,
+    stderrTruncated: o.stderrOmitted > 0,
+    stdoutOmitted: o.stdoutOmitted,
+    stderrOmitted: o.stderrOmitted,
+    ...(o.allOmitted !== undefined ? { allOmitted: o.allOmitted } : {}),
     timedOut: call.timedOut,
     aborted: call.aborted,
     durationMs: performance.now() - call.startedAt,
@@ -74,5 +79,44 @@ export function runResult(
     pid: call.pid ?? 0,
     cgroup: call.cgroup ?? '',
     confinement: call.confinement,
+    usage: call.usage,
+    jobId: call.jobId,
+    remaining: call.remaining,
   };
+}
+
+/** The usage the addon reported with the Empty event. */
+export function finalUsage(u: NativeUsage | null | undefined): ResourceUsage {
+  const out: ResourceUsage = {
+    userMs: u?.userMs ?? 0,
+    systemMs: u?.systemMs ?? 0,
+    peakProcesses: u?.peakProcesses ?? 0,
+    source: u?.source ?? 'none',
+  };
+  if (u?.memoryPeakBytes !== undefined) out.memoryPeakBytes = u.memoryPeakBytes;
+  return out;
+}
+
+/**
+ * What a tree that is still running used so far: the cgroup's cpu.stat and
+ * memory.peak now (the addon reads the same files once it is empty); the
+ * other tiers learn their figures only when the tree is gone.
+ */
+export function usageSoFar(cgroup: string | null, peakProcesses: number): ResourceUsage {
+  const none: ResourceUsage = { userMs: 0, systemMs: 0, peakProcesses, source: 'none' };
+  if (!cgroup) return none;
+  let stat: string;
+  try {
+    stat = fs.readFileSync(`${cgroup}/cpu.stat`, 'utf8');
+  } catch {
+    return none;
+  }
+  const field = (name: string): number => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(stat)?.[1] ?? 0) / 1000;
+  const out: ResourceUsage = { userMs: field('user_usec'), systemMs: field('system_usec'), peakProcesses, source: 'cgroup' };
+  try {
+    out.memoryPeakBytes = Number(fs.readFileSync(`${cgroup}/memory.peak`, 'utf8').trim());
+  } catch {
+    // the memory controller is not delegated here
+  }
+  return out;
 }

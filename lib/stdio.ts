@@ -1,5 +1,5 @@
-// A call's stdio: the pipes made for it, our ends as streams, and the
-// collection of what a call wrote (run() and `done`).
+// A call's stdio: the pipes made for it and our ends as streams. What the
+// call wrote is collected in output.ts.
 import net from 'node:net';
 import type { Readable, Writable } from 'node:stream';
 
@@ -123,6 +123,11 @@ export class CallStdio {
   }
 }
 
+/** Whether a stream was handed to a call as its stdio: the child reads it, we must not. */
+export function isUsedAsStdio(stream: object): boolean {
+  return usedAsStdio.has(stream);
+}
+
 function stopReading(stream: Readable | Writable): void {
   usedAsStdio.add(stream);
   // What Node does to a 'wrap' stdio entry: the handle stops reading and the
@@ -137,38 +142,5 @@ function stopReading(stream: Readable | Writable): void {
     if (s._handle) s._handle.reading = false;
     s.pause();
     if (s._readableState) s._readableState.reading = false;
-  }
-}
-
-/** Keeps the first `max` bytes a stream produced, and whether there was more. */
-export class Collector {
-  private readonly chunks: Buffer[] = [];
-  private size = 0;
-  truncated = false;
-
-  constructor(
-    stream: Readable | null,
-    private readonly max: number,
-  ) {
-    // Keep reading past the limit: a writer blocked on a full pipe would
-    // never exit.
-    stream?.on('data', (chunk: Buffer) => {
-      if (this.size >= this.max) {
-        if (chunk.length > 0) this.truncated = true;
-        return;
-      }
-      const room = this.max - this.size;
-      if (chunk.length > room) {
-        this.truncated = true;
-        chunk = chunk.subarray(0, room);
-      }
-      this.chunks.push(chunk);
-      this.size += chunk.length;
-    });
-  }
-
-  value(encoding: BufferEncoding | 'buffer'): string | Buffer {
-    const buf = Buffer.concat(this.chunks, this.size);
-    return encoding === 'buffer' ? buf : buf.toString(encoding);
   }
 }

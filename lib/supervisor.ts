@@ -4,9 +4,10 @@ import { EventEmitter } from 'node:events';
 import { threadId } from 'node:worker_threads';
 
 import { invalidArgType, invalidArgValue } from './errors';
+import { Job, type JobInfo, JobRegistry } from './jobs';
 import { native } from './native';
-import { checkGrace, resolveRun, resolveSpawn } from './options';
-import { type CallOwner, dropQueued, terminateFor, ToolCall } from './toolcall';
+import { checkBytes, checkGrace, DEFAULT_JOB_BUFFER, resolveRun, resolveSpawn } from './options';
+import { callPhase, type CallOwner, dropQueued, terminateMany, ToolCall } from './toolcall';
 import type { CleanupReport, RunOptions, RunResult, SpawnOptions } from './types';
 
 export interface SupervisorOptions {
@@ -21,10 +22,14 @@ export interface SupervisorOptions {
    * Off by default: installing handlers would change how the harness dies.
    */
   handleSignals?: boolean;
+  /** Bytes of output each job keeps (its ring buffer), unless the call says otherwise. Default: 1 MiB. */
+  jobBuffer?: number;
 }
 
 export interface SupervisorEvents {
   call: [call: ToolCall];
+  /** A call became a job (at its start with `background`, or when its main process exited with `leftovers: 'keep'`). */
+  job: [job: Job, call: ToolCall];
   cleanup: [report: CleanupReport, call: ToolCall];
   error: [err: Error, call?: ToolCall];
 }
@@ -52,6 +57,8 @@ export class Supervisor extends EventEmitter {
   readonly #grace: number;
   readonly #maxConcurrent: number;
   readonly #name: string;
+  readonly #jobBuffer: number;
+  readonly #jobs = new JobRegistry();
   #closed = false;
   #signalHandlers: Array<[NodeJS.Signals, () => void]> = [];
   readonly #owner: CallOwner;
@@ -71,6 +78,7 @@ export class Supervisor extends EventEmitter {
       throw invalidArgValue('options.maxConcurrent', max, 'must be an integer >= 1');
     }
     this.#maxConcurrent = max;
+    this.#jobBuffer = checkBytes(options.jobBuffer, 'options.jobBuffer', DEFAULT_JOB_BUFFER);
     this.#name = name;
     usedNames.add(name);
     const suffix = threadId === 0 ? '' : `-w${threadId}`;
@@ -95,7 +103,7 @@ export class Supervisor extends EventEmitter {
   spawn(file: string, options?: SpawnOptions): ToolCall;
   spawn(file: string, args?: readonly string[] | SpawnOptions, options?: SpawnOptions): ToolCall {
     this.#checkOpen();
-    const resolved = resolveSpawn(file, args, options, { grace: this.#grace });
+    const resolved = resolveSpawn(file, args, options, { grace: this.#grace, jobBuffer: this.#jobBuffer });
     return this.#track(new ToolCall(resolved, this.#owner));
   }
 
@@ -104,7 +112,7 @@ export class Supervisor extends EventEmitter {
   run(file: string, args?: readonly string[], options?: RunOptions): Promise<RunResult<string | Buffer>> {
     try {
       this.#checkOpen();
-      const resolved = resolveSpawn(file, args, options, { grace: this.#grace, where: 'run' });
+      const resolved = resolveSpawn(file, args, options, { grace: this.#grace, jobBuffer: this.#jobBuffer, where: 'run' });
       const call = this.#track(new ToolCall(resolved, this.#owner, resolveRun(options)));
       // A failed start is delivered as the rejection.
       call.on('error', () => {});
@@ -112,6 +120,25 @@ export class Supervisor extends EventEmitter {
     } catch (err) {
       return Promise.reject(err);
     }
+  }
+
+  /**
+   * The jobs: running ones, and the last finished ones (with their output)
+   * until they are forgotten, in the order they became jobs. Members are
+   * read from the kernel now.
+   */
+  jobs(): JobInfo[] {
+    return this.#jobs.list().map((j) => j.info());
+  }
+
+  /** The job with this id (`c<N>`: `result.jobId`, `call.jobId`, `jobs()[i].id`); throws ERR_PROCTREE_UNKNOWN_JOB. */
+  job(id: string): Job {
+    if (typeof id !== 'string') throw invalidArgType('id', 'string', id);
+    const job = this.#jobs.get(id);
+    if (!job) {
+      throw Object.assign(new Error(`No job ${JSON.stringify(id)} in supervisor ${this.#name}`), { code: 'ERR_PROCTREE_UNKNOWN_JOB' });
+    }
+    return job;
   }
 
   /**
@@ -129,7 +156,7 @@ export class Supervisor extends EventEmitter {
     });
     for (const { call } of this.#queue.splice(0)) call[dropQueued](closed);
     const running = [...this.#calls].filter((c) => c.started);
-    return Promise.all(running.map((c) => c[terminateFor]('shutdown', grace)));
+    return ToolCall[terminateMany](running, 'shutdown', grace);
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -152,14 +179,17 @@ export class Supervisor extends EventEmitter {
   #makeOwner(): CallOwner {
     return {
       group: this.group,
-      admit: (call, start) => {
+      admit: (call, start, background) => {
         if (this.#closed) {
           call[dropQueued](
             Object.assign(new Error('The supervisor was shut down'), { code: 'ERR_PROCTREE_SUPERVISOR_CLOSED' }),
           );
           return;
         }
-        if (this.#running.size < this.#maxConcurrent) {
+        if (background) {
+          // A job runs beside the calls, not in a slot: it may live for hours.
+          start();
+        } else if (this.#running.size < this.#maxConcurrent) {
           this.#running.add(call);
           start();
         } else {
@@ -172,18 +202,28 @@ export class Supervisor extends EventEmitter {
       },
       release: (call) => {
         this.#calls.delete(call);
-        if (!this.#running.delete(call)) return;
-        while (this.#running.size < this.#maxConcurrent && this.#queue.length > 0) {
-          const next = this.#queue.shift() as { call: ToolCall; start: () => void };
-          this.#running.add(next.call);
-          next.start();
-        }
+        this.#freeSlot(call);
+      },
+      adoptJob: (call, ring) => {
+        const job = new Job(call.jobId as string, call, ring, () => call[callPhase](), Date.now());
+        this.#jobs.add(job);
+        this.#freeSlot(call);
+        this.emit('job', job, call);
       },
       unhandledError: (call, err) => {
         // Like an EventEmitter with no 'error' listener: throws when nobody listens here either.
         this.emit('error', err, call);
       },
     };
+  }
+
+  #freeSlot(call: ToolCall): void {
+    if (!this.#running.delete(call)) return;
+    while (this.#running.size < this.#maxConcurrent && this.#queue.length > 0) {
+      const next = this.#queue.shift() as { call: ToolCall; start: () => void };
+      this.#running.add(next.call);
+      next.start();
+    }
   }
 
   #installSignalHandlers(): void {
@@ -219,4 +259,14 @@ let defaultSupervisor: Supervisor | null = null;
 export function getDefaultSupervisor(): Supervisor {
   if (!defaultSupervisor) defaultSupervisor = new Supervisor({ name: 'default' });
   return defaultSupervisor;
+}
+
+/** The jobs of the default supervisor (that of the module-level spawn() and run()). */
+export function jobs(): JobInfo[] {
+  return getDefaultSupervisor().jobs();
+}
+
+/** A job of the default supervisor by its id; throws ERR_PROCTREE_UNKNOWN_JOB. */
+export function job(id: string): Job {
+  return getDefaultSupervisor().job(id);
 }

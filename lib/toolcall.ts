@@ -2,18 +2,22 @@
 // ChildProcess so it drops into harness code.
 //
 // This file is the call's lifecycle (queued, started, exited, empty, closed)
-// and the ladder it asks the addon for; its pipes live in stdio.ts and what
-// it ends with in result.ts.
+// and the ladder it asks the addon for; its pipes live in stdio.ts, the
+// collection of its output in output.ts, what it ends with in result.ts, and
+// what a job is in jobs.ts.
 import { EventEmitter } from 'node:events';
 import type { Readable, Writable } from 'node:stream';
 
 import { AbortError, spawnError, spawnThrow } from './errors';
 import { native, NativeEventKind, type NativeErrorShape, type NativeReport, type NativeUsage, type NativeSpawnSpec } from './native';
-import { checkGrace, type ResolvedRun, resolveRun, type ResolvedSpawn, signalName, signalNumber } from './options';
+import { checkGrace, type ResolvedRun, type ResolvedSpawn, signalName, signalNumber } from './options';
 import { helperPath, resolveTier, warnNoGuardian } from './capabilities';
-import { cleanupReport, emptyReport, leftoversError, runResult, verification } from './result';
-import { CallStdio, Collector } from './stdio';
-import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, RunResult } from './types';
+import type { CallPhase } from './jobs';
+import { ByteTail, CallOutput, type LinesOptions } from './output';
+import { attachMaster, flushPty, noTerminal, PtyStream, ptyPending, ptyTreeEmpty, releasePty, setPtyRef, typeInput } from './pty';
+import { cleanupReport, emptyReport, finalUsage, leftoversError, runResult, usageSoFar, verification } from './result';
+import { CallStdio, isUsedAsStdio } from './stdio';
+import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, ResourceUsage, RunResult } from './types';
 
 /**
  * How long pipes may stay open once the tree is verified empty. Every
@@ -30,20 +34,26 @@ export const STDIO_DRAIN_MS = 100;
  */
 export interface CallOwner {
   readonly group: string;
-  /** Calls start() now or later (FIFO), never twice. */
-  admit(call: ToolCall, start: () => void): void;
+  /** Calls start() now or later (FIFO), never twice; a background call starts now and takes no slot. */
+  admit(call: ToolCall, start: () => void, background: boolean): void;
   /** A queued call that will never start leaves the queue. */
   dequeue(call: ToolCall): void;
   /** The call has settled ('close', or it could not start): its slot is free. */
   release(call: ToolCall): void;
   /** An 'error' the call has no listener for. */
   unhandledError(call: ToolCall, err: Error): void;
+  /** The call is a job now (its id is set): list it, and free its slot. */
+  adoptJob(call: ToolCall, ring: ByteTail): void;
 }
 
 /** Runs the ladder with a reason other than 'terminate' (supervisor shutdown). @internal */
 export const terminateFor = Symbol('proctree.terminateFor');
+/** Runs the ladder on many calls at once (ToolCall[terminateMany]). @internal */
+export const terminateMany = Symbol('proctree.terminateMany');
 /** Ends a call that is still queued, quietly: it never starts. @internal */
 export const dropQueued = Symbol('proctree.dropQueued');
+/** Whether the ladder runs and whether the call closed, for its job's state. @internal */
+export const callPhase = Symbol('proctree.callPhase');
 
 export interface ToolCallEvents {
   spawn: [];
@@ -93,6 +103,17 @@ export class ToolCall extends EventEmitter {
   readonly spawnfile: string;
   /** argv, argv[0] included, as ChildProcess#spawnargs. */
   readonly spawnargs: string[];
+  /**
+   * `c<N>` once the call is a job of its supervisor (`background: true`
+   * from the start; `leftovers: 'keep'` when the main process exited and
+   * processes remained), else null. The same name as its cgroup leaf.
+   */
+  jobId: string | null = null;
+  /**
+   * The call's terminal with options.pty (the master side: read what it
+   * shows, write to type), else null; stdin, stdout and stderr are null then.
+   */
+  readonly pty: PtyStream | null;
 
   #id = 0;
   readonly #opts: ResolvedSpawn;
@@ -111,10 +132,18 @@ export class ToolCall extends EventEmitter {
   #timedOut = false;
   #aborted = false;
   #timer: NodeJS.Timeout | null = null;
+  #idleTimer: NodeJS.Timeout | null = null;
   #drainTimer: NodeJS.Timeout | null = null;
   #onAbort: (() => void) | null = null;
-  #done: Promise<RunResult<string | Buffer>> | null = null;
+  #done: Promise<RunResult<string | Buffer>>;
   #rejectDone: ((err: Error) => void) | null = null;
+  /** Resolves `done` with what is known now (at 'close', or when the call became a job). */
+  #settleDone: (() => void) | null = null;
+  readonly #output: CallOutput;
+  /** A job's output, from the start of the call (only for calls that can become jobs). */
+  readonly #ring: ByteTail | null = null;
+  #usage: ResourceUsage | null = null;
+  #remaining: ProcessInfo[] = [];
   #ref = true;
   #killedAll = false;
   #constructing = false;
@@ -142,14 +171,32 @@ export class ToolCall extends EventEmitter {
     this.stdin = this.#pipes.stdin;
     this.stdout = this.#pipes.stdout;
     this.stderr = this.#pipes.stderr;
-    if (run) this.#done = this.#collect(run);
+    this.pty = opts.pty ? new PtyStream(opts.pty, () => this.#maybeClose(), () => this.members()) : null;
+    // Output is collected from the first byte, so `done` read late loses nothing.
+    // A terminal is one stream for both: what it shows is stdout.
+    const sources = this.pty ? { stdout: this.pty, stderr: this.pty } : { stdout: this.stdout, stderr: this.stderr };
+    this.#output = new CallOutput(sources, opts.output, (s) => !isUsedAsStdio(s));
+    if (opts.background || opts.leftovers === 'keep') {
+      const ring = new ByteTail(opts.jobBuffer);
+      this.#ring = ring;
+      this.#output.subscribe((chunk) => ring.write(chunk));
+    }
+    if (opts.idleTimeout > 0) this.#output.subscribe(() => this.#idleTimer?.refresh());
+    this.#done = this.#collect(run ?? { input: undefined, encoding: 'utf8', closeStdin: false });
+    // 'done' carries a failed start; do not also crash on it.
+    this.#done.catch(() => {});
+    // run() reads the streams itself (nobody else can) and wants the result.
+    if (run) {
+      this.#output.resultWanted();
+      this.#flushOutput();
+    }
     if (stdioError) {
       this.#started = true;
       this.#fail(spawnError(stdioError, opts.file, opts.argv));
       return;
     }
     this.#constructing = true;
-    owner.admit(this, () => this.#start());
+    owner.admit(this, () => this.#start(), opts.background);
     this.#constructing = false;
     // After admit: an already aborted signal acts a tick after 'spawn' was queued, as in Node.
     if (!this.#throwNow) this.#watchSignal();
@@ -212,6 +259,7 @@ export class ToolCall extends EventEmitter {
           ...(opts.cwd !== undefined ? { cwd: opts.cwd } : {}),
           ...(opts.uid !== undefined ? { uid: opts.uid } : {}),
           ...(opts.gid !== undefined ? { gid: opts.gid } : {}),
+          ...(this.pty ? { pty: { cols: this.pty.cols, rows: this.pty.rows } } : {}),
       });
       res = native.spawn(spec, (kind, a, b) => this.#onNative(kind, a, b));
     } catch (err) {
@@ -224,6 +272,7 @@ export class ToolCall extends EventEmitter {
       return;
     }
     this.#id = res.id;
+    if (res.ptyMaster !== undefined) this.pty?.[attachMaster](res.ptyMaster);
     this.cgroup = res.cgroup === '' ? null : res.cgroup;
     if (res.guardianError) warnNoGuardian(res.guardianError);
     if (!res.pending) {
@@ -232,7 +281,22 @@ export class ToolCall extends EventEmitter {
     }
 
     if (opts.timeout > 0) this.#timer = setTimeout(() => this.#onTimeout(), opts.timeout);
+    if (opts.idleTimeout > 0) this.#idleTimer = setTimeout(() => this.#onIdle(), opts.idleTimeout);
+    if (opts.background) this.#becomeJob();
     if (!this.#ref) this.#applyRef();
+  }
+
+  #onIdle(): void {
+    this.#idleTimer = null;
+    void this.#startLadder('idle', this.#opts.grace, true);
+  }
+
+  /** From now on the call is a job: listed by its supervisor, its output flowing to the ring whoever reads. */
+  #becomeJob(): void {
+    if (this.jobId !== null || !this.#ring) return;
+    this.jobId = `c${this.#id}`;
+    this.#output.flowAlways();
+    this.#owner.adoptJob(this, this.#ring);
   }
 
   #onTimeout(): void {
@@ -242,6 +306,7 @@ export class ToolCall extends EventEmitter {
       // pgroup: the visible tree is gone but something still holds our
       // pipes, maybe an escapee we cannot see: the timeout ends the wait.
       this.#pipes.releaseReadable();
+      this.pty?.[releasePty]();
       return;
     }
     void this.#startLadder('timeout', this.#opts.grace, true);
@@ -262,12 +327,13 @@ export class ToolCall extends EventEmitter {
     this.#removeAbortListener();
     this.#pipes.closeChildEnds();
     this.stdin?.destroy();
+    this.pty?.[releasePty]();
     process.nextTick(() => {
       this.#owner.release(this);
       if (emitError) this.#emitError(err);
       if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport('terminate', this.confinement));
       this.#empty = true;
-      this.#pipes.flush();
+      this.#flushOutput();
       this.#maybeClose();
     });
   }
@@ -322,6 +388,15 @@ export class ToolCall extends EventEmitter {
     return this.#ladderFor('terminate', grace);
   }
 
+  /**
+   * Sets the terminal's window size (options.pty): the foreground process
+   * group gets SIGWINCH. Throws ERR_PROCTREE_NO_PTY for a call without one.
+   */
+  resize(cols: number, rows: number): void {
+    if (!this.pty) throw noTerminal();
+    this.pty.resize(cols, rows);
+  }
+
   /** @internal */
   [terminateFor](reason: CleanupReason, grace: number): Promise<CleanupReport> {
     return this.#ladderFor(reason, grace);
@@ -359,7 +434,8 @@ export class ToolCall extends EventEmitter {
 
   #applyRef(): void {
     this.#pipes.setRef(this.#ref);
-    for (const t of [this.#timer, this.#drainTimer]) {
+    this.pty?.[setPtyRef](this.#ref);
+    for (const t of [this.#timer, this.#idleTimer, this.#drainTimer]) {
       if (this.#ref) t?.ref();
       else t?.unref();
     }
@@ -387,17 +463,44 @@ export class ToolCall extends EventEmitter {
   }
 
   /**
-   * Settles once the tree is empty and stdio drained, with the whole result.
-   * Output is collected from the first time this is read: read it right
-   * after spawn() to get all of it.
+   * Settles once the tree is empty and stdio drained, with the whole result
+   * — or, for a job, when it became one: at 'spawn' with `background`, when
+   * the main process exited with `leftovers: 'keep'`. Output is collected
+   * from the first byte: up to `maxBuffer` once this is read (or from the
+   * start when `maxBuffer` was given), up to 1 MiB a stream before.
    */
   get done(): Promise<RunResult> {
-    if (!this.#done) {
-      this.#done = this.#collect({ ...resolveRun(undefined), closeStdin: false });
-      // 'done' carries a failed start; do not also crash on it.
-      this.#done.catch(() => {});
-    }
+    // Reading the result reads the streams, as collecting them always did.
+    this.#output.resultWanted();
+    this.#flushOutput();
     return this.#done as Promise<RunResult>;
+  }
+
+  /** What the whole tree used; null until it is empty ('empty', then 'close'). */
+  get usage(): ResourceUsage | null {
+    return this.#usage;
+  }
+
+  /**
+   * stdout and stderr merged in the order they arrived, with `all: true`
+   * (else null). The stream starts where it is first read from.
+   */
+  get all(): Readable | null {
+    return this.#opts.output.all ? this.#output.allStream() : null;
+  }
+
+  /**
+   * `for await (const line of call.lines())`: the lines of stdout (or
+   * `{ stream: 'stderr' | 'all' }`) from now on, until the streams end.
+   * Call it before the output you want arrives (right after spawn()).
+   */
+  lines(options?: LinesOptions): AsyncIterableIterator<string> {
+    return this.#output.lines(options);
+  }
+
+  /** @internal */
+  [callPhase](): CallPhase {
+    return { stopping: this.#ladder !== null && this.#report === null, empty: this.#empty, closed: this.#closed };
   }
 
   #ladderFor(reason: CleanupReason, grace: number): Promise<CleanupReport> {
@@ -412,18 +515,46 @@ export class ToolCall extends EventEmitter {
 
   /** Starts the ladder once; returns whether it will signal a live tree. */
   #startLadder(reason: CleanupReason, grace: number, kills: boolean): boolean {
+    if (!this.#prepareLadder()) return false;
+    return this.#ladderStarted(native.terminate(this.#id, grace, this.#opts.killSignal, reason), reason, kills);
+  }
+
+  /** Whether a ladder may start now; if so, its promise exists from here. */
+  #prepareLadder(): boolean {
     if (this.#report || this.#ladder) return false;
     if (!this.#id || this.#empty || this.#spawnError) return false;
     this.#ladder = new Promise((resolve) => {
       this.#resolveLadder = resolve;
     });
-    if (!native.terminate(this.#id, grace, this.#opts.killSignal, reason)) {
+    return true;
+  }
+
+  #ladderStarted(reporting: boolean, reason: CleanupReason, kills: boolean): boolean {
+    if (!reporting) {
       // The tree emptied before any ladder ran: nothing to stop.
       this.#resolveLadder?.(emptyReport(reason, this.confinement));
       return false;
     }
     if (kills) this.killed = true;
     return true;
+  }
+
+  /**
+   * The ladder on many calls at once (a supervisor's shutdown): one call into
+   * the addon, which freezes each cgroup subtree they share with one write
+   * instead of one freeze and thaw per call. @internal
+   */
+  static [terminateMany](calls: readonly ToolCall[], reason: CleanupReason, grace: number): Promise<CleanupReport[]> {
+    const ready: ToolCall[] = [];
+    for (const c of calls) {
+      if (!c.#started) continue;
+      if (c.#prepareLadder()) ready.push(c);
+    }
+    const reporting = ready.length
+      ? native.terminateGroup(ready.map((c) => c.#id), ready.map((c) => c.#opts.killSignal), grace, reason)
+      : [];
+    ready.forEach((c, i) => c.#ladderStarted(reporting[i] === true, reason, true));
+    return Promise.all(calls.map((c) => c.#ladderFor(reason, grace)));
   }
 
   #onNative(kind: NativeEventKind, a?: number | null | NativeReport | NativeErrorShape | NativeUsage, b?: number | string): void {
@@ -435,7 +566,7 @@ export class ToolCall extends EventEmitter {
         this.#onCleanup(a as NativeReport);
         break;
       case NativeEventKind.Empty:
-        this.#onEmpty();
+        this.#onEmpty(a as NativeUsage | undefined);
         break;
       case NativeEventKind.Error:
         this.#emitError(a as NativeErrorShape);
@@ -464,11 +595,33 @@ export class ToolCall extends EventEmitter {
     this.emit('exit', this.exitCode, this.signalCode);
     // Node's flushStdio, a tick later: the listeners of 'exit' may still
     // start reading.
-    process.nextTick(() => this.#pipes.flush());
+    process.nextTick(() => {
+      this.#flushOutput();
+    });
     if (this.#ladder || this.#empty || this.#killedAll) return;
     const pids = native.members(this.#id);
     if (pids.length === 0) return;
     const infos = native.processInfo(pids);
+    if (infos.length > 0 && this.#opts.leftovers === 'keep') {
+      // What the command left running is a job now, not part of the
+      // command's time: its timers stop (a background call's bound the job
+      // from the start, and keep running). The result comes after one more
+      // poll phase, so output already in the pipes is in it.
+      this.#remaining = infos;
+      if (!this.#opts.background) {
+        for (const t of [this.#timer, this.#idleTimer]) if (t) clearTimeout(t);
+        this.#timer = null;
+        this.#idleTimer = null;
+      }
+      this.#becomeJob();
+      setImmediate(() => {
+        if (!this.#settleDone) return;
+        // Read again: a process caught between fork and exec at 'exit' shows its command by now.
+        const now = this.#empty ? [] : native.processInfo(native.members(this.#id));
+        if (now.length > 0) this.#remaining = now;
+        this.#settleDone();
+      });
+    }
     if (infos.length > 0) this.emit('leftover', infos);
     if (this.#opts.leftovers === 'kill') this.#startLadder('leftovers', this.#opts.grace, false);
   }
@@ -482,9 +635,12 @@ export class ToolCall extends EventEmitter {
     if (err) this.#emitError(err);
   }
 
-  #onEmpty(): void {
+  #onEmpty(usage: NativeUsage | undefined): void {
     if (this.#empty || this.#spawnError) return;
     this.#empty = true;
+    this.#usage = finalUsage(usage);
+    if (this.#idleTimer) clearTimeout(this.#idleTimer);
+    this.#idleTimer = null;
     const unverified = verification[this.confinement] === 'none';
     // The timeout covers the whole tree; where emptiness is not proven
     // (pgroup), it also covers the pipes until 'close'.
@@ -496,25 +652,36 @@ export class ToolCall extends EventEmitter {
     if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport('terminate', this.confinement));
     this.stdin?.destroy();
     this.emit('empty');
-    this.#pipes.flush();
-    if (this.#pipes.openReadable > 0) {
+    this.pty?.[ptyTreeEmpty]();
+    this.#flushOutput();
+    if (this.#pipes.openReadable > 0 || this.pty?.[ptyPending]) {
       // Every writer in the tree is gone; one outside it (handed our pipe)
       // must not hang 'close'. Unverified tiers wait `grace` for escapees.
       const wait = unverified ? this.#opts.grace : STDIO_DRAIN_MS;
       this.#drainTimer = setTimeout(() => {
         // After one more poll phase: data already in the pipe is read first.
-        setImmediate(() => this.#pipes.releaseReadable());
+        setImmediate(() => {
+          this.#pipes.releaseReadable();
+          this.pty?.[releasePty]();
+        });
       }, wait);
       if (!this.#ref) this.#drainTimer.unref();
     }
     this.#maybeClose();
   }
 
+  /** Node's flushStdio: the output streams (pipes, or the terminal) nobody reads are resumed, so they reach their end. */
+  #flushOutput(): void {
+    this.#pipes.flush();
+    this.pty?.[flushPty]();
+  }
+
   #maybeClose(): void {
-    if (this.#closed || !this.#empty || this.#pipes.openReadable > 0) return;
+    if (this.#closed || !this.#empty || this.#pipes.openReadable > 0 || this.pty?.[ptyPending]) return;
     this.#closed = true;
-    for (const t of [this.#timer, this.#drainTimer]) if (t) clearTimeout(t);
+    for (const t of [this.#timer, this.#idleTimer, this.#drainTimer]) if (t) clearTimeout(t);
     this.#timer = null;
+    this.#idleTimer = null;
     this.#drainTimer = null;
     this.#removeAbortListener();
     this.#owner.release(this);
@@ -522,9 +689,9 @@ export class ToolCall extends EventEmitter {
   }
 
   #collect(run: ResolvedRun): Promise<RunResult<string | Buffer>> {
-    const out = new Collector(this.stdout, run.maxBuffer);
-    const err = new Collector(this.stderr, run.maxBuffer);
-    if (this.stdin) {
+    if (this.pty) {
+      if (run.input !== undefined || run.closeStdin) typeInput(this.pty, run.input);
+    } else if (this.stdin) {
       if (run.input !== undefined) this.stdin.end(run.input);
       else if (run.closeStdin) this.stdin.end();
     }
@@ -535,7 +702,8 @@ export class ToolCall extends EventEmitter {
       }
       this.#rejectDone = reject;
       const settle = (): void => {
-        if (this.#spawnError) return;
+        if (this.#spawnError || !this.#settleDone) return;
+        this.#settleDone = null;
         resolve(
           runResult(
             {
@@ -549,16 +717,21 @@ export class ToolCall extends EventEmitter {
               pid: this.pid,
               cgroup: this.cgroup,
               confinement: this.confinement,
+              usage: this.#usage ?? usageSoFar(this.cgroup, Math.max(1, this.#remaining.length)),
+              jobId: this.jobId,
+              remaining: this.#remaining,
             },
-            out,
-            err,
+            this.#output,
             run.encoding,
           ),
         );
+        // Delivered: what comes later is the job's (its ring), not the result's.
+        this.#output.stopCollecting();
       };
-      // Read after 'close': the result is complete but for the output nobody collected.
-      if (this.#closed) settle();
-      else this.once('close', settle);
+      this.#settleDone = settle;
+      // A background call's result is its start.
+      if (this.#opts.background) this.once('spawn', settle);
+      this.once('close', settle);
     });
   }
 }

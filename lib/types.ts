@@ -58,9 +58,11 @@ export interface SpawnOptions {
   /**
    * When the main process exits and descendants remain: `'kill'` runs the
    * ladder on them (reason `'leftovers'`); `'wait'` keeps the call open until
-   * the tree empties by itself. Default: `'kill'`.
+   * the tree empties by itself; `'keep'` makes what remains a job of the
+   * supervisor (`call.jobId`; run() and `done` settle then, with `jobId` and
+   * `remaining`). Default: `'kill'`.
    */
-  leftovers?: 'kill' | 'wait';
+  leftovers?: 'kill' | 'wait' | 'keep';
   /**
    * `'auto'` = the strongest tier this host allows (capabilities().tier); a
    * tier = that one or throw ConfinementUnavailableError
@@ -84,15 +86,37 @@ export interface SpawnOptions {
   windowsVerbatimArguments?: boolean;
   /** Accepted for child_process compatibility (`'json'` or `'advanced'`); without IPC it has no effect. */
   serialization?: 'json' | 'advanced';
+  /**
+   * Run on a pseudo-terminal of its own: fds 0–2 are its slave and its
+   * controlling terminal (a new session), the harness gets the master as
+   * `call.pty`. `true` = 80×24, TERM=xterm-256color. `stdio` may then only
+   * name fds 3 and above. Default: no terminal.
+   */
+  pty?: boolean | PtyOptions;
 }
 
+export interface PtyOptions {
+  /** Columns of the window. Default: 80. */
+  cols?: number;
+  /** Rows of the window. Default: 24. */
+  rows?: number;
+  /** TERM in the command's environment (replacing an inherited one). Default: `'xterm-256color'`. */
+  term?: string;
+  /** Decode `call.pty`'s 'data' as text in this encoding. Default: Buffers. (run() uses its own `encoding`.) */
+  encoding?: BufferEncoding;
+}
+
+// Output and job options: spawn() reads them too (they shape `call.done`, `call.all`, lines()).
+export interface SpawnOptions extends OutputOptions, JobOptions {}
+
 export interface RunOptions extends SpawnOptions {
-  /** Written to stdin, which is then closed. */
+  /**
+   * Written to stdin, which is then closed. With `pty`: typed on the
+   * terminal, then the end-of-file character (^D) at the start of a line.
+   */
   input?: string | Uint8Array;
   /** Decode stdout/stderr as text (default `'utf8'`), or `'buffer'` for Buffers. */
   encoding?: BufferEncoding | 'buffer';
-  /** Bytes kept per stream; past it the first `maxBuffer` bytes are kept and the flag set. Default: 64 MiB. */
-  maxBuffer?: number;
 }
 
 /** One process, as /proc described it. */
@@ -107,7 +131,8 @@ export interface ProcessInfo {
   startTime: number;
 }
 
-export type CleanupReason = 'timeout' | 'abort' | 'terminate' | 'leftovers' | 'shutdown';
+/** Why the ladder ran; `'idle'`: `idleTimeout` ms passed without output. */
+export type CleanupReason = 'timeout' | 'idle' | 'abort' | 'terminate' | 'leftovers' | 'shutdown';
 
 /** What stopping a tree took, as the kernel saw it. */
 export interface CleanupReport {
@@ -136,10 +161,18 @@ export interface RunResult<T extends string | Buffer = string> {
   exitCode: number | null;
   /** Signal that ended the main process, or null. */
   signal: NodeJS.Signals | null;
+  /** With `pty`: everything the terminal showed (stdout and stderr as one stream, `\r\n` line ends); stderr is then empty. */
   stdout: T;
   stderr: T;
+  /** stdout and stderr merged in the order they arrived; only with `all: true`. */
+  all?: T;
   stdoutTruncated: boolean;
   stderrTruncated: boolean;
+  /** Bytes of stdout not in `stdout` (past `maxBuffer`, or left out not to cut a character); 0 when complete. */
+  stdoutOmitted: number;
+  stderrOmitted: number;
+  /** Bytes of the merged output not in `all`; only with `all: true`. */
+  allOmitted?: number;
   /** The call was stopped because `timeout` ran out. */
   timedOut: boolean;
   /** The call was stopped because `signal` was aborted. */
@@ -154,4 +187,81 @@ export interface RunResult<T extends string | Buffer = string> {
   /** The call's cgroup; '' for the tiers other than `cgroup`. */
   cgroup: string;
   confinement: Confinement;
+  /**
+   * What the whole tree used. When the result comes before the tree is
+   * empty (a job), what it used so far as far as the tier can tell then
+   * (`cgroup`: cpu.stat now; the others: `source: 'none'`); `job(id).wait()`
+   * gives the final figures.
+   */
+  usage: ResourceUsage;
+  /** The call's job id when it is a job (`background`, or `leftovers: 'keep'` with processes left), else null. */
+  jobId: string | null;
+  /** With `leftovers: 'keep'`: the processes still running when the result came (they are the job); else []. */
+  remaining: ProcessInfo[];
+}
+
+/**
+ * What a whole tree used, escapees included as far as the tier sees them:
+ * `cgroup` reads cpu.stat of the call's cgroup (every process that was ever
+ * in it) and memory.peak where the memory controller is delegated;
+ * `pidns`/`subreaper` count what the shim reaped (the whole tree, orphans
+ * included); `pgroup` counts the main process and the children it waited
+ * for (`source: 'rusage'` for these three). `source: 'none'`: the CPU times
+ * are not known (0).
+ */
+export interface ResourceUsage {
+  /** CPU time in user mode, ms. */
+  userMs: number;
+  /** CPU time in the kernel, ms. */
+  systemMs: number;
+  /** The most processes seen in the tree at once (by members(), jobs() and the ladder's reads). */
+  peakProcesses: number;
+  /** memory.peak of the call's cgroup; only where the memory controller is delegated. */
+  memoryPeakBytes?: number;
+  source: 'cgroup' | 'rusage' | 'none';
+}
+
+/** How output is collected for `run()`, `call.done` and `call.all`, and streamed. */
+export interface OutputOptions {
+  /**
+   * Bytes kept per stream (and for `all`), counted in bytes; the command is
+   * never stopped for it. Past it, `keep` says which part stays and
+   * `<stream>Truncated`/`<stream>Omitted` say what is missing. Default: 64 MiB.
+   */
+  maxBuffer?: number;
+  /**
+   * Which part of a longer output is kept: `'head'` (the first bytes),
+   * `'tail'` (the last), `'both'` (half each, the omitted middle counted).
+   * In text, a character is never cut: one that straddles the limit is left
+   * out whole. Default: `'head'`.
+   */
+  keep?: 'head' | 'tail' | 'both';
+  /**
+   * Put where bytes were omitted: `true` for `\n[... N bytes omitted ...]\n`,
+   * or a text in which `{omitted}` is the count. Not counted in `maxBuffer`.
+   * Default: none.
+   */
+  marker?: boolean | string;
+  /** Also collect stdout and stderr merged in arrival order: `result.all`, `call.all`. Default: false. */
+  all?: boolean;
+  /** Called with every chunk of stdout and stderr as it arrives, in arrival order. */
+  onOutput?: (chunk: Buffer, stream: 'stdout' | 'stderr') => void;
+  /**
+   * Stop the whole tree (the ladder, reason `'idle'`) after this many ms
+   * without any output on stdout or stderr: a command waiting for input that
+   * will never come. 0 = never. Default: 0.
+   */
+  idleTimeout?: number;
+}
+
+/** How a call becomes a job of its supervisor. */
+export interface JobOptions {
+  /**
+   * The call is a job from the start: spawn() returns it with `jobId` set,
+   * run() settles at once (at `'spawn'`). It does not wait for a
+   * `maxConcurrent` slot. Default: false.
+   */
+  background?: boolean;
+  /** Bytes of a job's output (stdout and stderr merged) kept in its ring buffer. Default: the supervisor's (1 MiB). */
+  jobBuffer?: number;
 }

@@ -116,6 +116,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     DefineAddon(exports, {
                              InstanceMethod("spawn", &Addon::Spawn),
                              InstanceMethod("terminate", &Addon::Terminate),
+                             InstanceMethod("terminateGroup", &Addon::TerminateGroup),
                              InstanceMethod("kill", &Addon::Kill),
                              InstanceMethod("members", &Addon::Members),
                              InstanceMethod("processInfo", &Addon::ProcessInfoOf),
@@ -352,6 +353,31 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
                                   info[2].As<Napi::Number>().Int32Value(),
                                   info[3].As<Napi::String>().Utf8Value());
     return Napi::Boolean::New(info.Env(), reporting);
+  }
+
+  // terminateGroup(ids, signals, graceMs, reason) -> [whether a cleanup event
+  // will come, per call]: one freeze per shared subtree (see Environment).
+  Napi::Value TerminateGroup(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 4 || !info[0].IsArray() || !info[1].IsArray() || !info[2].IsNumber() || !info[3].IsString()) {
+      return ThrowType(env, "terminateGroup(ids, signals, graceMs, reason)");
+    }
+    Napi::Array ids_v = info[0].As<Napi::Array>();
+    Napi::Array sigs_v = info[1].As<Napi::Array>();
+    std::vector<uint64_t> ids;
+    std::vector<int> sigs;
+    for (uint32_t i = 0; i < ids_v.Length() && i < sigs_v.Length(); ++i) {
+      ids.push_back(static_cast<uint64_t>(ids_v.Get(i).As<Napi::Number>().Int64Value()));
+      sigs.push_back(sigs_v.Get(i).As<Napi::Number>().Int32Value());
+    }
+    std::vector<bool> reporting;
+    if (env_state_) {
+      reporting = env_state_->terminate_group(ids, sigs, info[2].As<Napi::Number>().Int32Value(),
+                                              info[3].As<Napi::String>().Utf8Value());
+    }
+    Napi::Array out = Napi::Array::New(env, ids.size());
+    for (uint32_t i = 0; i < ids.size(); ++i) out.Set(i, i < reporting.size() && reporting[i]);
+    return out;
   }
 
   // kill(id, signal) -> how many processes got it

@@ -197,3 +197,54 @@ describe('a tool call that drops to another uid and tries to leave its cgroup', 
     expect(err.code).toBe('ERR_PROCTREE_CONFINEMENT_UNAVAILABLE');
   });
 });
+
+describe('a host with a second cgroup2 mount (a bind mount of a part of the hierarchy, listed first)', () => {
+  const mount = capabilities().cgroup2?.mount as string;
+  const canMount = process.getuid?.() === 0 && which('unshare') !== null && !!mount;
+
+  it.skipIf(!canMount)('the cgroup tier still finds the mount that shows its own cgroup, and ps the calls', () => {
+    const t = token();
+    const own = capabilities().cgroup2?.ownPath as string;
+    const part = path.join(own, `proctree-mnt-${process.pid}-${t.replace('.', '')}`);
+    fs.mkdirSync(part);
+    const where = fs.mkdtempSync('/tmp/proctree-cg2-');
+    const dist = path.resolve(__dirname, '../dist/cjs/index.js');
+    const code = `
+      const { capabilities, run } = require(${JSON.stringify(dist)});
+      const { execFileSync } = require('node:child_process');
+      (async () => {
+        const caps = capabilities();
+        const r = await run('bash', ['-c', 'setsid sleep ${t} & ${JSON.stringify(process.execPath)} ${JSON.stringify(path.resolve(__dirname, '../bin/proctree.js'))} ps --json; exit 0'], { grace: 200 });
+        console.log(JSON.stringify({ tier: caps.tier, mount: caps.cgroup2 && caps.cgroup2.mount, confinement: r.confinement, cgroup: r.cgroup, ps: JSON.parse(r.stdout), report: r.cleanup }));
+      })();`;
+    // In a mount namespace of our own: the part is bind-mounted first, then
+    // the hierarchy is mounted again, so mountinfo lists the part first.
+    const script = `set -e
+      mount --bind ${JSON.stringify(part)} ${JSON.stringify(where)}
+      umount -l ${JSON.stringify(mount)}
+      mount -t cgroup2 none ${JSON.stringify(mount)}
+      grep cgroup2 /proc/self/mountinfo >&2
+      exec "$0" -e "$1"`;
+    try {
+      const r = spawnSync('unshare', ['-m', '--propagation', 'private', 'sh', '-c', script, process.execPath, code], {
+        encoding: 'utf8',
+        timeout: 30_000,
+      });
+      const lines = r.stderr.trim().split('\n');
+      // The bind mount of the part comes first.
+      expect(lines[0]).toContain(where);
+      const out = JSON.parse(r.stdout);
+      expect(out.tier).toBe('cgroup');
+      expect(out.mount).toBe(mount);
+      expect(out.confinement).toBe('cgroup');
+      expect(out.cgroup.startsWith(own)).toBe(true);
+      // ps, run inside the call, found that very call.
+      expect(out.ps.some((c: { cgroup: string }) => c.cgroup === out.cgroup)).toBe(true);
+      expect(out.report).toMatchObject({ leftovers: [], escaped: 1 });
+      expect(liveWith(t, 'sleep')).toEqual([]);
+    } finally {
+      fs.rmdirSync(part);
+      fs.rmSync(where, { recursive: true, force: true });
+    }
+  });
+});

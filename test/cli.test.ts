@@ -325,6 +325,56 @@ describe('proctree doctor', () => {
   });
 });
 
+describe('proctree run: output a model can read', () => {
+  const testRun = 'for i in $(seq 1 1000); do echo "ok $i"; done; echo "FAIL: test_login"; exit 1';
+  const full = `${Array.from({ length: 1000 }, (_, i) => `ok ${i + 1}\n`).join('')}FAIL: test_login\n`;
+
+  it('--max-output keeps the head and the tail (by default) with the count of what was left out', async () => {
+    const o = await cli('run', '--max-output', '60', '--', 'bash', '-c', testRun);
+    expect(o.code).toBe(1);
+    const omitted = full.length - 60;
+    expect(o.stdout).toBe(`${full.slice(0, 30)}\n[... ${omitted} bytes omitted ...]\n${full.slice(-30)}`);
+    expect(o.stderr).toBe('');
+  });
+
+  it('--keep tail and --all: the end of stdout and stderr merged', async () => {
+    const o = await cli('run', '--all', '--max-output', '1k', '--keep', 'tail', '--', 'bash', '-c', `${testRun.replace('echo "FAIL', 'echo "FAIL" >&2; echo "FAIL')}`);
+    expect(o.code).toBe(1);
+    expect(o.stderr).toBe('');
+    expect(o.stdout.startsWith('\n[... ')).toBe(true);
+    expect(o.stdout.endsWith('ok 1000\nFAIL\nFAIL: test_login\n') || o.stdout.endsWith('ok 1000\nFAIL: test_login\nFAIL\n')).toBe(true);
+  });
+
+  it('--all without --max-output passes both streams through on stdout', async () => {
+    const o = await cli('run', '--all', '--', 'sh', '-c', 'echo out; echo err >&2; exit 3');
+    expect(o.code).toBe(3);
+    expect(o.stderr).toBe('');
+    expect(o.stdout.split('\n').sort()).toEqual(['', 'err', 'out']);
+  });
+
+  it('--idle-timeout stops a silent command: 124, reason idle; --usage prints the tree\'s usage', async () => {
+    const t = newToken();
+    const o = await cli('run', '--idle-timeout', '300ms', '--report', '--usage', '--', 'bash', '-c', `echo started; sleep ${t}`);
+    expect(o.code).toBe(124);
+    expect(o.stdout).toBe('started\n');
+    const [cleanup, usage] = o.stderr.trimEnd().split('\n');
+    expect(JSON.parse(cleanup.replace(/^proctree: cleanup /, ''))).toMatchObject({ reason: 'idle', leftovers: [] });
+    expect(JSON.parse(usage.replace(/^proctree: usage /, ''))).toMatchObject({ source: 'cgroup' });
+    expect(liveWith(t)).toEqual([]);
+  });
+
+  it('usage errors: --leftovers keep (this process ends with the command), --keep without --max-output, a bad size', async () => {
+    const [keep, lone, size] = await Promise.all([
+      cli('run', '--leftovers', 'keep', '--', 'true'),
+      cli('run', '--keep', 'tail', '--', 'true'),
+      cli('run', '--max-output', 'lots', '--', 'true'),
+    ]);
+    for (const o of [keep, lone, size]) oneLineError(o);
+    expect(keep.stderr).toContain('keep');
+    expect(size.stderr).toContain("'lots' is not a size");
+  });
+});
+
 describe('proctree ps', () => {
   it('finds the cgroup2 mount in mountinfo, on a hybrid host too', () => {
     const hybrid = [
@@ -353,8 +403,9 @@ describe('proctree ps', () => {
     expect(fs.readFileSync(`/proc/${entry.pid}/stat`, 'utf8')).toContain(' (bash) ');
     expect(entry.ageMs).toBeGreaterThanOrEqual(0);
     expect(entry.ageMs).toBeLessThan(30_000);
-    expect(text.stdout.split('\n')[0]).toMatch(/^CALL\s+HARNESS\s+PID\s+MEMBERS\s+AGE\s+COMMAND$/);
-    expect(text.stdout).toMatch(new RegExp(`${entry.call}\\s+${child.pid}\\s+${entry.pid}\\s+3\\s+\\d+s\\s+bash -c`));
+    expect(entry.id).toBe(path.basename(entry.call));
+    expect(text.stdout.split('\n')[0]).toMatch(/^ID\s+CALL\s+HARNESS\s+PID\s+MEMBERS\s+AGE\s+COMMAND$/);
+    expect(text.stdout).toMatch(new RegExp(`${entry.id}\\s+${entry.call}\\s+${child.pid}\\s+${entry.pid}\\s+3\\s+\\d+s\\s+bash -c`));
     child.kill('SIGTERM');
     expect((await done).code).toBe(143);
     expect(liveWith(t)).toEqual([]);

@@ -199,6 +199,39 @@ describe('the weaker tiers', () => {
   });
 });
 
+describe('out of inotify watches (ENOSPC)', () => {
+  it('a call whose tree outlives its main process still ran, is still watched (polled) and ends, and leaves no zombie', () => {
+    const t = token();
+    const dir = fs.mkdtempSync('/tmp/proctree-enospc-');
+    const code = `
+      const fs = require('node:fs');
+      const { run, spawn } = require(${JSON.stringify(path.resolve(__dirname, '../dist/cjs/index.js'))});
+      (async () => {
+        // Every call of this harness gets its inotify watch refused.
+        const waited = await run('bash', ['-c', 'echo ran > ${dir}/waited; setsid sleep 0.3 & exit 0'], { leftovers: 'wait' });
+        const killed = await run('bash', ['-c', 'echo ran > ${dir}/killed; setsid sleep ${t} & exit 0'], { grace: 300 });
+        const zombies = fs.readdirSync('/proc').filter((p) => /^\\d+$/.test(p)).filter((p) => {
+          try { const s = fs.readFileSync('/proc/' + p + '/stat', 'utf8'); const f = s.slice(s.lastIndexOf(')') + 2).split(' '); return f[0] === 'Z' && Number(f[1]) === process.pid; } catch { return false; }
+        });
+        console.log(JSON.stringify({ waited: { code: waited.exitCode, cleanup: waited.cleanup }, killed: { code: killed.exitCode, reason: killed.cleanup && killed.cleanup.reason, leftovers: killed.cleanup && killed.cleanup.leftovers.length }, zombies }));
+      })();`;
+    // A user namespace of our own, whose inotify watch limit we may lower
+    // (per user namespace since Linux 5.11) without touching the host's.
+    const r = spawnSync('unshare', ['-U', '--map-root-user', 'sh', '-c', 'echo 0 > /proc/sys/user/max_inotify_watches && exec "$0" -e "$1"', process.execPath, code], {
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    expect(r.stderr).toBe('');
+    const out = JSON.parse(r.stdout);
+    expect(fs.readFileSync(path.join(dir, 'waited'), 'utf8')).toBe('ran\n');
+    expect(fs.readFileSync(path.join(dir, 'killed'), 'utf8')).toBe('ran\n');
+    expect(out.waited).toEqual({ code: 0, cleanup: null });
+    expect(out.killed).toEqual({ code: 0, reason: 'leftovers', leftovers: 0 });
+    expect(out.zombies).toEqual([]);
+    expect(liveWith(t, 'sleep')).toEqual([]);
+  });
+});
+
 describe('kill()', () => {
   it('kill(0) asks whether the tree lives and changes nothing: no freeze, no thaw', async () => {
     const t = token();

@@ -353,6 +353,37 @@ describe.skipIf(unavailable !== '' && !required)(`the systemd tier on a real sys
     console.log(`harness SIGKILLed: calls and scope gone after ${elapsed} ms`);
   });
 
+  it('a terminal call (options.pty) through the broker: tty, size, resize, and nothing left after terminate()', () => {
+    const t = token();
+    tokens.push(t);
+    // The broker passes the slave on and makes it the command's controlling terminal.
+    const script = `const fs = require('fs');
+      const { spawn } = require(${JSON.stringify(pkgInside)});
+      const call = spawn('sh', ['-c', 'tty; stty size; read x; stty size; setsid sleep ${t} & echo started; exec sleep ${t}'],
+        { pty: { cols: 70, rows: 7 }, confinement: 'systemd' });
+      let text = '';
+      call.pty.on('data', (d) => (text += d));
+      const until = async (s) => { while (!text.includes(s)) await new Promise((r) => setTimeout(r, 10)); };
+      const live = () => fs.readdirSync('/proc').filter((e) => { try { return fs.readFileSync('/proc/' + e + '/cmdline', 'utf8').split('\\0').includes('${t}'); } catch { return false; } });
+      (async () => {
+        await until('7 70');
+        call.resize(100, 20);
+        call.pty.write('\\r');
+        await until('started');
+        while (live().length < 2) await new Promise((r) => setTimeout(r, 10));
+        const report = await call.terminate({ grace: 500 });
+        await call.done;
+        console.log(JSON.stringify({ confinement: call.confinement, text, report: { ...report, leftovers: report.leftovers.length }, survivors: live().length, leafExists: fs.existsSync(call.cgroup) }));
+      })();`;
+    const out = inSession<{ confinement: string; text: string; report: Record<string, unknown>; survivors: number; leafExists: boolean }>([], ['node', '-e', script]);
+    expect(out.confinement).toBe('systemd');
+    expect(out.text).toMatch(/^\/dev\/pts\/\d+\r\n7 70\r\n\r\n20 100\r\nstarted\r\n/);
+    expect(out.report).toMatchObject({ confinement: 'systemd', verified: 'cgroup.events', leftovers: 0, signaled: 2, escaped: 1 });
+    expect(out.survivors).toBe(0);
+    expect(out.leafExists).toBe(false);
+    expect(liveWith(t)).toEqual([]);
+  });
+
   it("without a user manager: 'auto' falls back as today, and doctor says why", () => {
     const t = token();
     for (let i = 0; i < 4; i++) tokens.push(`${t}${i}`);

@@ -1,4 +1,4 @@
-// 7. Harness CPU per call (issue 14): N sequential calls of /bin/true, each
+// 8. Harness CPU per call (issue 14): N sequential calls of /bin/true, each
 // to its end, and the harness process's own CPU time (user + system, every
 // thread) divided by N; against the C floor + cgroup measured the same way
 // (getrusage of itself around its loop). Both sides exclude the children's

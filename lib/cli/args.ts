@@ -46,6 +46,18 @@ export function parseDuration(text: string, flag: string): number {
   return ms;
 }
 
+const sizes: Record<string, number> = { '': 1, b: 1, k: 1024, kib: 1024, m: 1024 ** 2, mib: 1024 ** 2, g: 1024 ** 3, gib: 1024 ** 3 };
+
+/** `4096`, `64k`, `1MiB`, `2m`: a byte count (k, m, g are powers of 1024). */
+export function parseSize(text: string, flag: string): number {
+  const m = /^(\d+)\s*([a-z]*)$/i.exec(text.trim());
+  const unit = m ? sizes[m[2].toLowerCase()] : undefined;
+  if (!m || unit === undefined) throw new UsageError(`${flag}: '${text}' is not a size (examples: 4096, 64k, 1MiB)`);
+  const n = Number(m[1]) * unit;
+  if (!Number.isSafeInteger(n)) throw new UsageError(`${flag}: '${text}' is too large`);
+  return n;
+}
+
 /**
  * Splits `[flags…] [--] CMD ARGS…` like timeout(1) does: flags end at `--` or
  * at the first word that is not a flag, so `proctree run ls -l` keeps `-l`

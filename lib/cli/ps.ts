@@ -14,6 +14,9 @@ Lists the live calls that proctree harnesses on this host created: every
 cgroup proctree-<pid>-<random>[-<name>]/c<N> that still has processes.
 
 Columns:
+  ID        the call's id in its harness: the job id that the harness's
+            jobs() and job(id) use (a command's leftovers kept as a job, a
+            background call), and the last part of CALL
   CALL      the call's cgroup, relative to the cgroup2 mount
   HARNESS   pid of the harness that created it ('!' after it: that harness is gone)
   PID       the call's main process: the member whose parent is the harness,
@@ -29,6 +32,8 @@ Options:
 `;
 
 export interface CallEntry {
+  /** The call's id in its harness, e.g. `c3`: its job id (`result.jobId`) when it is a job. */
+  id: string;
   /** The call's cgroup relative to the cgroup2 mount, e.g. `proctree-4242-5c0f3a9e21b4/c3`. */
   call: string;
   /** Absolute path of the call's cgroup. */
@@ -98,6 +103,7 @@ function callEntry(mount: string, leaf: string, harnessPid: number, now: number)
   }
   const main = mainOf(native.processInfo(members), harnessPid);
   return {
+    id: path.basename(leaf),
     call: path.relative(mount, leaf),
     cgroup: leaf,
     harnessPid,
@@ -154,8 +160,9 @@ export function formatAge(ms: number): string {
 }
 
 export function renderPs(calls: readonly CallEntry[]): string {
-  const header = ['CALL', 'HARNESS', 'PID', 'MEMBERS', 'AGE', 'COMMAND'];
+  const header = ['ID', 'CALL', 'HARNESS', 'PID', 'MEMBERS', 'AGE', 'COMMAND'];
   const table = calls.map((c) => [
+    c.id,
     c.call,
     `${c.harnessPid}${c.harnessAlive ? '' : '!'}`,
     c.pid === null ? '-' : String(c.pid),

@@ -4,8 +4,9 @@ import { constants as osConstants } from 'node:os';
 
 import { spawn } from '../run';
 import type { ToolCall } from '../toolcall';
-import type { CleanupReport, RunResult, SpawnOptions } from '../types';
-import { EXIT_USAGE, flagString, parseDuration, parseFlags, splitCommand, UsageError } from './args';
+import type { CleanupReport, ResourceUsage, RunResult, SpawnOptions } from '../types';
+import { EXIT_USAGE, flagString, parseDuration, parseFlags, parseSize, splitCommand, UsageError } from './args';
+import { attachTerminal, terminalOptions } from './terminal';
 
 export const runHelp = `Usage: proctree run [options] [--] COMMAND [ARG...]
 
@@ -21,7 +22,21 @@ Options:
                         the library rejects the tiers this host or version lacks)
   --leftovers MODE      when COMMAND exits with descendants alive: kill (default)
                         runs the ladder on them; wait keeps going until they end
+  --pty                 run COMMAND on a terminal of its own (a pseudo-terminal),
+                        like script(1): on a terminal, keys go to COMMAND raw and
+                        its window follows this one; else bytes are piped through
+  --idle-timeout DURATION
+                        stop the whole tree after DURATION without any output
+                        (a command waiting for input); exit status 124
+  --max-output SIZE     keep at most SIZE bytes of stdout and of stderr and
+                        print them when COMMAND is done, with a line saying how
+                        many bytes were left out (SIZE: 4096, 64k, 1MiB)
+  --keep PART           with --max-output: head, tail, or both (default: both,
+                        the start and the end, where errors and summaries are)
+  --all                 stdout and stderr merged on stdout in arrival order
   --report              print the cleanup report to stderr on one line
+  --usage               print the CPU time and peak processes of the whole
+                        tree to stderr on one line
   --json                print the whole result as JSON on stdout instead of
                         passing COMMAND's output through
   -h, --help            show this help
@@ -32,6 +47,8 @@ Exit status: COMMAND's own; 128+N when signal N ended it; 124 on --timeout;
 125 when proctree itself failed (processes survived the ladder); 126 when
 COMMAND cannot be executed, 127 when it is not found; 2 for a usage error.
 SIGINT, SIGTERM and SIGHUP stop the tree, then exit with COMMAND's status.
+A command's leftovers cannot be kept as a job here (this process ends with
+the command): use the library or \`proctree serve\` for that.
 `;
 
 const runOptions = {
@@ -40,12 +57,18 @@ const runOptions = {
   signal: { type: 'string' },
   confinement: { type: 'string' },
   leftovers: { type: 'string' },
+  'idle-timeout': { type: 'string' },
+  'max-output': { type: 'string' },
+  keep: { type: 'string' },
+  all: { type: 'boolean' },
   report: { type: 'boolean' },
+  usage: { type: 'boolean' },
   json: { type: 'boolean' },
+  pty: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
-const withValue = new Set(['--timeout', '--grace', '--signal', '--confinement', '--leftovers']);
+const withValue = new Set(['--timeout', '--grace', '--signal', '--confinement', '--leftovers', '--idle-timeout', '--max-output', '--keep']);
 
 export const EXIT_TIMEOUT = 124;
 export const EXIT_FAILED = 125;
@@ -53,8 +76,8 @@ export const EXIT_CANNOT_INVOKE = 126;
 export const EXIT_NOT_FOUND = 127;
 
 /** The status a shell would show for the command, timeout(1)'s 124 first. */
-export function exitStatus(result: Pick<RunResult, 'exitCode' | 'signal' | 'timedOut'>): number {
-  if (result.timedOut) return EXIT_TIMEOUT;
+export function exitStatus(result: Pick<RunResult, 'exitCode' | 'signal' | 'timedOut'> & { cleanup?: CleanupReport | null }): number {
+  if (result.timedOut || result.cleanup?.reason === 'idle') return EXIT_TIMEOUT;
   if (result.exitCode !== null) return result.exitCode;
   const num = result.signal ? (osConstants.signals as Record<string, number>)[result.signal] : undefined;
   return num !== undefined ? 128 + num : EXIT_FAILED;
@@ -64,12 +87,22 @@ export function reportLine(report: CleanupReport | null): string {
   return report ? `proctree: cleanup ${JSON.stringify(report)}` : 'proctree: cleanup not needed, nothing was left';
 }
 
+export function usageLine(usage: ResourceUsage): string {
+  return `proctree: usage ${JSON.stringify(usage)}`;
+}
+
 interface RunPlan {
   file: string;
   args: string[];
   options: SpawnOptions;
   report: boolean;
+  usage: boolean;
   json: boolean;
+  pty: boolean;
+  /** Output goes through our pipes (kept within --max-output, or merged by --all), not straight to the terminal. */
+  capture: boolean;
+  /** Print the kept output when the command is done (--max-output without --json). */
+  printKept: boolean;
 }
 
 export function planRun(argv: string[]): RunPlan | 'help' {
@@ -90,19 +123,61 @@ export function planRun(argv: string[]): RunPlan | 'help' {
   }
   const leftovers = flagString(flags, 'leftovers');
   if (leftovers !== undefined) {
+    if (leftovers === 'keep') {
+      throw new UsageError("--leftovers: keep needs a harness that outlives the command; use the library or 'proctree serve'");
+    }
     if (leftovers !== 'kill' && leftovers !== 'wait') throw new UsageError(`--leftovers: '${leftovers}' is not kill or wait`);
     options.leftovers = leftovers;
   }
+  const idle = flagString(flags, 'idle-timeout');
+  if (idle !== undefined) options.idleTimeout = parseDuration(idle, '--idle-timeout');
+  const maxOutput = flagString(flags, 'max-output');
+  const keep = flagString(flags, 'keep');
+  if (keep !== undefined && maxOutput === undefined) throw new UsageError('--keep: only with --max-output');
+  if (keep !== undefined && keep !== 'head' && keep !== 'tail' && keep !== 'both') {
+    throw new UsageError(`--keep: '${keep}' is not head, tail or both`);
+  }
+  if (maxOutput !== undefined) {
+    options.maxBuffer = parseSize(maxOutput, '--max-output');
+    options.keep = (keep ?? 'both') as SpawnOptions['keep'];
+    options.marker = true;
+  }
+  const all = flags.all === true;
+  if (all) options.all = true;
   const confinement = flagString(flags, 'confinement');
   // Passed through unchecked: which tiers exist is the library's business,
   // and it rejects the ones it does not have with ERR_INVALID_ARG_VALUE.
   if (confinement !== undefined) options.confinement = confinement as SpawnOptions['confinement'];
-  return { file: command[0], args: command.slice(1), options, report: flags.report === true, json: flags.json === true };
+  const json = flags.json === true;
+  const capture = json || all || maxOutput !== undefined;
+  return {
+    file: command[0],
+    args: command.slice(1),
+    options,
+    report: flags.report === true,
+    usage: flags.usage === true,
+    json,
+    pty: flags.pty === true,
+    capture,
+    printKept: !json && maxOutput !== undefined,
+  };
 }
 
 function startCall(plan: RunPlan): ToolCall {
+  // A terminal is one stream (--all changes nothing); attachTerminal passes it through.
+  if (plan.pty) return startOrUsage(plan, { ...plan.options, pty: terminalOptions() });
+  const out = plan.capture ? 'pipe' : 'inherit';
+  const options: SpawnOptions = { ...plan.options, stdio: ['inherit', out, out] };
+  if (plan.options.all && !plan.json && !plan.printKept) {
+    // Merged and passed through as it comes.
+    options.onOutput = (chunk) => process.stdout.write(chunk);
+  }
+  return startOrUsage(plan, options);
+}
+
+function startOrUsage(plan: RunPlan, options: SpawnOptions): ToolCall {
   try {
-    return spawn(plan.file, plan.args, { ...plan.options, stdio: ['inherit', plan.json ? 'pipe' : 'inherit', plan.json ? 'pipe' : 'inherit'] });
+    return spawn(plan.file, plan.args, options);
   } catch (err) {
     // Options the library refused (ERR_INVALID_ARG_VALUE, ERR_UNKNOWN_SIGNAL, …)
     // are usage errors of this command.
@@ -136,9 +211,19 @@ export async function runCommand(argv: string[]): Promise<number> {
   };
   const stopSignals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
   for (const s of stopSignals) process.on(s, stopTree);
+  // The terminal's output goes straight through unless it is printed at the end (--json, --max-output).
+  const detach = plan.pty ? attachTerminal(call, plan.json || plan.printKept) : null;
   try {
     const r = await result;
+    if (plan.printKept) {
+      if (r.all !== undefined) await writeOut(r.all);
+      else {
+        await writeOut(r.stdout);
+        process.stderr.write(r.stderr);
+      }
+    }
     if (plan.report) process.stderr.write(`${reportLine(r.cleanup)}\n`);
+    if (plan.usage) process.stderr.write(`${usageLine(r.usage)}\n`);
     if (plan.json) await writeOut(`${JSON.stringify(r)}\n`);
     if (failed || (r.cleanup?.leftovers.length ?? 0) > 0) return EXIT_FAILED;
     return exitStatus(r);
@@ -149,6 +234,7 @@ export async function runCommand(argv: string[]): Promise<number> {
     if (e.code === 'EACCES' || e.code === 'ENOEXEC' || e.code === 'EISDIR' || e.code === 'ENOTDIR') return EXIT_CANNOT_INVOKE;
     return EXIT_FAILED;
   } finally {
+    detach?.();
     for (const s of stopSignals) process.off(s, stopTree);
   }
 }

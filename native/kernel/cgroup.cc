@@ -41,8 +41,12 @@ std::string unescape_mount_field(const std::string& s) {
 }
 
 // Reads what is left of fd into *out. ENODEV: a cgroup file whose cgroup
-// was removed while we read it, which has nothing more to say.
-bool read_all(int fd, std::string* out) {
+// was removed while we read it, which has nothing more to say. `single`: a
+// file that fits one read (cpu.stat, cgroup.events): a seq_file fills a read
+// as far as whole records go, so a short read of such a file is its end; a
+// long file (cgroup.procs, mountinfo) can return short reads mid-way and is
+// read until 0.
+bool read_all(int fd, std::string* out, bool single = false) {
   out->clear();
   char buf[8192];
   for (;;) {
@@ -53,6 +57,7 @@ bool read_all(int fd, std::string* out) {
     }
     if (n == 0) return true;
     out->append(buf, static_cast<size_t>(n));
+    if (single && static_cast<size_t>(n) < sizeof buf / 2) return true;
   }
 }
 
@@ -301,7 +306,7 @@ SysError CgroupDir::read_file(const char* name, std::string* out) const {
   std::string full = path_ + "/" + name;
   Fd fd(dir_ ? openat(dir_.get(), name, O_RDONLY | O_CLOEXEC) : open(full.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return SysError::from_errno("open", full);
-  if (!read_all(fd.get(), out)) return SysError::from_errno("read", full);
+  if (!read_all(fd.get(), out, true)) return SysError::from_errno("read", full);
   return SysError::none();
 }
 

@@ -52,6 +52,8 @@ SysError prepare_stdio(const std::vector<StdioSpec>& spec, const PtySize& pty, P
       }
       case StdioSpec::kFd:
         if (spec[i].fd >= n) {
+          // Not open: fail here, not in the child's dup3.
+          if (fcntl(spec[i].fd, F_GETFD) < 0) return SysError::from_errno("fcntl");
           p.fds[i] = spec[i].fd;
           continue;
         }

@@ -1,5 +1,6 @@
 #include "ladder/cgroup_confinement.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -34,7 +35,14 @@ bool CgroupConfinement::can_freeze() const {
   return has_freeze_ == 1;
 }
 
-SysError CgroupConfinement::set_frozen(bool frozen) { return leaf_.write_file("cgroup.freeze", frozen ? "1" : "0"); }
+SysError CgroupConfinement::set_frozen(bool frozen, bool now) {
+  const char* value = frozen ? "1" : "0";
+  if (writes_ && !now) {
+    writes_->write_later(leaf_.path() + "/cgroup.freeze", value);
+    return SysError::none();
+  }
+  return leaf_.write_file("cgroup.freeze", value);
+}
 
 bool CgroupConfinement::frozen() const {
   CgroupEvents ev;
@@ -45,7 +53,15 @@ Confinement::Kill CgroupConfinement::kill_all() {
   if (!leaf_.valid()) return Kill::kOneShot;
   if (has_kill_ < 0) has_kill_ = leaf_.has_kill() ? 1 : 0;
   // Before 5.14: freeze, SIGKILL each member, thaw — repeated until empty.
-  if (has_kill_ == 0 || leaf_.write_file("cgroup.kill", "1")) {
+  if (has_kill_ == 0) {
+    leaf_.kill_round();
+    return Kill::kRound;
+  }
+  if (writes_) {
+    writes_->write_later(leaf_.path() + "/cgroup.kill", "1");
+    return Kill::kOneShot;
+  }
+  if (leaf_.write_file("cgroup.kill", "1")) {
     leaf_.kill_round();
     return Kill::kRound;
   }
@@ -65,8 +81,16 @@ void CgroupConfinement::read_usage(Usage* out) const {
   out->source = "cgroup";
   out->user_ms = field("user_usec ") / 1000.0;
   out->system_ms = field("system_usec ") / 1000.0;
+  // memory.peak exists only where the memory controller is delegated (and
+  // Linux 5.19): once it is found missing, it is not looked for again.
+  static std::atomic<bool> no_memory_peak{false};
+  if (no_memory_peak.load(std::memory_order_relaxed)) return;
   std::string peak;
-  if (!leaf_.read_file("memory.peak", &peak)) out->memory_peak = std::strtoll(peak.c_str(), nullptr, 10);
+  if (!leaf_.read_file("memory.peak", &peak)) {
+    out->memory_peak = std::strtoll(peak.c_str(), nullptr, 10);
+  } else {
+    no_memory_peak.store(true, std::memory_order_relaxed);
+  }
 }
 
 SysError CgroupConfinement::release() { return leaf_.remove(); }

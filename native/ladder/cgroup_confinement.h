@@ -13,7 +13,9 @@ namespace proctree {
 
 class CgroupConfinement : public Confinement {
  public:
-  explicit CgroupConfinement(CgroupDir leaf, Tier tier = Tier::kCgroup) : leaf_(std::move(leaf)), tier_(tier) {}
+  // writes: where cgroup.freeze and cgroup.kill go (nullptr: written at once).
+  explicit CgroupConfinement(CgroupDir leaf, Tier tier = Tier::kCgroup, SlowWrites* writes = nullptr)
+      : leaf_(std::move(leaf)), tier_(tier), writes_(writes) {}
 
   Tier tier() const override { return tier_; }
   const char* verified() const override { return "cgroup.events"; }
@@ -21,7 +23,7 @@ class CgroupConfinement : public Confinement {
   SysError confirm(std::vector<Held>* held) const override;
   bool empty() const override;
   bool can_freeze() const override;
-  SysError set_frozen(bool frozen) override;
+  SysError set_frozen(bool frozen, bool now = false) override;
   bool frozen() const override;
   Kill kill_all() override;
   void read_usage(Usage* out) const override;
@@ -34,6 +36,7 @@ class CgroupConfinement : public Confinement {
  private:
   CgroupDir leaf_;
   Tier tier_;
+  SlowWrites* writes_;
   mutable int has_freeze_ = -1;  // unknown until asked
   int has_kill_ = -1;
 };

@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <string>
 #include <vector>
 
 #include "kernel/members.h"
@@ -28,6 +29,16 @@ struct Usage {
   // every process that was ever in it) or "rusage" (the processes reaped by
   // the main process, or by the shim: every process of its tree).
   const char* source = "";
+};
+
+// Where a tier sends writes that can take long: cgroup.kill of a tree of a
+// thousand processes takes tens of ms in the kernel, cgroup.freeze of a large
+// subtree several. The owner does them later, in order, off its thread (the
+// event loop's thread pool); without one, they are done at once.
+class SlowWrites {
+ public:
+  virtual ~SlowWrites() = default;
+  virtual void write_later(const std::string& path, const char* value) = 0;
 };
 
 class Confinement {
@@ -51,7 +62,9 @@ class Confinement {
   // Freezing (cgroup.freeze): a frozen member cannot fork or exit while we
   // read and signal. Tiers that cannot freeze keep the defaults.
   virtual bool can_freeze() const { return false; }
-  virtual SysError set_frozen(bool) { return SysError::none(); }
+  // now: write at once even where writes are deferred (kill() waits for the
+  // freeze to show before it signals).
+  virtual SysError set_frozen(bool /*frozen*/, bool /*now*/ = false) { return SysError::none(); }
   virtual bool frozen() const { return false; }
 
   enum class Kill {

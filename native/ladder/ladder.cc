@@ -9,8 +9,9 @@
 
 namespace proctree {
 
-void Ladder::start(const std::string& reason, int grace_ms, int sig, pid_t main_pid) {
+void Ladder::start(const std::string& reason, int grace_ms, int sig, pid_t main_pid, bool frozen_by_owner) {
   if (phase_ != Phase::kIdle) return;
+  owner_froze_ = frozen_by_owner;
   start_ns_ = host_->now_ns();
   report_ = CleanupReport{};
   report_.reason = reason;
@@ -27,9 +28,10 @@ void Ladder::start(const std::string& reason, int grace_ms, int sig, pid_t main_
     return;
   }
   // Freeze first: a member that forks while we read the members would be
-  // missed, and a frozen member can neither fork nor exit under us.
-  if (c_->can_freeze() && !c_->set_frozen(true)) {
-    froze_ = true;
+  // missed, and a frozen member can neither fork nor exit under us. (Unless
+  // the owner froze the tree from above: then only wait for it to show.)
+  if (owner_froze_ || (c_->can_freeze() && !c_->set_frozen(true))) {
+    froze_ = !owner_froze_;
     if (c_->frozen()) {
       graceful_pass();
       return;
@@ -58,7 +60,7 @@ void Ladder::graceful_pass() {
   // Frozen, one read is complete; unfrozen (no freezer, or the freeze timed
   // out), re-read until a read shows no one new. Each member exactly once.
   phase_ = Phase::kSignalling;
-  pass_max_rounds_ = froze_ && c_->frozen() ? 1 : LadderLimits::kMaxPassRounds;
+  pass_max_rounds_ = (froze_ || owner_froze_) && c_->frozen() ? 1 : LadderLimits::kMaxPassRounds;
   pass_rounds_ = 0;
   pass_done_.clear();
   pass_todo_.clear();
@@ -67,7 +69,6 @@ void Ladder::graceful_pass() {
 }
 
 void Ladder::continue_pass() {
-  size_t budget = LadderLimits::kPassSlice;
   for (;;) {
     if (pass_next_ >= pass_todo_.size()) {
       if (pass_rounds_ >= pass_max_rounds_) break;
@@ -85,18 +86,14 @@ void Ladder::continue_pass() {
       }
       if (pass_todo_.empty()) break;
     }
-    if (budget == 0) {
-      // The rest in a later turn of the loop.
-      host_->arm_timer(0);
-      return;
-    }
-    size_t n = std::min(budget, pass_todo_.size() - pass_next_);
-    std::vector<pid_t> slice(pass_todo_.begin() + static_cast<long>(pass_next_),
+    size_t n = host_->pass_budget(std::min(LadderLimits::kPassSlice, pass_todo_.size() - pass_next_));
+    // No budget left in this turn: the host calls on_timer() in a later one.
+    if (n == 0) return;
+    std::vector<pid_t> batch(pass_todo_.begin() + static_cast<long>(pass_next_),
                              pass_todo_.begin() + static_cast<long>(pass_next_ + n));
     pass_next_ += n;
-    budget -= n;
     SysError e = for_each_confirmed(
-        slice, [this](std::vector<Held>* held) { return c_->confirm(held); },
+        batch, [this](std::vector<Held>* held) { return c_->confirm(held); },
         [this](Held& h) {
           bool out = escaped(h.pid);
           if (pidfd_signal(h.pidfd.get(), sig_) != 0) return;  // gone meanwhile, or not ours to signal
@@ -121,6 +118,7 @@ void Ladder::end_pass() {
     c_->set_frozen(false);
     froze_ = false;
   }
+  release_owner_freeze();
   if (c_->empty()) {
     finish();
     return;
@@ -136,17 +134,25 @@ void Ladder::start_kill() {
     c_->set_frozen(false);
     froze_ = false;
   }
+  release_owner_freeze();
+  // Who is alive now is what the kill phase kills; counted like the
+  // graceful pass counts, over confirmed members (a number read a moment
+  // ago may be a process that has just exited, or someone else's by now).
+  // Without a graceful pass (grace 0) the escapes are counted here.
   std::vector<pid_t> pids;
-  c_->members(&pids);
-  most_members_ = std::max(most_members_, pids.size());
-  report_.killed = static_cast<int>(pids.size());
-  // Without a graceful pass (grace 0) the escapes are counted here, on the
-  // same definition, from the snapshot.
-  if (grace_ms_ == 0) {
-    for (pid_t pid : pids) {
-      if (escaped(pid)) ++report_.escaped;
-    }
+  if (SysError e = c_->members(&pids)) {
+    if (!error_) error_ = e;
   }
+  most_members_ = std::max(most_members_, pids.size());
+  SysError e = for_each_confirmed(
+      pids, [this](std::vector<Held>* held) { return c_->confirm(held); },
+      [this](Held& h) {
+        bool out = grace_ms_ == 0 && escaped(h.pid);
+        if (pidfd_signal(h.pidfd.get(), 0) != 0) return;  // gone: neither killed nor escaped
+        ++report_.killed;
+        if (out) ++report_.escaped;
+      });
+  if (e && !error_) error_ = e;
   phase_ = Phase::kKilling;
   phase_start_ns_ = host_->now_ns();
   phase_limit_ms_ = LadderLimits::kKillWaitMs;
@@ -175,8 +181,8 @@ void Ladder::on_change() {
     case Phase::kFreezing:
       if (c_->empty()) {
         host_->cancel_timer();
+        if (froze_) c_->set_frozen(false);
         froze_ = false;
-        c_->set_frozen(false);
         finish();
       } else if (c_->frozen()) {
         host_->cancel_timer();
@@ -199,7 +205,7 @@ void Ladder::on_timer() {
   switch (phase_) {
     case Phase::kFreezing: {
       if (c_->empty()) {
-        c_->set_frozen(false);
+        if (froze_) c_->set_frozen(false);
         froze_ = false;
         finish();
       } else if (c_->frozen() || ms_since(phase_start_ns_) >= phase_limit_ms_) {
@@ -236,7 +242,14 @@ void Ladder::on_timer() {
   }
 }
 
+void Ladder::release_owner_freeze() {
+  if (!owner_froze_) return;
+  owner_froze_ = false;
+  host_->freeze_released();
+}
+
 void Ladder::finish() {
+  release_owner_freeze();
   phase_ = Phase::kDone;
   report_.duration_ms = static_cast<double>(host_->now_ns() - start_ns_) / 1e6;
   host_->ladder_finished();

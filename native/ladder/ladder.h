@@ -32,9 +32,9 @@ struct LadderLimits {
   static constexpr int kMaxPassRounds = 16;
   // Member pidfds handed to the host to watch for an early end of grace.
   static constexpr size_t kMaxWatchedMembers = 64;
-  // Members signalled per turn of the event loop: a pass over a tree of
-  // thousands goes on in later turns (the timer at 0 ms), so that no single
-  // turn blocks the harness's loop for long.
+  // Members asked for at once (LadderHost::pass_budget): a pass over a tree
+  // of thousands goes on in later turns of the owner's loop, so that no
+  // single turn blocks it for long.
   static constexpr size_t kPassSlice = 128;
 };
 
@@ -61,6 +61,15 @@ class LadderHost {
   virtual void watch_member(Fd pidfd) = 0;
   // The report is ready (done() is true).
   virtual void ladder_finished() = 0;
+  // The ladder needs the tree frozen no longer (its graceful pass is over,
+  // or it went straight to the kill, or the tree was empty): called once,
+  // for a ladder whose freeze was its owner's (see start()).
+  virtual void freeze_released() {}
+  // How many of `wanted` members the ladder may signal now: the owner may
+  // share one budget per turn of its event loop among many ladders (a
+  // supervisor's shutdown starts a hundred at once). When it grants none,
+  // it calls the ladder's on_timer() in a later turn, with budget again.
+  virtual size_t pass_budget(size_t wanted) { return wanted; }
 };
 
 class Ladder {
@@ -72,7 +81,11 @@ class Ladder {
 
   // Starts the ladder; later calls do nothing. main_pid: the command's pid,
   // whose group and session define "escaped" (-1: unknown, none counted).
-  void start(const std::string& reason, int grace_ms, int sig, pid_t main_pid);
+  // frozen_by_owner: the owner has frozen the tree already, from above (a
+  // whole supervisor's subtree at once): the ladder waits for the freeze to
+  // show, never writes the freeze itself, and says freeze_released() when
+  // the owner may thaw.
+  void start(const std::string& reason, int grace_ms, int sig, pid_t main_pid, bool frozen_by_owner = false);
   bool started() const { return phase_ != Phase::kIdle; }
   bool running() const { return started() && !done(); }
   bool done() const { return phase_ == Phase::kDone; }
@@ -98,6 +111,7 @@ class Ladder {
   void start_kill();
   void kill_round();
   void wait(int ms);
+  void release_owner_freeze();
   void finish();
   void give_up();
   bool escaped(pid_t pid) const;
@@ -116,6 +130,7 @@ class Ladder {
   int phase_limit_ms_ = 0;  // how long the current phase may last
   int freeze_recheck_ms_ = 1;
   bool froze_ = false;
+  bool owner_froze_ = false;  // frozen by the owner; released once
   size_t watched_ = 0;
   size_t most_members_ = 0;
   // The graceful pass in progress: every member exactly once, re-read in

@@ -51,7 +51,7 @@ void Call::on_broker_spawned(pid_t pid, Fd pidfd, CgroupDir leaf) {
   command_ = pid;
   main_.pid = pid;
   main_.pidfd = std::move(pidfd);
-  confinement_ = std::make_unique<CgroupConfinement>(std::move(leaf), tier_);
+  confinement_ = std::make_unique<CgroupConfinement>(std::move(leaf), tier_, env_->slow_writes());
   ladder_.bind(confinement_.get());
   CallEvent ev{CallEvent::kStarted, id_, {}, {}, {}};
   ev.pid = pid;
@@ -145,9 +145,10 @@ void Call::on_main_readable() {
   }
   if (!st.done) return;  // spurious readiness
   main_exited_ = true;
-  if (main_watched_) env_->reactor().unwatch(main_.pidfd.get());
+  // A shim's pidfd stays: it is how its tier tells the tree is empty. Closing
+  // the others takes them out of the epoll set (nothing else holds them).
+  if (main_watched_ && (keep || shim())) env_->reactor().unwatch(main_.pidfd.get());
   main_watched_ = false;
-  // A shim's pidfd stays: it is how its tier tells the tree is empty.
   if (!keep && !shim()) main_.pidfd.reset();
   if (shim()) {
     // The shim is gone, so is its tree (it exits only with no child left,
@@ -236,6 +237,40 @@ void Call::on_control_readable() {
 void Call::on_change() {
   if (!confinement_) return;
   if (ladder_.running()) ladder_.on_change();
+  check_finished();
+}
+
+bool Call::terminate_frozen_by_group(int grace_ms, int sig, const std::string& reason) {
+  if (finished_ || ladder_.started() || !confinement_) {
+    freeze_released();
+    return terminate(grace_ms, sig, reason);
+  }
+  watch_emptiness();
+  ladder_.start(reason, grace_ms, sig, command_, true);
+  check_finished();
+  return true;
+}
+
+void Call::prepare_stop() {
+  if (finished_ || !confinement_) return;
+  watch_emptiness();
+  confinement_->empty();
+}
+
+std::string Call::subtree_path() const {
+  if (tier_ != Tier::kCgroup || !confinement_) return {};
+  const std::string& leaf = static_cast<CgroupConfinement*>(confinement_.get())->leaf().path();
+  size_t slash = leaf.rfind('/');
+  return slash == std::string::npos ? std::string() : leaf.substr(0, slash);
+}
+
+void Call::freeze_released() { env_->group_freeze_released(id_); }
+
+size_t Call::pass_budget(size_t wanted) { return env_->take_pass_budget(id_, wanted); }
+
+void Call::resume_pass() {
+  if (finished_ || !ladder_.running()) return;
+  ladder_.on_timer();
   check_finished();
 }
 
@@ -339,7 +374,7 @@ int Call::signal_all(int sig) {
   // freeze takes effect asynchronously, so spin briefly for it, and signal
   // in re-read rounds whatever happens. Never touch a freeze the ladder holds.
   bool froze = false;
-  if (confinement_->can_freeze() && !ladder_.holds_freeze() && !confinement_->set_frozen(true)) {
+  if (confinement_->can_freeze() && !ladder_.holds_freeze() && !confinement_->set_frozen(true, true)) {
     froze = true;
     uint64_t until = now_ns() + kKillFreezeSpinNs;
     while (!confinement_->frozen() && now_ns() < until) sched_yield();
@@ -361,7 +396,7 @@ int Call::signal_all(int sig) {
     if (e) post_error(e);
     if (froze && confinement_->frozen()) break;
   }
-  if (froze) confinement_->set_frozen(false);
+  if (froze) confinement_->set_frozen(false, true);
   return n;
 }
 

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <vector>
@@ -35,7 +36,7 @@ void sleep_ms(int ms) {
 }  // namespace
 
 Environment::Environment(uv_loop_t* loop, EventSink* sink)
-    : loop_(loop), sink_(sink), reactor_(loop, this), subtrees_(loop) {}
+    : loop_(loop), sink_(sink), reactor_(loop, this), subtrees_(loop), writes_(loop) {}
 
 Environment::~Environment() {
   for (auto& kv : calls_) delete kv.second;
@@ -241,7 +242,8 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   // The clone has used the leaf's descriptors: a live call keeps none (they
   // are reopened if a ladder or members() needs them).
   leaf.close();
-  return adopt(new Call(this, id, std::move(proc), std::make_unique<CgroupConfinement>(std::move(leaf)), Fd()));
+  return adopt(new Call(this, id, std::move(proc),
+                        std::make_unique<CgroupConfinement>(std::move(leaf), Tier::kCgroup, &writes_), Fd()));
 }
 
 SysError Environment::spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
@@ -388,6 +390,121 @@ void Environment::on_change(uint64_t id) {
   if (Call* c = find(id)) c->on_change();
 }
 
+std::vector<bool> Environment::terminate_group(const std::vector<uint64_t>& ids, const std::vector<int>& sigs,
+                                               int grace_ms, const std::string& reason) {
+  std::vector<bool> out(ids.size(), false);
+  // Which calls share which subtree: one freeze each, where it can be had.
+  std::unordered_map<std::string, std::vector<size_t>> by_subtree;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Call* c = find(ids[i]);
+    if (!c) continue;
+    std::string subtree = grace_ms > 0 ? c->subtree_path() : std::string();
+    if (!subtree.empty()) by_subtree[subtree].push_back(i);
+  }
+  for (auto& kv : by_subtree) {
+    if (group_freezes_.count(kv.first) || kv.second.size() < 2) continue;
+    for (size_t i : kv.second) find(ids[i])->prepare_stop();
+    GroupFreeze g;
+    if (CgroupDir::open_existing(kv.first, &g.subtree) || !g.subtree.has_file("cgroup.freeze")) continue;
+    g.subtree.close();
+    writes_.write_later(kv.first + "/cgroup.freeze", "1");
+    g.holders = kv.second.size();
+    for (size_t i : kv.second) freeze_holder_[ids[i]] = kv.first;
+    group_freezes_.emplace(kv.first, std::move(g));
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Call* c = find(ids[i]);
+    if (!c) continue;
+    bool group = freeze_holder_.count(ids[i]) != 0;
+    if (!turn_has_time()) {
+      // Later in this turn's place: a ladder that starts on an empty tree
+      // still reports, so the answer is already known.
+      deferred_stops_.push_back(DeferredStop{ids[i], sigs[i], grace_ms, reason, group});
+      out[i] = !c->finished();
+      continue;
+    }
+    out[i] = group ? c->terminate_frozen_by_group(grace_ms, sigs[i], reason) : c->terminate(grace_ms, sigs[i], reason);
+  }
+  return out;
+}
+
+bool Environment::turn_has_time() {
+  uint64_t now = uv_hrtime();
+  if (turn_start_ns_ == 0) {
+    turn_start_ns_ = now;
+    start_turns();
+  }
+  return now - turn_start_ns_ < kTurnBudgetNs;
+}
+
+// An idle handle runs once per turn (and keeps the loop from blocking while
+// work waits): it gives the next turn its time and resumes what waits.
+void Environment::start_turns() {
+  if (closing_) return;
+  if (!budget_refill_) {
+    budget_refill_ = new uv_idle_t;
+    uv_idle_init(loop_, budget_refill_);
+    budget_refill_->data = this;
+    uv_unref(reinterpret_cast<uv_handle_t*>(budget_refill_));
+  }
+  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(budget_refill_))) uv_idle_start(budget_refill_, on_budget_turn);
+}
+
+size_t Environment::take_pass_budget(uint64_t call_id, size_t wanted) {
+  if (turn_has_time()) return std::min(wanted, kMembersPerGrant);
+  budget_waiters_.push_back(call_id);
+  return 0;
+}
+
+void Environment::on_budget_turn(uv_idle_t* h) {
+  Environment* self = static_cast<Environment*>(h->data);
+  self->turn_start_ns_ = 0;
+  // What waits goes on, in order, while this turn has time; the rest waits
+  // for the next one.
+  while (!self->deferred_stops_.empty() && self->turn_has_time()) {
+    DeferredStop d = std::move(self->deferred_stops_.front());
+    self->deferred_stops_.pop_front();
+    if (Call* c = self->find(d.id)) {
+      if (d.group_frozen) {
+        c->terminate_frozen_by_group(d.grace_ms, d.sig, d.reason);
+      } else {
+        c->terminate(d.grace_ms, d.sig, d.reason);
+      }
+    } else if (d.group_frozen) {
+      self->group_freeze_released(d.id);
+    }
+  }
+  std::deque<uint64_t> waiting;
+  waiting.swap(self->budget_waiters_);
+  while (!waiting.empty() && self->turn_has_time()) {
+    uint64_t id = waiting.front();
+    waiting.pop_front();
+    if (Call* c = self->find(id)) c->resume_pass();
+  }
+  // Whoever did not get a turn keeps its place, ahead of newcomers.
+  while (!waiting.empty()) {
+    self->budget_waiters_.push_front(waiting.back());
+    waiting.pop_back();
+  }
+  if (self->budget_waiters_.empty() && self->deferred_stops_.empty()) {
+    uv_idle_stop(h);
+    self->turn_start_ns_ = 0;
+  }
+  self->flush();
+}
+
+void Environment::group_freeze_released(uint64_t call_id) {
+  auto h = freeze_holder_.find(call_id);
+  if (h == freeze_holder_.end()) return;
+  auto g = group_freezes_.find(h->second);
+  freeze_holder_.erase(h);
+  if (g == group_freezes_.end()) return;
+  if (--g->second.holders > 0) return;
+  // The last call is done signalling: everyone runs again, signals pending.
+  writes_.write_later(g->first + "/cgroup.freeze", "0");
+  group_freezes_.erase(g);
+}
+
 void Environment::shutdown_sync(int wait_ms) {
   // The broker kills every leaf of its scope once its socket closes; we do
   // it ourselves too (the leaves are ours), without waiting for it.
@@ -431,6 +548,20 @@ void Environment::close_handles(void (*done)(void*), void* arg) {
   subtrees_.remove_all();
   ++handles_open_;
   subtrees_.close([](void* self) { static_cast<Environment*>(self)->handle_closed(); }, this);
+  ++handles_open_;
+  writes_.close([](void* self) { static_cast<Environment*>(self)->handle_closed(); }, this);
+  deferred_stops_.clear();
+  budget_waiters_.clear();
+  if (budget_refill_) {
+    ++handles_open_;
+    uv_idle_stop(budget_refill_);
+    uv_close(reinterpret_cast<uv_handle_t*>(budget_refill_), [](uv_handle_t* h) {
+      Environment* self = static_cast<Environment*>(h->data);
+      delete reinterpret_cast<uv_idle_t*>(h);
+      self->handle_closed();
+    });
+    budget_refill_ = nullptr;
+  }
   if (flush_timer_) {
     ++handles_open_;
     uv_timer_stop(flush_timer_);

@@ -18,6 +18,7 @@
 #include "kernel/spawn.h"
 #include "ladder/confinement.h"
 #include "loop/call.h"
+#include "loop/file_writer.h"
 #include "loop/reactor.h"
 #include "loop/subtrees.h"
 
@@ -66,6 +67,19 @@ class Environment {
   void set_referenced(uint64_t id, bool ref);
   size_t live() const { return calls_.size(); }
 
+  // Runs the ladder on many calls at once (a supervisor's shutdown): every
+  // cgroup subtree they share is frozen with one write, each call's ladder
+  // signals its members while it is frozen, and the subtree is thawed once
+  // the last of them is done with it. Returns, per call, whether a cleanup
+  // event has been or will be posted.
+  std::vector<bool> terminate_group(const std::vector<uint64_t>& ids, const std::vector<int>& sigs, int grace_ms,
+                                    const std::string& reason);
+  void group_freeze_released(uint64_t call_id);
+  // Members a ladder may signal now (LadderHost::pass_budget): all ladders
+  // together get a few milliseconds of each turn of the loop. A call granted
+  // none is resumed (Call::resume_pass) in a later turn.
+  size_t take_pass_budget(uint64_t call_id, size_t wanted);
+
   // Environment teardown or process exit: SIGKILL every call, wait a bounded
   // time for the trees to empty, remove every directory we made.
   void shutdown_sync(int wait_ms);
@@ -75,6 +89,7 @@ class Environment {
   // For calls.
   uv_loop_t* loop() { return loop_; }
   Reactor& reactor() { return reactor_; }
+  SlowWrites* slow_writes() { return &writes_; }
   void post(CallEvent event);
   // Deliver what was posted, now: called at the end of a libuv callback.
   void flush();
@@ -104,6 +119,7 @@ class Environment {
   EventSink* sink_;
   Reactor reactor_;
   Subtrees subtrees_;
+  FileWriter writes_;
   bool opened_ = false;
   bool closing_ = false;
   SysError open_error_;
@@ -115,11 +131,37 @@ class Environment {
   std::unique_ptr<BrokerClient> broker_;
   SysError broker_error_;  // set once it is gone: later spawns fail with it
   std::unordered_map<uint64_t, uint64_t> brokered_;  // request id -> call id
+  // Subtrees frozen by terminate_group, and the calls still using each freeze.
+  struct GroupFreeze {
+    CgroupDir subtree;
+    size_t holders = 0;
+  };
+  std::unordered_map<std::string, GroupFreeze> group_freezes_;  // by subtree path
+  std::unordered_map<uint64_t, std::string> freeze_holder_;     // call id -> subtree path
   size_t referenced_ = 0;  // live calls that keep the loop alive
   std::deque<CallEvent> pending_;
   bool flushing_ = false;
   bool reaping_ = false;
   uv_timer_t* flush_timer_ = nullptr;
+  uv_idle_t* budget_refill_ = nullptr;
+  std::deque<uint64_t> budget_waiters_;
+  // Ladders of terminate_group not started yet, for want of time this turn.
+  struct DeferredStop {
+    uint64_t id;
+    int sig;
+    int grace_ms;
+    std::string reason;
+    bool group_frozen;
+  };
+  std::deque<DeferredStop> deferred_stops_;
+  uint64_t turn_start_ns_ = 0;  // 0: this turn has not spent any time yet
+  bool turn_has_time();
+  void start_turns();
+  static void on_budget_turn(uv_idle_t* h);
+  // What ladders may spend of one turn of the loop, and how many members
+  // they may ask for at once within it.
+  static constexpr uint64_t kTurnBudgetNs = 2000000;
+  static constexpr size_t kMembersPerGrant = 32;
   int handles_open_ = 0;
   void (*closed_cb_)(void*) = nullptr;
   void* closed_arg_ = nullptr;

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -17,6 +18,21 @@ struct Case {
 
 inline std::vector<Case>& cases() {
   static std::vector<Case> all;
+  return all;
+}
+
+// A scenario runs in a fresh copy of the test executable (re-exec'd with
+// `--scenario <name>`, see fixtures::run_scenario), for what a forked copy
+// cannot test: settings read once per process (PROCTREE_TEST_* variables,
+// close_range and cgroup.kill detection) that an earlier test may have
+// cached already. Its return value is the process's exit status.
+struct Scenario {
+  const char* name;
+  int (*fn)();
+};
+
+inline std::vector<Scenario>& scenarios() {
+  static std::vector<Scenario> all;
   return all;
 }
 
@@ -35,6 +51,10 @@ struct Register {
   Register(const char* name, void (*fn)()) { cases().push_back({name, fn}); }
 };
 
+struct RegisterScenario {
+  RegisterScenario(const char* name, int (*fn)()) { scenarios().push_back({name, fn}); }
+};
+
 template <typename T>
 std::string show(const T& v) {
   std::ostringstream out;
@@ -49,9 +69,11 @@ inline void fail(const char* file, int line, const std::string& what) {
   current().failed = true;
 }
 
-inline int run_all() {
+// filter: run only the tests whose name contains it (nullptr: all).
+inline int run_all(const char* filter = nullptr) {
   int passed = 0, failed = 0, skipped = 0;
   for (const Case& c : cases()) {
+    if (filter && !std::strstr(c.name, filter)) continue;
     current() = State{};
     c.fn();
     if (current().failed) {
@@ -68,6 +90,23 @@ inline int run_all() {
   }
   std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
   return failed == 0 ? 0 : 1;
+}
+
+inline int run_scenario(const char* name) {
+  for (const Scenario& s : scenarios()) {
+    if (std::strcmp(s.name, name) == 0) {
+      int rc = s.fn();
+      std::fflush(stdout);
+      return rc;
+    }
+  }
+  std::printf("no scenario %s\n", name);
+  return 99;
+}
+
+inline int main(int argc, char** argv) {
+  if (argc >= 3 && std::strcmp(argv[1], "--scenario") == 0) return run_scenario(argv[2]);
+  return run_all(argc >= 2 ? argv[1] : nullptr);
 }
 
 }  // namespace check
@@ -97,6 +136,12 @@ inline int run_all() {
     }                                                                                         \
   } while (0)
 
+// A scenario: int-returning, 0 = passed; see check::Scenario.
+#define SCENARIO(name)                                                  \
+  static int name##_scenario();                                         \
+  static const check::RegisterScenario name##_scenario_registered(#name, name##_scenario); \
+  static int name##_scenario()
+
 #define SKIP(reason)                   \
   do {                                 \
     check::current().skipped = true;   \
@@ -104,5 +149,7 @@ inline int run_all() {
     return;                            \
   } while (0)
 
+// `<test> [name-part]` runs the tests whose name contains name-part;
+// `<test> --scenario <name>` runs one scenario.
 #define CHECK_MAIN() \
-  int main() { return check::run_all(); }
+  int main(int argc, char** argv) { return check::main(argc, argv); }

@@ -16,7 +16,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kernel/cgroup.h"
 #include "kernel/pidfd.h"
@@ -43,6 +46,26 @@ inline std::string make_test_cgroup(proctree::CgroupDir* out, std::string* why) 
     return {};
   }
   return path;
+}
+
+// The cgroup v2 path of a process, relative to the hierarchy's root, from
+// the "0::" line of /proc/<pid>/cgroup. false when the process is gone.
+inline bool pid_cgroup(pid_t pid, std::string* out) {
+  std::string path = "/proc/" + std::to_string(pid) + "/cgroup";
+  FILE* f = fopen(path.c_str(), "re");
+  if (!f) return false;
+  char line[4096];
+  bool found = false;
+  while (fgets(line, sizeof line, f)) {
+    if (line[0] == '0' && line[1] == ':' && line[2] == ':') {
+      out->assign(line + 3);
+      while (!out->empty() && out->back() == '\n') out->pop_back();
+      found = true;
+      break;
+    }
+  }
+  fclose(f);
+  return found;
 }
 
 // Kills every member, waits for the cgroup to empty, removes it.
@@ -96,8 +119,35 @@ inline bool install_emulator_like_filter(bool refuse_clone_pidfd) {
   return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
 }
 
+// Installs a filter that answers each of the given system calls with
+// -err (ENOSYS: "this kernel has no such call"), the rest allowed.
+// Affects only the calling process and what it starts.
+inline bool install_errno_filter(const std::vector<int>& nrs, int err) {
+#if defined(__x86_64__)
+  const unsigned arch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+  const unsigned arch = AUDIT_ARCH_AARCH64;
+#endif
+  std::vector<sock_filter> f;
+  f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)));
+  f.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0));
+  f.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+  f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)));
+  for (int nr : nrs) {
+    f.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<unsigned>(nr), 0, 1));
+    f.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (static_cast<unsigned>(err) & SECCOMP_RET_DATA)));
+  }
+  f.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+  sock_fprog prog{static_cast<unsigned short>(f.size()), f.data()};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return false;
+  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+}
+
+inline int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status); }
+
 // Runs fn in a forked copy of this process; its exit status is the result.
-inline int run_forked(int (*fn)()) {
+template <typename Fn>
+int run_forked(Fn fn) {
   fflush(stdout);
   pid_t pid = fork();
   if (pid == 0) {
@@ -107,7 +157,27 @@ inline int run_forked(int (*fn)()) {
   }
   int status = 0;
   waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+  return exit_code(status);
+}
+
+// Runs SCENARIO(name) in a fresh copy of this executable (see check.h), with
+// the given environment variables added: what a forked copy cannot do when
+// the code under test caches such a setting on first use. Its exit status.
+inline int run_scenario(const char* name, const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (const auto& kv : env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
+    char self[] = "/proc/self/exe";
+    char flag[] = "--scenario";
+    std::string n = name;
+    char* argv[] = {self, flag, &n[0], nullptr};
+    execv(self, argv);
+    _exit(98);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return exit_code(status);
 }
 
 }  // namespace fixtures

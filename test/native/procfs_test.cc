@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "check.h"
@@ -120,6 +122,41 @@ TEST(gone_process_reads_false) {
   ProcessInfo info;
   CHECK(!proctree::read_process_stat(pid, &info));
   CHECK(!proctree::read_process_info(pid, &info));
+}
+
+// start_time (field 22, clock ticks after boot) tells a process from a later
+// one that got the same number: a child never starts before its parent.
+TEST(start_time_is_field_22_and_orders_parent_and_child) {
+  ProcessInfo self;
+  CHECK(proctree::read_process_stat(getpid(), &self));
+  CHECK(self.start_time > 0);
+  pid_t pid = start_sleeper(nullptr);
+  CHECK(pid > 0);
+  ProcessInfo child;
+  bool ok = proctree::read_process_stat(pid, &child);
+  // The same field, read by hand.
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = fopen(path, "re");
+  char buf[1024] = {};
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  if (f) fclose(f);
+  stop(pid);
+  CHECK(ok);
+  CHECK(n > 0);
+  const char* p = strrchr(buf, ')');
+  CHECK(p != nullptr);
+  // Fields 3.. follow ") "; field 22 is the 20th of them.
+  unsigned long long by_hand = 0;
+  int field = 2;
+  for (const char* q = p + 1; *q && field < 22; ++q) {
+    if (*q == ' ') {
+      ++field;
+      if (field == 22) by_hand = strtoull(q + 1, nullptr, 10);
+    }
+  }
+  CHECK_EQ(child.start_time, by_hand);
+  CHECK(child.start_time >= self.start_time);
 }
 
 CHECK_MAIN()

@@ -1,9 +1,10 @@
-// registry.cc + call.cc + reactor.cc on a real libuv loop, without Node: a
-// command that escapes its session and outlives its main process is found
-// through the cgroup and stopped; the events come in order (exit, cleanup,
-// empty); every directory is removed; and every libuv handle is closed, so
-// uv_loop_close succeeds (under the sanitizer build, leaks fail the test too).
-#include "loop/registry.h"
+// environment.cc + call.cc + reactor.cc + subtrees.cc on a real libuv loop,
+// without Node: a command that escapes its session and outlives its main
+// process is found through the cgroup and stopped; the events come in order
+// (exit, cleanup, empty); every directory is removed; and every libuv handle
+// is closed, so uv_loop_close succeeds (under the sanitizer build, leaks fail
+// the test too). The pgroup tier (no cgroup) runs the same way.
+#include "loop/environment.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -18,10 +19,10 @@
 #include "check.h"
 #include "fixtures.h"
 #include "kernel/procfs.h"
-#include "kernel/stdio_pipes.h"
+#include "kernel/stdio_fds.h"
 
 using proctree::CallEvent;
-using proctree::Registry;
+using proctree::Environment;
 using proctree::SpawnedCall;
 using proctree::SpawnRequest;
 using proctree::SysError;
@@ -56,15 +57,24 @@ bool exists(const std::string& path) {
   return stat(path.c_str(), &st) == 0;
 }
 
+// Cleanup after a failure: whatever is left in the call's cgroup (the only
+// place this test's processes can be, unless the code under test let one
+// out, which the test reports).
+void kill_cgroup(const std::string& path) {
+  proctree::CgroupDir dir;
+  if (proctree::CgroupDir::open_existing(path, &dir)) return;
+  fixtures::destroy_test_cgroup(&dir);
+}
+
 // Records events; on a call's exit, stops what it left behind, as the
 // TypeScript layer does with leftovers: 'kill'.
 struct Recorder : proctree::EventSink {
-  Registry* registry = nullptr;
+  Environment* environment = nullptr;
   std::vector<CallEvent> events;
   void deliver(const CallEvent& ev) override {
     events.push_back(ev);
     if (ev.kind == CallEvent::kExit) {
-      if (proctree::Call* c = registry->find(ev.call_id)) c->terminate(1000, SIGTERM, "leftovers");
+      if (proctree::Call* c = environment->find(ev.call_id)) c->terminate(1000, SIGTERM, "leftovers");
     }
   }
 };
@@ -77,7 +87,7 @@ struct Loop {
     uv_loop_init(&loop);
     uv_timer_init(&loop, &deadline);
     deadline.data = this;
-    // Unreferenced: it fires only while the registry keeps the loop alive.
+    // Unreferenced: it fires only while the environment keeps the loop alive.
     uv_timer_start(
         &deadline,
         [](uv_timer_t* t) {
@@ -95,20 +105,27 @@ struct Loop {
 };
 
 SpawnRequest shell(const std::string& script, proctree::PreparedStdio* io) {
-  proctree::StdioSpec spec[3] = {{proctree::StdioSpec::kIgnore, -1},
-                                 {proctree::StdioSpec::kIgnore, -1},
-                                 {proctree::StdioSpec::kIgnore, -1}};
-  proctree::prepare_stdio(spec, io);
+  std::vector<proctree::StdioSpec> spec(3, proctree::StdioSpec{proctree::StdioSpec::kIgnore, -1});
+  proctree::prepare_stdio(spec, proctree::PtySize{}, io);
   SpawnRequest req;
   req.candidates = {"/bin/sh"};
   req.argv = {"sh", "-c", script};
   req.envp = {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"};
-  for (int i = 0; i < 3; ++i) req.stdio[i] = io->child[i].get();
+  req.fds = io->fds;
   return req;
 }
 
-void close_registry(Registry* reg, Loop* loop, bool* closed) {
-  reg->close_handles([](void* p) { *static_cast<bool*>(p) = true; }, closed);
+// The cgroup tier in subtree `group`. No helper: the guardian cannot start
+// (the call runs all the same, and says so in guardian_error).
+proctree::SpawnOptions cgroup_tier(const std::string& group) {
+  proctree::SpawnOptions o;
+  o.tier = proctree::Tier::kCgroup;
+  o.group = group;
+  return o;
+}
+
+void close_environment(Environment* env, Loop* loop, bool* closed) {
+  env->close_handles([](void* p) { *static_cast<bool*>(p) = true; }, closed);
   uv_run(&loop->loop, UV_RUN_DEFAULT);
 }
 
@@ -118,13 +135,13 @@ void close_registry(Registry* reg, Loop* loop, bool* closed) {
 void escape_scenario() {
   Loop loop;
   Recorder rec;
-  auto* reg = new Registry(&loop.loop, &rec);
-  rec.registry = reg;
+  auto* env = new Environment(&loop.loop, &rec);
+  rec.environment = env;
   proctree::CgroupLocation loc;
-  if (SysError e = reg->location(&loc)) {
+  if (SysError e = env->location(&loc)) {
     bool closed = false;
-    close_registry(reg, &loop, &closed);
-    delete reg;
+    close_environment(env, &loop, &closed);
+    delete env;
     loop.close();
     SKIP(std::string("no cgroup2: ") + e.syscall);
   }
@@ -138,35 +155,39 @@ void escape_scenario() {
   SpawnRequest req =
       shell("x=$(setsid sh -c 'echo up; exec sleep " + tok + " >/dev/null 2>&1' &); exit 0", &io);
   SpawnedCall call;
-  SysError e = reg->spawn(group, req, &call);
+  SysError e = env->spawn(cgroup_tier(group), req, &call);
   for (auto& fd : io.child) fd.reset();
   if (e.err == EACCES || e.err == EROFS || e.err == EPERM) {
     bool closed = false;
-    close_registry(reg, &loop, &closed);
-    delete reg;
+    close_environment(env, &loop, &closed);
+    delete env;
     loop.close();
     SKIP("cgroup2 is not writable here");
   }
   CHECK_EQ(e.err, 0);
   std::printf("     clone method: %s\n", proctree::clone_method_name(call.method));
   CHECK(exists(call.cgroup));
+  // The leaf is c<id> in the subtree, below our own cgroup.
+  CHECK_EQ(call.cgroup, loc.own_path + "/" + group + "/c" + std::to_string(call.id));
+  CHECK(call.pid > 0);
+  CHECK_EQ(call.guardian_error.err, ENOENT);
 
   uv_run(&loop.loop, UV_RUN_DEFAULT);
   std::vector<pid_t> survivors = live_with(tok);
-  for (pid_t p : survivors) kill(p, SIGKILL);  // only what this test started
+  if (!survivors.empty()) kill_cgroup(call.cgroup);
   bool cgroup_gone = !exists(call.cgroup);
   // The idle subtree lingers for a moment (its timer does not hold the loop):
   // keep the loop alive a little longer than that and it is gone.
   uv_timer_t linger;
   uv_timer_init(&loop.loop, &linger);
-  uv_timer_start(&linger, [](uv_timer_t*) {}, Registry::kGroupLingerMs + 300, 0);
+  uv_timer_start(&linger, [](uv_timer_t*) {}, proctree::Subtrees::kLingerMs + 300, 0);
   uv_run(&loop.loop, UV_RUN_DEFAULT);
   uv_close(reinterpret_cast<uv_handle_t*>(&linger), nullptr);
   uv_run(&loop.loop, UV_RUN_DEFAULT);
   bool group_gone = !exists(loc.own_path + "/" + group);
   bool closed = false;
-  close_registry(reg, &loop, &closed);
-  delete reg;
+  close_environment(env, &loop, &closed);
+  delete env;
   int loop_rc = loop.close();
 
   CHECK(!loop.timed_out);
@@ -192,7 +213,7 @@ void escape_scenario() {
 TEST(escaped_sleeper_is_stopped_after_main_exits) { escape_scenario(); }
 
 // As under qemu-user or a seccomp profile without clone3: the first spawn of
-// a registry already finds clone3 missing, and its child must still join the
+// an environment already finds clone3 missing, and its child must still join the
 // call's cgroup before the command runs, or the escape would be missed.
 TEST(escaped_sleeper_is_stopped_when_clone3_is_enosys) {
   int rc = fixtures::run_forked([] {
@@ -208,13 +229,13 @@ TEST(escaped_sleeper_is_stopped_when_clone3_is_enosys) {
 TEST(shutdown_kills_live_calls_and_removes_their_directories) {
   Loop loop;
   Recorder rec;
-  auto* reg = new Registry(&loop.loop, &rec);
-  rec.registry = reg;
+  auto* env = new Environment(&loop.loop, &rec);
+  rec.environment = env;
   proctree::CgroupLocation loc;
-  if (reg->location(&loc)) {
+  if (env->location(&loc)) {
     bool closed = false;
-    close_registry(reg, &loop, &closed);
-    delete reg;
+    close_environment(env, &loop, &closed);
+    delete env;
     loop.close();
     SKIP("no cgroup2");
   }
@@ -223,12 +244,12 @@ TEST(shutdown_kills_live_calls_and_removes_their_directories) {
   proctree::PreparedStdio io;
   SpawnRequest req = shell("setsid sleep " + tok + " & sleep " + tok, &io);
   SpawnedCall call;
-  SysError e = reg->spawn(group, req, &call);
+  SysError e = env->spawn(cgroup_tier(group), req, &call);
   for (auto& fd : io.child) fd.reset();
   if (e.err == EACCES || e.err == EROFS || e.err == EPERM) {
     bool closed = false;
-    close_registry(reg, &loop, &closed);
-    delete reg;
+    close_environment(env, &loop, &closed);
+    delete env;
     loop.close();
     SKIP("cgroup2 is not writable here");
   }
@@ -238,20 +259,74 @@ TEST(shutdown_kills_live_calls_and_removes_their_directories) {
   for (int i = 0; i < 500 && live_with(tok).size() < 2; ++i) usleep(10 * 1000);
   size_t started = live_with(tok).size();
 
-  reg->shutdown_sync(2000);
+  env->shutdown_sync(2000);
   std::vector<pid_t> survivors = live_with(tok);
-  for (pid_t p : survivors) kill(p, SIGKILL);
+  if (!survivors.empty()) kill_cgroup(call.cgroup);
   bool cgroup_gone = !exists(call.cgroup);
   bool group_gone = !exists(loc.own_path + "/" + group);
   bool closed = false;
-  close_registry(reg, &loop, &closed);
-  delete reg;
+  close_environment(env, &loop, &closed);
+  delete env;
   int loop_rc = loop.close();
 
   CHECK(started >= 2);
   CHECK(survivors.empty());
   CHECK(cgroup_gone);
   CHECK(group_gone);
+  CHECK(closed);
+  CHECK_EQ(loop_rc, 0);
+}
+
+// The pgroup tier (no cgroup, no helper): the command leads a new session;
+// a member of that session that outlives the command gets the graceful
+// signal once, and the call's events come in the same order.
+TEST(pgroup_tier_stops_a_session_member_after_main_exits) {
+  Loop loop;
+  Recorder rec;
+  auto* env = new Environment(&loop.loop, &rec);
+  rec.environment = env;
+  std::string tok = unique_token();
+  proctree::PreparedStdio io;
+  // The background sleep stays in the command's session and group.
+  SpawnRequest req = shell("sleep " + tok + " >/dev/null 2>&1 & exit 0", &io);
+  proctree::SpawnOptions opts;
+  opts.tier = proctree::Tier::kPgroup;
+  SpawnedCall call;
+  SysError e = env->spawn(opts, req, &call);
+  for (auto& fd : io.child) fd.reset();
+  CHECK_EQ(e.err, 0);
+  CHECK(call.pid > 0);
+  CHECK(call.cgroup.empty());
+  // The session's members are looked up by its id, the command's pid (kept
+  // a zombie by the call until the session is empty).
+  pid_t session = call.pid;
+  uv_run(&loop.loop, UV_RUN_DEFAULT);
+  std::vector<pid_t> survivors = live_with(tok);
+  std::vector<pid_t> in_session;
+  for (pid_t p : survivors) {
+    if (getsid(p) == session) in_session.push_back(p);
+  }
+  // Only what is in the command's session (which this test made) is killed.
+  for (pid_t p : in_session) kill(p, SIGKILL);
+  bool closed = false;
+  close_environment(env, &loop, &closed);
+  delete env;
+  int loop_rc = loop.close();
+
+  CHECK(!loop.timed_out);
+  CHECK(survivors.empty());
+  CHECK_EQ(rec.events.size(), size_t{3});
+  CHECK_EQ(rec.events[0].kind, CallEvent::kExit);
+  CHECK_EQ(rec.events[0].exit.code, 0);
+  CHECK_EQ(rec.events[1].kind, CallEvent::kCleanup);
+  const proctree::CleanupReport& report = rec.events[1].report;
+  CHECK_EQ(report.reason, std::string("leftovers"));
+  CHECK_EQ(report.verified, std::string("none"));
+  CHECK_EQ(report.signaled, 1);
+  CHECK_EQ(report.escaped, 0);
+  CHECK_EQ(report.killed, 0);
+  CHECK(report.leftovers.empty());
+  CHECK_EQ(rec.events[2].kind, CallEvent::kEmpty);
   CHECK(closed);
   CHECK_EQ(loop_rc, 0);
 }

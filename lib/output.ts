@@ -1,0 +1,482 @@
+// What a call wrote, as a model or a harness reads it: every chunk seen once,
+// at the moment it arrives (stdout and stderr merged in that order), kept
+// within a byte budget as head, tail or both without splitting a UTF-8
+// character, streamed to callbacks and line iterators, and fed to a job's
+// ring buffer. Nothing here changes the call's own streams: a stream nobody
+// reads still pauses (and the command blocks on a full pipe) as with Node.
+import type { Readable } from 'node:stream';
+import { Readable as ReadableStream } from 'node:stream';
+import { StringDecoder } from 'node:string_decoder';
+
+export type OutputStream = 'stdout' | 'stderr';
+
+/** Which part of an output longer than `maxBuffer` is kept. */
+export type Keep = 'head' | 'tail' | 'both';
+
+/** The output options of a call, validated (see resolveOutputOptions in options.ts). */
+export interface OutputSettings {
+  maxBuffer: number;
+  /**
+   * Bytes kept per stream until `done` is read (then `maxBuffer`): a call
+   * whose output only streams past (a drop-in ChildProcess, a server) holds
+   * little, and one whose `done` is read late still gets what fit, flagged.
+   */
+  unreadMax: number;
+  keep: Keep;
+  /** The text put where bytes were omitted, `{omitted}` replaced by their count; null = none. */
+  marker: string | null;
+  all: boolean;
+  onOutput: ((chunk: Buffer, stream: OutputStream) => void) | undefined;
+}
+
+export const DEFAULT_MAX_BUFFER = 64 * 1024 * 1024;
+/** What spawn() keeps per stream for `done` until it is read, unless `maxBuffer` was given. */
+export const UNREAD_MAX_BUFFER = 1024 * 1024;
+/** What `marker: true` inserts. */
+export const DEFAULT_MARKER = '\n[... {omitted} bytes omitted ...]\n';
+
+/**
+ * Where the last whole character of `buf` ends: `buf.length`, unless the
+ * buffer ends inside a multi-byte UTF-8 character, which is then left out.
+ */
+export function utf8End(buf: Buffer, end = buf.length): number {
+  for (let i = end - 1; i >= 0 && i >= end - 4; i--) {
+    const b = buf[i];
+    if ((b & 0xc0) === 0x80) continue;
+    const length = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
+    return i + length > end ? i : end;
+  }
+  // Only continuation bytes: not UTF-8 text, nothing to protect.
+  return end;
+}
+
+/** Where the first whole character of `buf` starts: past the continuation bytes of one cut in front. */
+export function utf8Start(buf: Buffer, start = 0): number {
+  let i = start;
+  while (i < buf.length && i < start + 3 && (buf[i] & 0xc0) === 0x80) i++;
+  return i < buf.length && (buf[i] & 0xc0) === 0x80 ? start : i;
+}
+
+/**
+ * The last `capacity` bytes of a stream, and how many it had in all. The
+ * chunks are kept as they came (the first one trimmed), so writing is O(1)
+ * whatever the size. A job's ring buffer and the tail of a collector.
+ */
+export class ByteTail {
+  #chunks: Buffer[] = [];
+  #first = 0;
+  #size = 0;
+  #capacity: number;
+  /** Bytes written since the start, kept or not. */
+  total = 0;
+
+  constructor(capacity: number) {
+    this.#capacity = capacity;
+  }
+
+  get capacity(): number {
+    return this.#capacity;
+  }
+
+  /** Keeps more from now on (what was dropped stays dropped). */
+  grow(capacity: number): void {
+    this.#capacity = Math.max(this.#capacity, capacity);
+  }
+
+  /** Bytes held now. */
+  get size(): number {
+    return this.#size;
+  }
+
+  /** Offset in the stream of the first byte held; bytes before it were dropped. */
+  get start(): number {
+    return this.total - this.#size;
+  }
+
+  write(chunk: Buffer): void {
+    this.total += chunk.length;
+    const capacity = this.#capacity;
+    if (capacity === 0 || chunk.length === 0) return;
+    if (chunk.length >= capacity) {
+      this.#chunks = [chunk.subarray(chunk.length - capacity)];
+      this.#first = 0;
+      this.#size = capacity;
+      return;
+    }
+    this.#chunks.push(chunk);
+    this.#size += chunk.length;
+    while (this.#size > capacity) {
+      const head = this.#chunks[this.#first];
+      const excess = this.#size - capacity;
+      if (head.length <= excess) {
+        this.#first++;
+        this.#size -= head.length;
+      } else {
+        this.#chunks[this.#first] = head.subarray(excess);
+        this.#size -= excess;
+      }
+    }
+    // Drop the consumed slots now and then, not on every write.
+    if (this.#first > 64 && this.#first * 2 > this.#chunks.length) {
+      this.#chunks = this.#chunks.slice(this.#first);
+      this.#first = 0;
+    }
+  }
+
+  /** The bytes held between stream offsets `from` and `to` (clamped to what is held). */
+  slice(from = this.start, to = this.total): Buffer {
+    const lo = Math.max(from, this.start);
+    const hi = Math.min(to, this.total);
+    if (hi <= lo) return Buffer.alloc(0);
+    const parts: Buffer[] = [];
+    let at = this.start;
+    for (let i = this.#first; i < this.#chunks.length && at < hi; i++) {
+      const c = this.#chunks[i];
+      const end = at + c.length;
+      if (end > lo) parts.push(c.subarray(Math.max(0, lo - at), Math.min(c.length, hi - at)));
+      at = end;
+    }
+    return parts.length === 1 ? parts[0] : Buffer.concat(parts, hi - lo);
+  }
+}
+
+/** What a collector kept, cut at character boundaries when asked. */
+export interface Kept {
+  head: Buffer;
+  tail: Buffer;
+  /** Bytes in neither: the stream's length minus what was kept. */
+  omitted: number;
+}
+
+/**
+ * Keeps at most `max` bytes of a stream: the first ones (`head`), the last
+ * ones (`tail`), or half of each (`both`; the tail gets the odd byte), and
+ * counts everything. It never stops reading: a writer blocked on a full
+ * pipe would never exit.
+ */
+export class OutputCollector {
+  readonly #head: Buffer[] = [];
+  #headSize = 0;
+  #headMax: number;
+  readonly #tail: ByteTail;
+  readonly #keep: Keep;
+
+  constructor(max: number, keep: Keep) {
+    this.#keep = keep;
+    this.#headMax = keep === 'head' ? max : keep === 'both' ? Math.floor(max / 2) : 0;
+    this.#tail = new ByteTail(keep === 'head' ? 0 : max - this.#headMax);
+  }
+
+  /**
+   * Raises the limit to `max` from now on. The head grows only while nothing
+   * went past it yet (else the bytes after it are gone and it stays as it
+   * is); the tail keeps more from now on.
+   */
+  grow(max: number): void {
+    const headMax = this.#keep === 'head' ? max : this.#keep === 'both' ? Math.floor(max / 2) : 0;
+    if (this.#tail.total === 0) this.#headMax = Math.max(this.#headMax, headMax);
+    if (this.#keep !== 'head') this.#tail.grow(max - this.#headMax);
+  }
+
+  get total(): number {
+    return this.#headSize + this.#tail.total;
+  }
+
+  write(chunk: Buffer): void {
+    if (this.#headSize < this.#headMax) {
+      const room = this.#headMax - this.#headSize;
+      const part = chunk.length > room ? chunk.subarray(0, room) : chunk;
+      this.#head.push(part);
+      this.#headSize += part.length;
+      if (part.length === chunk.length) return;
+      chunk = chunk.subarray(part.length);
+    }
+    this.#tail.write(chunk);
+  }
+
+  /** `utf8`: a character cut by the limit is left out whole, on either side of the gap. */
+  kept(utf8: boolean): Kept {
+    let head = Buffer.concat(this.#head, this.#headSize);
+    let tail = this.#tail.slice();
+    const omitted = this.total - head.length - tail.length;
+    if (omitted === 0 || !utf8) return { head, tail, omitted };
+    head = head.subarray(0, utf8End(head));
+    tail = tail.subarray(utf8Start(tail));
+    return { head, tail, omitted: this.total - head.length - tail.length };
+  }
+}
+
+function isUtf8(encoding: BufferEncoding | 'buffer'): boolean {
+  return encoding !== 'buffer' && /^utf-?8$/i.test(encoding);
+}
+
+/** The value of a kept stream: head, the marker where bytes are missing, tail. */
+export function keptValue(
+  collector: OutputCollector,
+  encoding: BufferEncoding | 'buffer',
+  marker: string | null,
+): { value: string | Buffer; omitted: number } {
+  const { head, tail, omitted } = collector.kept(isUtf8(encoding));
+  const parts = [head];
+  if (omitted > 0 && marker !== null) parts.push(Buffer.from(marker.replace(/\{omitted\}/g, String(omitted))));
+  parts.push(tail);
+  const buf = Buffer.concat(parts);
+  return { value: encoding === 'buffer' ? buf : buf.toString(encoding), omitted };
+}
+
+type Subscriber = (chunk: Buffer, stream: OutputStream) => void;
+
+/** Options of CallOutput#lines(). */
+export interface LinesOptions {
+  /** Which output: `'stdout'` (the default), `'stderr'`, or `'all'` (both, each line whole, in arrival order). */
+  stream?: OutputStream | 'all';
+}
+
+/**
+ * The output of one call as it arrives. Each chunk of stdout and stderr is
+ * seen where the stream receives it from the pipe (its push), before any
+ * listener, in the order the harness read them: that is the order of
+ * `all`, of `onOutput`, of lines(), and of a job's ring buffer.
+ */
+export class CallOutput {
+  readonly #sources: Record<OutputStream, Readable | null>;
+  readonly #settings: OutputSettings;
+  readonly #subscribers = new Set<Subscriber>();
+  readonly #open = new Set<OutputStream>();
+  readonly #endWaiters: Array<() => void> = [];
+  readonly #canResume: (s: Readable) => boolean;
+  #collectors: { stdout: OutputCollector; stderr: OutputCollector; all: OutputCollector | null } | null;
+  #allStream: ReadableStream | null = null;
+  #alwaysFlow = false;
+
+  /** `canResume`: whether reading a stream is ours to start (not one handed to another call as its stdio). */
+  constructor(sources: { stdout: Readable | null; stderr: Readable | null }, settings: OutputSettings, canResume: (s: Readable) => boolean) {
+    this.#sources = { stdout: sources.stdout, stderr: sources.stderr };
+    this.#settings = settings;
+    this.#canResume = canResume;
+    const { unreadMax, keep } = settings;
+    this.#collectors = {
+      stdout: new OutputCollector(unreadMax, keep),
+      stderr: new OutputCollector(unreadMax, keep),
+      all: settings.all ? new OutputCollector(unreadMax, keep) : null,
+    };
+    // One stream for both (a terminal) is stdout, tapped once.
+    if (sources.stdout) this.#tap(sources.stdout, 'stdout');
+    if (sources.stderr && sources.stderr !== sources.stdout) this.#tap(sources.stderr, 'stderr');
+    else this.#sources.stderr = null;
+  }
+
+  #tap(stream: Readable, name: OutputStream): void {
+    this.#open.add(name);
+    const push = stream.push;
+    // Node's stream_base calls stream.push() once per read from the pipe:
+    // the one place every chunk passes, whether anybody listens or not.
+    stream.push = (chunk: unknown, encoding?: BufferEncoding): boolean => {
+      if (chunk === null) {
+        this.#ended(name);
+        return push.call(stream, chunk, encoding);
+      }
+      if (chunk === undefined || (chunk as { length: number }).length === 0) return push.call(stream, chunk, encoding);
+      const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string, encoding);
+      this.#arrived(buf, name);
+      const more = push.call(stream, chunk, encoding);
+      // The user's callback last: if it throws, the chunk is already in the
+      // stream, and the error surfaces as a throwing 'data' listener's would.
+      this.#settings.onOutput?.(buf, name);
+      return more;
+    };
+    stream.once('close', () => this.#ended(name));
+  }
+
+  #arrived(chunk: Buffer, name: OutputStream): void {
+    const c = this.#collectors;
+    if (c) {
+      c[name].write(chunk);
+      c.all?.write(chunk);
+    }
+    for (const fn of this.#subscribers) fn(chunk, name);
+  }
+
+  #ended(name: OutputStream): void {
+    if (!this.#open.delete(name) || this.#open.size > 0) return;
+    for (const fn of this.#endWaiters.splice(0)) fn();
+  }
+
+  /** Whether every stream has ended (or there was none). */
+  get ended(): boolean {
+    return this.#open.size === 0;
+  }
+
+  /** Calls `fn` once stdout and stderr have both ended (at once if they have). */
+  onEnd(fn: () => void): void {
+    if (this.ended) fn();
+    else this.#endWaiters.push(fn);
+  }
+
+  /** Calls `fn` for every chunk from now on; returns the unsubscribe. */
+  subscribe(fn: Subscriber): () => void {
+    this.#subscribers.add(fn);
+    return () => this.#subscribers.delete(fn);
+  }
+
+  /** The result's output fields as collected so far. */
+  collected(encoding: BufferEncoding | 'buffer'): {
+    stdout: string | Buffer;
+    stderr: string | Buffer;
+    all?: string | Buffer;
+    stdoutOmitted: number;
+    stderrOmitted: number;
+    allOmitted?: number;
+  } {
+    const c = this.#collectors;
+    const marker = this.#settings.marker;
+    const empty = encoding === 'buffer' ? Buffer.alloc(0) : '';
+    if (!c) return { stdout: empty, stderr: empty, stdoutOmitted: 0, stderrOmitted: 0 };
+    const out = keptValue(c.stdout, encoding, marker);
+    const err = keptValue(c.stderr, encoding, marker);
+    const result = { stdout: out.value, stderr: err.value, stdoutOmitted: out.omitted, stderrOmitted: err.omitted };
+    if (!c.all) return result;
+    const all = keptValue(c.all, encoding, marker);
+    return { ...result, all: all.value, allOmitted: all.omitted };
+  }
+
+  /** Somebody reads the result: keep up to `maxBuffer` from now on. */
+  resultWanted(): void {
+    const c = this.#collectors;
+    if (!c) return;
+    for (const collector of [c.stdout, c.stderr, c.all]) collector?.grow(this.#settings.maxBuffer);
+  }
+
+  /** The result was delivered: what arrives later is not kept for it. */
+  stopCollecting(): void {
+    this.#collectors = null;
+  }
+
+  /**
+   * From now on output flows whoever reads: the call is a job, whose output
+   * goes to its ring buffer; `call.all` never holds the command back.
+   */
+  flowAlways(): void {
+    this.#alwaysFlow = true;
+    this.#resume(['stdout', 'stderr']);
+    this.#allStream?.resume();
+  }
+
+  #resume(names: readonly OutputStream[]): void {
+    for (const n of names) {
+      const s = this.#sources[n];
+      if (s && s.readable && this.#canResume(s)) s.resume();
+    }
+  }
+
+  /**
+   * stdout and stderr merged in arrival order, as a stream (execa's `all`).
+   * Made on first use, from then on; reading it reads both streams. Until
+   * the call is a job, a full `all` pauses them, as a pipe to two places would.
+   */
+  allStream(): ReadableStream {
+    if (this.#allStream) return this.#allStream;
+    const paused = new Set<Readable>();
+    const stream = new ReadableStream({
+      read: () => {
+        for (const s of paused) s.resume();
+        paused.clear();
+      },
+    });
+    this.#allStream = stream;
+    this.subscribe((chunk) => {
+      if (stream.push(chunk) || this.#alwaysFlow) return;
+      for (const s of [this.#sources.stdout, this.#sources.stderr]) {
+        if (s && !s.isPaused()) {
+          s.pause();
+          paused.add(s);
+        }
+      }
+    });
+    this.onEnd(() => stream.push(null));
+    this.#resume(['stdout', 'stderr']);
+    return stream;
+  }
+
+  /**
+   * The lines of stdout (or stderr, or both) from now on, without their
+   * `\n` (or `\r\n`); the last one even without a newline. Ends when the
+   * streams end. Reading lines reads the streams (as readline does); lines
+   * wait in memory for a slow consumer.
+   */
+  lines(options: LinesOptions = {}): AsyncIterableIterator<string> {
+    const which = options?.stream ?? 'stdout';
+    const names = (which === 'all' ? ['stdout', 'stderr'] : [which]).filter((n) => this.#sources[n as OutputStream]) as OutputStream[];
+    const queue: string[] = [];
+    let head = 0;
+    let finished = names.every((n) => !this.#open.has(n));
+    const waiting: Array<() => void> = [];
+    const wake = (): void => {
+      for (const fn of waiting.splice(0)) fn();
+    };
+    const decoders = new Map(names.map((n) => [n, new StringDecoder('utf8')]));
+    const partial = new Map<OutputStream, string>(names.map((n) => [n, '']));
+    const take = (name: OutputStream, text: string, last: boolean): void => {
+      let start = 0;
+      for (let nl = text.indexOf('\n'); nl >= 0; nl = text.indexOf('\n', start)) {
+        const end = nl > start && text.charCodeAt(nl - 1) === 13 ? nl - 1 : nl;
+        queue.push(text.slice(start, end));
+        start = nl + 1;
+      }
+      const rest = text.slice(start);
+      if (last && rest !== '') queue.push(rest);
+      partial.set(name, last ? '' : rest);
+    };
+    const unsubscribe = this.subscribe((chunk, name) => {
+      const decoder = decoders.get(name);
+      if (!decoder) return;
+      take(name, (partial.get(name) ?? '') + decoder.write(chunk), false);
+      wake();
+    });
+    const openNames = new Set(names.filter((n) => this.#open.has(n)));
+    const onStreamEnd = (name: OutputStream): void => {
+      if (!openNames.delete(name)) return;
+      take(name, (partial.get(name) ?? '') + (decoders.get(name)?.end() ?? ''), true);
+      if (openNames.size === 0) {
+        finished = true;
+        unsubscribe();
+      }
+      wake();
+    };
+    for (const n of openNames) {
+      const s = this.#sources[n] as Readable;
+      // 'close' comes after the last push: every chunk was taken by then.
+      s.once('close', () => onStreamEnd(n));
+    }
+    if (finished) unsubscribe();
+    this.#resume(names);
+    const iterator: AsyncIterableIterator<string> = {
+      next: async (): Promise<IteratorResult<string>> => {
+        while (head >= queue.length && !finished) {
+          await new Promise<void>((resolve) => waiting.push(resolve));
+        }
+        if (head < queue.length) {
+          const value = queue[head++];
+          if (head > 1024 && head * 2 > queue.length) {
+            queue.splice(0, head);
+            head = 0;
+          }
+          return { value, done: false };
+        }
+        return { value: undefined, done: true };
+      },
+      return: async (): Promise<IteratorResult<string>> => {
+        finished = true;
+        unsubscribe();
+        queue.length = 0;
+        head = 0;
+        wake();
+        return { value: undefined, done: true };
+      },
+      [Symbol.asyncIterator]() {
+        return iterator;
+      },
+    };
+    return iterator;
+  }
+}

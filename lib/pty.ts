@@ -1,0 +1,399 @@
+// A call's terminal: the pseudo-terminal's master side as a duplex stream,
+// its window size, and what runs in its foreground. The addon opens the pair
+// before the clone and makes the slave the command's fds 0–2 and controlling
+// terminal (setsid + TIOCSCTTY); the master, non-blocking and close-on-exec,
+// is handed to this file, which owns it from then on.
+import fs from 'node:fs';
+import { Duplex } from 'node:stream';
+import tty from 'node:tty';
+
+import { invalidArgType, invalidArgValue, outOfRange } from './errors';
+import { native } from './native';
+import type { StdioEntry } from './options';
+import type { ProcessInfo, PtyOptions } from './types';
+
+/**
+ * TERM when `term` is not given. What a harness renders a terminal with
+ * (xterm.js, a web view, a log) speaks xterm's sequences and 256 colors, and
+ * the entry is in every terminfo database (Debian's ncurses-base included).
+ */
+export const DEFAULT_TERM = 'xterm-256color';
+export const DEFAULT_COLS = 80;
+export const DEFAULT_ROWS = 24;
+
+export interface ResolvedPty {
+  cols: number;
+  rows: number;
+  term: string;
+  encoding: BufferEncoding | null;
+}
+
+function checkSize(value: unknown, name: string, fallback: number): number {
+  if (value === undefined || value === null) return fallback;
+  if (typeof value !== 'number') throw invalidArgType(name, 'number', value);
+  // struct winsize holds unsigned shorts; a 0-column terminal is what
+  // `script` under a pipe gives, and what this option exists to avoid.
+  if (!Number.isInteger(value) || value < 1 || value > 65535) throw outOfRange(name, 'an integer >= 1 and <= 65535', value);
+  return value;
+}
+
+/** options.pty: true, false/undefined (no terminal), or { cols, rows, term, encoding }. */
+export function resolvePty(value: unknown): ResolvedPty | undefined {
+  if (value === undefined || value === null || value === false) return undefined;
+  if (value !== true && (typeof value !== 'object' || Array.isArray(value))) {
+    throw invalidArgType('options.pty', ['boolean', 'Object'], value);
+  }
+  const o = (value === true ? {} : { __proto__: null, ...value }) as PtyOptions;
+  const term = o.term ?? DEFAULT_TERM;
+  if (typeof term !== 'string') throw invalidArgType('options.pty.term', 'string', term);
+  if (term === '' || term.includes('\0')) throw invalidArgValue('options.pty.term', term, 'must be a non-empty string without null bytes');
+  const encoding = o.encoding ?? null;
+  if (encoding !== null && (typeof encoding !== 'string' || !Buffer.isEncoding(encoding))) {
+    throw invalidArgValue('options.pty.encoding', encoding, 'is invalid encoding');
+  }
+  return {
+    cols: checkSize(o.cols, 'options.pty.cols', DEFAULT_COLS),
+    rows: checkSize(o.rows, 'options.pty.rows', DEFAULT_ROWS),
+    term,
+    encoding,
+  };
+}
+
+/**
+ * With a terminal, fds 0–2 are its slave: `stdio` may still name fd 3 and
+ * above, and may say 'pipe' (the default) for 0–2, but nothing else there.
+ */
+export function ptyStdio(stdio: readonly StdioEntry[], given: unknown): StdioEntry[] {
+  if (stdio.slice(0, 3).some((e) => e.kind !== 'pipe')) {
+    throw invalidArgValue('options.stdio', given, "cannot redirect fds 0-2 of a call with options.pty (they are the terminal)");
+  }
+  return [{ kind: 'pty' }, { kind: 'pty' }, { kind: 'pty' }, ...stdio.slice(3)];
+}
+
+/** The environment with TERM naming this terminal (an inherited TERM describes the harness's terminal, not this one). */
+export function withTerm(env: readonly string[], term: string): string[] {
+  return [...env.filter((e) => !e.startsWith('TERM=')), `TERM=${term}`];
+}
+
+export function noTerminal(): Error & { code: string } {
+  return Object.assign(new Error('The call has no terminal: spawn it with options.pty'), { code: 'ERR_PROCTREE_NO_PTY' });
+}
+
+/** @internal the master fd from the spawn result; the stream owns it from here. */
+export const attachMaster = Symbol('proctree.attachMaster');
+/** @internal Node's flushStdio for the terminal: resumed so it reaches its end. */
+export const flushPty = Symbol('proctree.flushPty');
+/** @internal the tree is empty: the master may close once its output is read. */
+export const ptyTreeEmpty = Symbol('proctree.ptyTreeEmpty');
+/** @internal closes the master now (something outside the tree holds the slave, or the call never ran). */
+export const releasePty = Symbol('proctree.releasePty');
+/** @internal whether the call's 'close' still waits for the terminal (output not over, or master open). */
+export const ptyPending = Symbol('proctree.ptyPending');
+/** @internal ref()/unref() of the call. */
+export const setPtyRef = Symbol('proctree.setPtyRef');
+
+const MAX_RETRY_MS = 20;
+
+type Destroy = (err: Error | null, cb: (err?: Error | null) => void) => void;
+
+/**
+ * The master side of a call's terminal. Reading gives what the command
+ * wrote to its terminal (stdout and stderr merged, as a screen shows them,
+ * after the line discipline: `\n` arrives as `\r\n` unless the command set
+ * the terminal raw); writing is typing. It ends when no process holds the
+ * terminal any more (EIO or EOF on the master: normal termination, never an
+ * 'error'), which is after everything the tree wrote has been read.
+ *
+ * The master stays open until the call's tree is empty, even after that
+ * end: closing it hangs the terminal up, and the kernel would send SIGHUP to
+ * a session leader that closed its fds but has not exited yet (`cat` at
+ * EOF), changing how it ends. `destroy()` closes it at once: a hangup, as
+ * closing a terminal window.
+ */
+export class PtyStream extends Duplex {
+  /** The window size the command sees (TIOCGWINSZ), as last set. */
+  cols: number;
+  rows: number;
+  /** What TERM says in the command's environment. */
+  readonly term: string;
+  /** /dev/pts/N (the slave), once the call started; null before (and on kernels before 4.18). */
+  path: string | null = null;
+
+  #fd = -1;
+  #master: 'waiting' | 'open' | 'closed' = 'waiting';
+  #reader: tty.ReadStream | null = null;
+  #outputEnded = false;
+  // Until the tree is empty, a master whose output ended is kept open.
+  #hold = true;
+  #closeMaster: (() => void) | null = null;
+  // One write in flight at most (Writable serializes _write): the rest of it
+  // waits here while the terminal's input queue is full.
+  #blocked: { chunk: Buffer; offset: number; cb: (err?: Error | null) => void } | null = null;
+  #retry: NodeJS.Timeout | null = null;
+  #retryMs = 1;
+  #ref = true;
+  #settled = false;
+  readonly #onChange: () => void;
+  readonly #members: () => number[];
+
+  /** @internal created by the call; `onChange` runs when the output ends and when the master closes. */
+  constructor(opts: ResolvedPty, onChange: () => void, members: () => number[]) {
+    // allowHalfOpen false: once the terminal is gone, typing ends too.
+    super({ allowHalfOpen: false, decodeStrings: true });
+    this.cols = opts.cols;
+    this.rows = opts.rows;
+    this.term = opts.term;
+    this.#onChange = onChange;
+    this.#members = members;
+    if (opts.encoding) this.setEncoding(opts.encoding);
+    const settle = (): void => {
+      if (this.#settled) return;
+      this.#settled = true;
+      this.#onChange();
+    };
+    this.once('end', settle);
+    this.once('close', settle);
+  }
+
+  /**
+   * Sets the window size: TIOCSWINSZ on the master, which sends SIGWINCH to
+   * the terminal's foreground process group. Before the call starts, the
+   * size it starts with.
+   */
+  resize(cols: number, rows: number): void {
+    if (typeof cols !== 'number') throw invalidArgType('cols', 'number', cols);
+    if (typeof rows !== 'number') throw invalidArgType('rows', 'number', rows);
+    const c = checkSize(cols, 'cols', this.cols);
+    const r = checkSize(rows, 'rows', this.rows);
+    this.cols = c;
+    this.rows = r;
+    if (this.#master === 'open') native.ptyResize(this.#fd, c, r);
+  }
+
+  /**
+   * The terminal's foreground process group (tcgetpgrp on the master) as
+   * one of its processes: the group's leader, or a member of the call in
+   * that group when the leader is gone. `comm` says what it is ("vim is in
+   * the foreground"); null before the start, once the tree is gone, or when
+   * no group is in the foreground.
+   */
+  foreground(): ProcessInfo | null {
+    if (this.#master !== 'open') return null;
+    const pgid = native.ptyForeground(this.#fd);
+    if (pgid <= 0) return null;
+    // The pgid names the leader only while it lives: check the pgid it has
+    // now (a reused pid would have another), else look among the call's own.
+    const [leader] = native.processInfo([pgid]);
+    if (leader && leader.pgid === pgid) return leader;
+    return native.processInfo(this.#members()).find((p) => p.pgid === pgid) ?? null;
+  }
+
+  /** @internal */
+  [attachMaster](fd: number): void {
+    if (this.#master !== 'waiting') {
+      // Destroyed before the call started: closing the master hangs the
+      // terminal up, as closing a terminal window would.
+      native.closeFd(fd);
+      return;
+    }
+    let reader: tty.ReadStream;
+    try {
+      // libuv reads a pty master as a TTY stream (net.Socket refuses the fd
+      // type); it leaves it non-blocking, since it cannot reopen a master.
+      reader = new tty.ReadStream(fd);
+    } catch (err) {
+      native.closeFd(fd);
+      this.#master = 'closed';
+      this.destroy(err as Error);
+      return;
+    }
+    this.#fd = fd;
+    this.#reader = reader;
+    this.#master = 'open';
+    this.path = ptsPath(fd);
+    // Node destroys the handle itself on EIO, which would close the master
+    // at once; the close waits here while the tree may still be running.
+    const closeHandle = (reader as unknown as { _destroy: Destroy })._destroy;
+    (reader as unknown as { _destroy: Destroy })._destroy = (err, cb) => {
+      const close = (): void => {
+        this.#closeMaster = null;
+        this.#master = 'closed';
+        this.#fd = -1;
+        closeHandle.call(reader, err, cb);
+        this.#onChange();
+      };
+      if (this.#hold) this.#closeMaster = close;
+      else close();
+    };
+    reader.on('data', (chunk: Buffer) => {
+      if (!this.push(chunk)) reader.pause();
+    });
+    // EIO (no process holds the slave any more) and EOF are how a terminal
+    // ends: the stream ends, no 'error'. libuv reports EOF itself when the
+    // master polls POLLHUP (the slave is closed) after a short read, which
+    // on a terminal is every read: what the kernel still buffers is read
+    // here, before the handle goes.
+    reader.on('end', () => {
+      this.#readRest();
+      this.#outputDone(null);
+    });
+    reader.on('error', (err: Error & { code?: string }) => this.#outputDone(err.code === 'EIO' ? null : err));
+    reader.on('close', () => this.#outputDone(null));
+    if (!this.#ref) reader.unref();
+    this.#drainWrite();
+  }
+
+  // Reads the master until EIO (empty, and no process holds the slave).
+  // The kernel flushes its queue before it reports EIO, so nothing written
+  // before the last slave closed is lost. EAGAIN: someone opened the slave
+  // again; the end of the tree will close the master.
+  #readRest(): void {
+    if (this.#master !== 'open') return;
+    const buf = Buffer.allocUnsafe(64 * 1024);
+    for (;;) {
+      let n: number;
+      try {
+        n = fs.readSync(this.#fd, buf, 0, buf.length, null);
+      } catch {
+        return;
+      }
+      if (n <= 0) return;
+      this.push(Buffer.from(buf.subarray(0, n)));
+    }
+  }
+
+  #outputDone(err: Error | null): void {
+    if (this.#outputEnded) return;
+    this.#outputEnded = true;
+    if (err) this.destroy(err);
+    else this.push(null);
+    // The tree may already be gone (EIO after the empty event).
+    if (!this.#hold) this.#reader?.destroy();
+    this.#drainWrite();
+  }
+
+  /** @internal */
+  [flushPty](): void {
+    if (this.readable) this.resume();
+  }
+
+  /** @internal */
+  [ptyTreeEmpty](): void {
+    this.#hold = false;
+    if (this.#closeMaster) this.#closeMaster();
+    else if (this.#outputEnded) this.#reader?.destroy();
+  }
+
+  /** @internal */
+  [releasePty](): void {
+    this.#hold = false;
+    if (this.#master === 'waiting') this.#master = 'closed';
+    this.destroy();
+  }
+
+  /** @internal */
+  get [ptyPending](): boolean {
+    return !this.#settled || this.#master === 'open';
+  }
+
+  /** @internal */
+  [setPtyRef](ref: boolean): void {
+    this.#ref = ref;
+    if (ref) {
+      this.#reader?.ref();
+      this.#retry?.ref();
+    } else {
+      this.#reader?.unref();
+      this.#retry?.unref();
+    }
+  }
+
+  override _read(): void {
+    this.#reader?.resume();
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, cb: (err?: Error | null) => void): void {
+    this.#blocked = { chunk, offset: 0, cb };
+    this.#drainWrite();
+  }
+
+  override _final(cb: (err?: Error | null) => void): void {
+    cb();
+  }
+
+  override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
+    if (this.#retry) clearTimeout(this.#retry);
+    this.#retry = null;
+    this.#blocked = null;
+    this.#hold = false;
+    if (this.#master === 'waiting') this.#master = 'closed';
+    this.#outputEnded = true;
+    if (this.#closeMaster) this.#closeMaster();
+    else this.#reader?.destroy();
+    cb(err);
+  }
+
+  // Writes go straight to the fd: a libuv TTY handle on a master it could
+  // not reopen writes in "blocking" mode, which spins on EAGAIN while the
+  // command does not read. Here EAGAIN waits a little and tries again.
+  #drainWrite(): void {
+    const b = this.#blocked;
+    if (!b || this.#master === 'waiting' || this.#retry) return;
+    if (this.#master === 'closed' || this.#outputEnded) {
+      // Nobody holds the terminal: typing goes nowhere, as into a closed window.
+      this.#blocked = null;
+      b.cb();
+      return;
+    }
+    try {
+      while (b.offset < b.chunk.length) {
+        b.offset += fs.writeSync(this.#fd, b.chunk, b.offset, b.chunk.length - b.offset);
+        this.#retryMs = 1;
+      }
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      if (code === 'EAGAIN') {
+        this.#retry = setTimeout(() => {
+          this.#retry = null;
+          this.#drainWrite();
+        }, this.#retryMs);
+        if (!this.#ref) this.#retry.unref();
+        this.#retryMs = Math.min(this.#retryMs * 2, MAX_RETRY_MS);
+        return;
+      }
+      this.#blocked = null;
+      b.cb(code === 'EIO' ? null : (err as Error));
+      return;
+    }
+    this.#blocked = null;
+    b.cb();
+  }
+}
+
+// /dev/pts/N of a master: the kernel shows the slave's index in the
+// master's fdinfo (Linux 4.18 and later; null before).
+function ptsPath(fd: number): string | null {
+  try {
+    const info = fs.readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8');
+    const m = /^tty-index:\s*(\d+)$/m.exec(info);
+    return m ? `/dev/pts/${m[1]}` : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * "No more input" on a terminal in canonical mode: the end-of-file
+ * character (VEOF, ^D) at the start of a line — the counterpart of closing a
+ * stdin pipe. After a partial line (`last` is not a newline) the first ^D
+ * hands that line to the reader and the second is the EOF.
+ */
+export function typeEndOfInput(pty: PtyStream, last: number | undefined): void {
+  pty.write(last === undefined || last === 0x0a || last === 0x0d ? '\x04' : '\x04\x04');
+}
+
+/** run()'s `input` on a terminal: typed, then the end of input. */
+export function typeInput(pty: PtyStream, input: Buffer | undefined): void {
+  if (input !== undefined && input.length > 0) pty.write(input);
+  typeEndOfInput(pty, input !== undefined && input.length > 0 ? input[input.length - 1] : undefined);
+}

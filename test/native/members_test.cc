@@ -1,0 +1,267 @@
+// members.cc: signalling a tree's members by pidfd, each confirmed a member
+// while its pidfd is held. What is dropped by the confirmation is not
+// handled; a process that is gone is skipped without an error; a tree larger
+// than the descriptors we may open is handled in batches; and when not even
+// one pidfd can be opened, the error says so (EMFILE) instead of a silent
+// empty pass.
+#include "kernel/members.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "check.h"
+#include "fixtures.h"
+#include "kernel/pidfd.h"
+
+using proctree::Held;
+using proctree::SysError;
+
+namespace {
+
+// n children that wait in pause() until killed.
+std::vector<pid_t> start_sleepers(int n) {
+  std::vector<pid_t> out;
+  for (int i = 0; i < n; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      for (;;) pause();
+    }
+    if (pid < 0) break;
+    out.push_back(pid);
+  }
+  return out;
+}
+
+// SIGKILLs and reaps them.
+void stop_all(const std::vector<pid_t>& pids) {
+  for (pid_t p : pids) kill(p, SIGKILL);
+  for (pid_t p : pids) waitpid(p, nullptr, 0);
+}
+
+// How many of pids exited by SIGKILL, reaping all of them (each must have
+// exited already, or the wait blocks: callers kill first).
+int reap_killed(const std::vector<pid_t>& pids) {
+  int n = 0;
+  for (pid_t p : pids) {
+    int status = 0;
+    if (waitpid(p, &status, 0) == p && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ++n;
+  }
+  return n;
+}
+
+bool still_running(pid_t pid) {
+  siginfo_t si{};
+  return waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == 0;
+}
+
+int lowest_free_fd() {
+  int fd = 0;
+  while (fcntl(fd, F_GETFD) != -1) ++fd;
+  return fd;
+}
+
+}  // namespace
+
+TEST(confirm_decides_who_is_handled) {
+  std::vector<pid_t> pids = start_sleepers(10);
+  CHECK_EQ(pids.size(), size_t{10});
+  std::set<pid_t> dropped(pids.begin(), pids.begin() + 4);
+  std::vector<pid_t> handled;
+  int confirms = 0;
+  SysError e = proctree::for_each_confirmed(
+      pids,
+      [&](std::vector<Held>* held) {
+        ++confirms;
+        held->erase(std::remove_if(held->begin(), held->end(), [&](const Held& h) { return dropped.count(h.pid); }),
+                    held->end());
+        return SysError::none();
+      },
+      [&](Held& h) {
+        handled.push_back(h.pid);
+        proctree::pidfd_signal(h.pidfd.get(), SIGKILL);
+      });
+  // Those dropped were not touched; the others were killed through the
+  // pidfd (each exits by SIGKILL, which takes a moment to land).
+  std::vector<bool> running;
+  for (pid_t p : pids) running.push_back(still_running(p));
+  std::vector<pid_t> handled_pids(pids.begin() + 4, pids.end());
+  int killed = reap_killed(handled_pids);
+  stop_all(std::vector<pid_t>(pids.begin(), pids.begin() + 4));
+  CHECK_EQ(e.err, 0);
+  CHECK_EQ(confirms, 1);
+  std::sort(handled.begin(), handled.end());
+  std::vector<pid_t> want(pids.begin() + 4, pids.end());
+  std::sort(want.begin(), want.end());
+  CHECK(handled == want);
+  for (size_t i = 0; i < 4; ++i) CHECK(running[i]);
+  CHECK_EQ(killed, 6);
+}
+
+TEST(gone_processes_are_skipped_without_error) {
+  std::vector<pid_t> pids = start_sleepers(3);
+  CHECK_EQ(pids.size(), size_t{3});
+  // The middle one exits and is reaped: its number names no process now.
+  kill(pids[1], SIGKILL);
+  waitpid(pids[1], nullptr, 0);
+  std::vector<pid_t> handled;
+  SysError e = proctree::for_each_confirmed(
+      pids, [](std::vector<Held>*) { return SysError::none(); }, [&](Held& h) { handled.push_back(h.pid); });
+  stop_all({pids[0], pids[2]});
+  CHECK_EQ(e.err, 0);
+  CHECK_EQ(handled.size(), size_t{2});
+  CHECK_EQ(handled[0], pids[0]);
+  CHECK_EQ(handled[1], pids[2]);
+}
+
+TEST(confirm_error_is_returned) {
+  std::vector<pid_t> pids = start_sleepers(2);
+  int handled = 0;
+  SysError e = proctree::for_each_confirmed(
+      pids, [](std::vector<Held>*) { return SysError::of(EIO, "read", "cgroup.procs"); },
+      [&](Held&) { ++handled; });
+  stop_all(pids);
+  CHECK_EQ(e.err, EIO);
+  CHECK_EQ(std::string(e.syscall), std::string("read"));
+  CHECK_EQ(handled, 0);
+}
+
+TEST(keep_listed_keeps_only_listed) {
+  std::vector<pid_t> pids = start_sleepers(3);
+  CHECK_EQ(pids.size(), size_t{3});
+  std::vector<Held> held;
+  for (pid_t p : pids) held.push_back(Held{p, proctree::pidfd_open(p)});
+  std::vector<pid_t> listed = {pids[2], 1, pids[0]};
+  proctree::keep_listed(&held, &listed);
+  stop_all(pids);
+  CHECK_EQ(held.size(), size_t{2});
+  CHECK_EQ(held[0].pid, pids[0]);
+  CHECK_EQ(held[1].pid, pids[2]);
+  CHECK(std::is_sorted(listed.begin(), listed.end()));
+}
+
+// 200 members, at most 16 descriptors: handled in batches, every member
+// once (each dies of the SIGKILL sent through its pidfd).
+TEST(many_members_under_a_low_descriptor_limit) {
+  int rc = fixtures::run_forked([]() -> int {
+    std::vector<pid_t> pids = start_sleepers(200);
+    if (pids.size() != 200) {
+      stop_all(pids);
+      return 2;
+    }
+    if (lowest_free_fd() > 8) {
+      stop_all(pids);
+      return 3;
+    }
+    rlimit lim{};
+    getrlimit(RLIMIT_NOFILE, &lim);
+    lim.rlim_cur = 16;
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) return 4;
+    std::set<pid_t> seen;
+    int calls = 0, confirms = 0;
+    size_t max_batch = 0;
+    SysError e = proctree::for_each_confirmed(
+        pids,
+        [&](std::vector<Held>* held) {
+          ++confirms;
+          max_batch = std::max(max_batch, held->size());
+          return SysError::none();
+        },
+        [&](Held& h) {
+          ++calls;
+          seen.insert(h.pid);
+          proctree::pidfd_signal(h.pidfd.get(), SIGKILL);
+        });
+    int killed = reap_killed(pids);
+    std::printf("     %d members handled in %d batches of at most %zu\n", calls, confirms, max_batch);
+    if (e) return 5;
+    if (calls != 200 || seen.size() != 200) return 6;
+    if (killed != 200) return 7;
+    if (confirms < 200 / 16) return 8;
+    return 0;
+  });
+  CHECK_EQ(rc, 0);
+}
+
+// The same, with a confirmation that itself needs descriptors (as the cgroup
+// tier's does: it re-reads cgroup.procs, opening the directories it walks).
+// A batch that took every free descriptor leaves it none.
+TEST(many_members_under_a_low_descriptor_limit_when_confirm_opens_files) {
+  int rc = fixtures::run_forked([]() -> int {
+    std::vector<pid_t> pids = start_sleepers(200);
+    if (pids.size() != 200) {
+      stop_all(pids);
+      return 2;
+    }
+    rlimit lim{};
+    getrlimit(RLIMIT_NOFILE, &lim);
+    lim.rlim_cur = 16;
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) return 4;
+    int calls = 0;
+    SysError e = proctree::for_each_confirmed(
+        pids,
+        [&](std::vector<Held>*) {
+          // Two descriptors at once, like a directory and its cgroup.procs.
+          proctree::Fd a(open("/proc/self/stat", O_RDONLY | O_CLOEXEC));
+          if (!a) return SysError::from_errno("open", "/proc/self/stat");
+          proctree::Fd b(open("/proc/self/status", O_RDONLY | O_CLOEXEC));
+          if (!b) return SysError::from_errno("open", "/proc/self/status");
+          return SysError::none();
+        },
+        [&](Held& h) {
+          ++calls;
+          proctree::pidfd_signal(h.pidfd.get(), SIGKILL);
+        });
+    // What was not killed is killed here, so the reap cannot block.
+    for (pid_t p : pids) kill(p, SIGKILL);
+    int killed_before = calls;
+    reap_killed(pids);
+    std::printf("     %d of 200 members handled (error: %s errno %d)\n", killed_before, e.syscall, e.err);
+    if (calls != 200) return 6;
+    if (e) return 5;
+    return 0;
+  });
+  CHECK_EQ(rc, 0);
+}
+
+// Not one descriptor free: nothing can be held, and the caller must hear of
+// it (EMFILE from pidfd_open), not get an empty pass that looks like "no
+// members".
+TEST(no_free_descriptor_is_emfile) {
+  int rc = fixtures::run_forked([]() -> int {
+    std::vector<pid_t> pids = start_sleepers(5);
+    if (pids.size() != 5) {
+      stop_all(pids);
+      return 2;
+    }
+    rlimit lim{};
+    getrlimit(RLIMIT_NOFILE, &lim);
+    lim.rlim_cur = static_cast<rlim_t>(lowest_free_fd());
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) return 4;
+    int calls = 0, confirms = 0;
+    SysError e = proctree::for_each_confirmed(
+        pids,
+        [&](std::vector<Held>*) {
+          ++confirms;
+          return SysError::none();
+        },
+        [&](Held&) { ++calls; });
+    bool all_running = true;
+    for (pid_t p : pids) all_running = all_running && still_running(p);
+    stop_all(pids);
+    if (e.err != EMFILE) return 5;
+    if (std::string(e.syscall) != "pidfd_open") return 6;
+    if (calls != 0 || confirms != 0) return 7;
+    if (!all_running) return 8;
+    return 0;
+  });
+  CHECK_EQ(rc, 0);
+}
+
+CHECK_MAIN()
