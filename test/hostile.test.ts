@@ -156,6 +156,23 @@ describe('kernels without cgroup.kill (PROCTREE_TEST_NO_CGROUP_KILL=1)', () => {
   });
 });
 
+describe('kernels without cgroup.kill, the exit hook', () => {
+  it('a harness exiting normally stops every call (freeze + SIGKILL rounds) before it is gone', async () => {
+    const t = token();
+    const env = { ...process.env, PROCTREE_TEST_NO_CGROUP_KILL: '1' };
+    const child = cpSpawn(process.execPath, [fixture, 'signal-storm', t, 'exit'], { env, stdio: ['pipe', 'pipe', 'inherit'] });
+    children.push(child);
+    const line = await new Promise<string>((resolve) => child.stdout?.once('data', (d: Buffer) => resolve(d.toString())));
+    for (const g of (JSON.parse(line) as { cgroups: string[] }).cgroups) cgroups.push(g);
+    expect(await waitForLive(t, 60, 'sleep')).toHaveLength(60);
+    child.stdin?.write('exit\n');
+    await new Promise((resolve) => child.once('exit', resolve));
+    // Synchronously, in the hook: nothing is left the moment it has exited.
+    expect(liveWith(t, 'sleep')).toEqual([]);
+    expect(child.exitCode).toBe(0);
+  });
+});
+
 describe('the weaker tiers', () => {
   it('subreaper: a shim killed from outside is reported as an error, never as a clean empty', async () => {
     const t = token();
@@ -230,6 +247,52 @@ describe('out of inotify watches (ENOSPC)', () => {
     expect(out.zombies).toEqual([]);
     expect(liveWith(t, 'sleep')).toEqual([]);
   });
+});
+
+describe('an overflowing inotify queue (IN_Q_OVERFLOW)', () => {
+  it("a 'populated 0' lost in the overflow does not leave calls open forever", async () => {
+    const t = token();
+    const { child, info } = await harness<{ cgroups: string[]; victims: string[] }>('overflow', t);
+    for (const g of info.victims) cgroups.push(g);
+    // While the harness's loop is blocked (13 s): toggle the freeze of the
+    // noise calls' leaves (leaves this test's harness made) until the queue
+    // has overflowed for sure (16384 events: about 5 s of this with 250
+    // leaves) and the victims' trees have ended (8 s); thaw them at last.
+    const deadline = Date.now() + 12000;
+    let toggles = 0;
+    while (Date.now() < deadline) {
+      for (const g of info.cgroups) {
+        try {
+          fs.writeFileSync(`${g}/cgroup.freeze`, toggles % 2 ? '0' : '1');
+        } catch {
+          // gone already
+        }
+      }
+      toggles += 1;
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    for (const g of info.cgroups) {
+      try {
+        fs.writeFileSync(`${g}/cgroup.freeze`, '0');
+      } catch {
+        // gone already
+      }
+    }
+    const line = await new Promise<string>((resolve, reject) => {
+      let buf = '';
+      child.stdout?.on('data', (d: Buffer) => {
+        buf += d.toString();
+        if (buf.includes('closedAfterMs')) resolve(buf);
+      });
+      child.once('exit', (code) => reject(new Error(`harness exited ${code}: ${buf}`)));
+      setTimeout(() => reject(new Error(`calls still open 20 s after the overflow: ${buf}`)), 20_000);
+    });
+    expect(line).toMatch(/"closedAfterMs":\d+/);
+    for (const g of info.victims) expect(fs.existsSync(g)).toBe(false);
+    await new Promise((resolve) => (child.exitCode !== null ? resolve(null) : child.once('exit', resolve)));
+    await waitUntil(() => liveWith(t, 'sleep').length === 0, 3000);
+    expect(liveWith(t, 'sleep')).toEqual([]);
+  }, 60_000);
 });
 
 describe('kill()', () => {

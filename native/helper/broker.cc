@@ -162,30 +162,15 @@ void handle_spawn(Broker& b, const SpawnMessage& m, std::vector<Fd>& fds) {
 
 // Reads one request. false: the harness closed its end (or is gone).
 bool receive_request(Broker& b) {
-  iovec iov{b.buf.data(), b.buf.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * broker::kMaxFds)];
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t n = recvmsg(broker::kSocketFd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  if (n < 0) return errno == EAGAIN || errno == EINTR;
   std::vector<Fd> fds;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd;
-      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-      fds.emplace_back(fd);
-    }
-  }
+  bool truncated = false;
+  ssize_t n = broker::receive_packet(broker::kSocketFd, b.buf.data(), b.buf.size(), &fds, &truncated);
+  if (n < 0) return errno == EAGAIN || errno == EINTR;
   if (n == 0) return false;
   SpawnMessage m;
   Header h{};
   if (static_cast<size_t>(n) >= sizeof h) memcpy(&h, b.buf.data(), sizeof h);
-  if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+  if (truncated) {
     send_error(broker::kSpawnFailed, h.id, SysError::of(EMSGSIZE, "broker"));
     return true;
   }

@@ -170,29 +170,10 @@ SysError BrokerClient::receive(BrokerEvent* out) {
     return SysError::none();
   }
   char buf[sizeof(broker::Header) + 2 * PATH_MAX + 64];
-  iovec iov{buf, sizeof buf};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * broker::kMaxFds)];
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t n;
-  do {
-    n = recvmsg(sock_.get(), &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
+  std::vector<Fd> fds;
+  ssize_t n = broker::receive_packet(sock_.get(), buf, sizeof buf, &fds, nullptr);
   if (n < 0 && errno == EAGAIN) return SysError::none();
   if (n < 0 && errno != ECONNRESET) return SysError::from_errno("recvmsg");
-  std::vector<Fd> fds;
-  for (cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr; c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd;
-      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-      fds.emplace_back(fd);
-    }
-  }
   if (n <= 0) {
     out->kind = BrokerEvent::kClosed;
     if (!ready_) {

@@ -1,5 +1,8 @@
 #include "kernel/broker_protocol.h"
 
+#include <errno.h>
+#include <sys/socket.h>
+
 #include <cstring>
 
 namespace proctree::broker {
@@ -132,6 +135,31 @@ bool valid_leaf(const std::string& leaf) {
     start = end + 1;
     first = false;
   }
+}
+
+ssize_t receive_packet(int sock, char* buf, size_t size, std::vector<Fd>* fds, bool* truncated) {
+  iovec iov{buf, size};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  for (cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr; c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      fds->emplace_back(fd);
+    }
+  }
+  if (truncated) *truncated = n > 0 && (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0;
+  return n;
 }
 
 }  // namespace proctree::broker

@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "kernel/fd.h"
+
 #include "kernel/sys_error.h"
 
 namespace proctree::broker {
@@ -97,5 +99,11 @@ SysError decode_reply(const char* data, size_t size, Reply* out);
 // [A-Za-z0-9._@:-], none "." or "..", none starting with "cgroup.", the
 // first not "broker" (the broker's own leaf).
 bool valid_leaf(const std::string& leaf);
+
+// One packet from a SOCK_SEQPACKET socket, with the descriptors that came
+// with it (close-on-exec), without blocking. Returns recvmsg's result (-1
+// with errno set, 0 at EOF); *truncated when the packet or its descriptors
+// did not fit.
+ssize_t receive_packet(int sock, char* buf, size_t size, std::vector<Fd>* fds, bool* truncated);
 
 }  // namespace proctree::broker

@@ -552,27 +552,23 @@ void Environment::close_handles(void (*done)(void*), void* arg) {
   writes_.close([](void* self) { static_cast<Environment*>(self)->handle_closed(); }, this);
   deferred_stops_.clear();
   budget_waiters_.clear();
-  if (budget_refill_) {
-    ++handles_open_;
-    uv_idle_stop(budget_refill_);
-    uv_close(reinterpret_cast<uv_handle_t*>(budget_refill_), [](uv_handle_t* h) {
-      Environment* self = static_cast<Environment*>(h->data);
-      delete reinterpret_cast<uv_idle_t*>(h);
-      self->handle_closed();
-    });
-    budget_refill_ = nullptr;
-  }
-  if (flush_timer_) {
-    ++handles_open_;
-    uv_timer_stop(flush_timer_);
-    uv_close(reinterpret_cast<uv_handle_t*>(flush_timer_), [](uv_handle_t* h) {
-      Environment* self = static_cast<Environment*>(h->data);
-      delete reinterpret_cast<uv_timer_t*>(h);
-      self->handle_closed();
-    });
-    flush_timer_ = nullptr;
-  }
+  if (budget_refill_) uv_idle_stop(budget_refill_);
+  close_handle(&budget_refill_);
+  if (flush_timer_) uv_timer_stop(flush_timer_);
+  close_handle(&flush_timer_);
   handle_closed();
+}
+
+template <typename Handle>
+void Environment::close_handle(Handle** handle) {
+  if (!*handle) return;
+  ++handles_open_;
+  uv_close(reinterpret_cast<uv_handle_t*>(*handle), [](uv_handle_t* h) {
+    Environment* self = static_cast<Environment*>(h->data);
+    delete reinterpret_cast<Handle*>(h);
+    self->handle_closed();
+  });
+  *handle = nullptr;
 }
 
 void Environment::on_call_disposed() {

@@ -114,6 +114,9 @@ class Environment {
   void reap_finished();
   static void on_flush_timer(uv_timer_t* t);
   void handle_closed();
+  // uv_close, then delete; counted until its close callback has run.
+  template <typename Handle>
+  void close_handle(Handle** handle);
 
   uv_loop_t* loop_;
   EventSink* sink_;
