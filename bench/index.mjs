@@ -27,7 +27,8 @@ const FULL = {
   spawnLatency: { tiersMB: [50, 1024, 4096], samples: { 50: 150, 1024: 150, 4096: 50 }, warmup: 10, floorSamples: 300 },
   cleanupLatency: {
     sizes: [1, 10, 100, 1000],
-    reps: { 1: 7, 10: 7, 100: 3, 1000: 3 },
+    // 5 at 1000: issue 14's terminate() verdicts are read there.
+    reps: { 1: 7, 10: 7, 100: 3, 1000: 5 },
     modes: ['term', 'ignore'],
     grace: 200,
     methods: ['proctree', 'killpg', 'tree-kill'],
@@ -35,12 +36,15 @@ const FULL = {
     // each reading all of /proc: at 1000 processes that takes minutes.
     skip: { 'tree-kill': [1000] },
   },
-  throughput: { calls: 1000, concurrency: [1, 8, 64], reps: 3 },
-  memory: { calls: 1000, methods: ['proctree', 'child_process'] },
+  throughput: { calls: 1000, concurrency: [1, 8, 64], reps: 5 },
+  // Issue 14: fds and heap per live call, spawn cost with `calls` live vs `fewLive`.
+  memory: { calls: 1000, methods: ['proctree', 'proctree run()', 'child_process'], spawnSamples: 200, fewLive: 10 },
   // Issue 5: 100 calls × 10 processes, every one honouring SIGTERM.
-  shutdown: { trees: 100, perTree: 10, lifetimeS: 120, reps: 5, grace: 1000, methods: ['proctree', 'killpg'] },
+  shutdown: { trees: 100, perTree: 10, lifetimeS: 120, reps: 5, grace: 1000, methods: ['proctree', 'killpg', 'floor'] },
   // Issue 12: PTY spawn → exit of /bin/true, proctree vs node-pty.
   ptyLatency: { samples: 200, warmup: 10 },
+  // Issue 14: harness CPU per call against the C floor.
+  cpuPerCall: { calls: 1000, reps: 5, straceCalls: 200, profileCalls: 1000 },
 };
 
 const QUICK = {
@@ -48,14 +52,16 @@ const QUICK = {
   spawnLatency: { tiersMB: [50, 1024], samples: { 50: 30, 1024: 30 }, warmup: 5, floorSamples: 100 },
   cleanupLatency: {
     ...FULL.cleanupLatency,
-    sizes: [1, 10, 100],
-    reps: { 1: 2, 10: 2, 100: 1 },
-    skip: { 'tree-kill': [100] },
+    // 1000: issue 14's terminate() verdicts.
+    sizes: [1, 10, 100, 1000],
+    reps: { 1: 2, 10: 2, 100: 1, 1000: 1 },
+    skip: { 'tree-kill': [100, 1000] },
   },
-  throughput: { calls: 200, concurrency: [1, 8, 64], reps: 1 },
-  memory: { calls: 200, methods: ['proctree', 'child_process'] },
+  throughput: { calls: 200, concurrency: [1, 8, 64], reps: 2 },
+  memory: { ...FULL.memory, spawnSamples: 100 },
   shutdown: { ...FULL.shutdown, reps: 2 },
   ptyLatency: { samples: 30, warmup: 5 },
+  cpuPerCall: { calls: 200, reps: 3, straceCalls: 100, profileCalls: 0 },
 };
 
 // Each section: a module with run(job, ctx) (in a worker) and report(results,
@@ -73,6 +79,8 @@ const SECTIONS = [
   // Issue 5: "shutdown: 100 calls × 10 processes vs a killpg loop".
   { name: 'shutdown', module: 'shutdown.mjs', jobs: (c) => [c] },
   { name: 'ptyLatency', module: 'pty-latency.mjs', jobs: (c) => [c] },
+  // Issue 14: "harness CPU per call within 2× of the C floor".
+  { name: 'cpuPerCall', module: 'cpu-per-call.mjs', jobs: (c) => ['proctree', 'child_process'].map((group) => ({ ...c, group })) },
 ];
 
 // ---------------------------------------------------------------------------

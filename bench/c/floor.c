@@ -4,9 +4,18 @@
 // (mkdir) before and removed (rmdir) after each command, which is the least a
 // per-call cgroup costs.
 //
-// usage: floor <iterations> <concurrency> <rss_mb> <cgroup_parent|-> <file>
-// prints one JSON object: per-call latencies (concurrency 1 only), wall time
-// and this process's CPU time.
+// usage: floor <iterations> <concurrency> <rss_mb> <cgroup_parent|-> <file> [open_fds]
+// open_fds: hold that many more descriptors open (close-on-exec, as every fd
+// node opens), so that the fd table each clone copies and each exec closes
+// is as large as a harness's with that many fds.
+// prints one JSON object: per-call latencies (concurrency 1 only), wall time,
+// this process's CPU time over the loop (getrusage before and after it, so
+// its own start-up is not counted) and its reaped children's.
+//
+// At concurrency 1 it blocks in waitid(P_PIDFD), the least there is. Above,
+// it keeps that many commands in flight and waits the way an event loop
+// must, since a harness has other fds to serve: every pidfd in one epoll
+// set, epoll_wait, then waitid(P_PIDFD) on the ones that turned readable.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -82,12 +92,13 @@ static char* g_stack;
 static const size_t kStack = 64 * 1024;
 static const char* g_parent;  // NULL: no cgroup
 static unsigned long g_seq;
+static int g_pid;
 
 static int start(struct slot* s) {
   int dirfd = -1;
   s->leaf[0] = '\0';
   if (g_parent) {
-    snprintf(s->leaf, sizeof s->leaf, "%s/proctree-bench-floor-%d-%lu", g_parent, (int)getpid(), g_seq++);
+    snprintf(s->leaf, sizeof s->leaf, "%s/proctree-bench-floor-%d-%lu", g_parent, g_pid, g_seq++);
     if (mkdir(s->leaf, 0755) != 0) return -errno;
     dirfd = open(s->leaf, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dirfd < 0) return -errno;
@@ -122,8 +133,8 @@ static void finish(struct slot* s) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    fprintf(stderr, "usage: floor <iterations> <concurrency> <rss_mb> <cgroup_parent|-> <file>\n");
+  if (argc != 6 && argc != 7) {
+    fprintf(stderr, "usage: floor <iterations> <concurrency> <rss_mb> <cgroup_parent|-> <file> [open_fds]\n");
     return 2;
   }
   long iters = atol(argv[1]);
@@ -131,7 +142,21 @@ int main(int argc, char** argv) {
   long rss_mb = atol(argv[3]);
   g_parent = strcmp(argv[4], "-") == 0 ? NULL : argv[4];
   g_file = argv[5];
+  g_pid = (int)getpid();
+  long open_fds = argc == 7 ? atol(argv[6]) : 0;
   if (iters < 1 || iters > 100000 || conc < 1 || conc > 256 || rss_mb < 0 || rss_mb > 65536) return 2;
+  if (open_fds < 0 || open_fds > 1000000) return 2;
+  if (open_fds > 0) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+      rl.rlim_cur = rl.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    for (long i = 0; null >= 0 && i < open_fds; ++i) {
+      if (fcntl(null, F_DUPFD_CLOEXEC, 0) < 0) return perror("open_fds"), 3;
+    }
+  }
 
   // Grow this process to the harness size under test; touched, so it is real.
   if (rss_mb > 0) {
@@ -148,6 +173,9 @@ int main(int argc, char** argv) {
   struct slot* slots = calloc((size_t)conc, sizeof(struct slot));
   if (!spawn_us || !exit_us || !slots) return 3;
 
+  struct rusage self0, kids0;
+  getrusage(RUSAGE_SELF, &self0);
+  getrusage(RUSAGE_CHILDREN, &kids0);
   uint64_t t_start = now_ns();
   if (conc == 1) {
     for (long i = 0; i < iters; ++i) {
@@ -167,51 +195,62 @@ int main(int argc, char** argv) {
       exit_us[i] = (double)(t2 - t0) / 1e3;
     }
   } else {
-    // Keep `conc` commands in flight: reap any one, start the next.
+    // Keep `conc` commands in flight: reap the ones whose pidfd is readable,
+    // start as many again.
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) return 1;
+    struct epoll_event* ready = calloc((size_t)conc, sizeof(struct epoll_event));
+    if (!ready) return 3;
     long started = 0, done = 0, live = 0;
     while (done < iters) {
-      while (live < conc && started < iters) {
-        struct slot* s = NULL;
-        for (long k = 0; k < conc; ++k) {
-          if (slots[k].pid == 0) {
-            s = &slots[k];
-            break;
-          }
-        }
-        int e = start(s);
+      for (long k = 0; k < conc && live < conc && started < iters; ++k) {
+        if (slots[k].pid != 0) continue;
+        int e = start(&slots[k]);
         if (e < 0) {
           fprintf(stderr, "spawn: %s\n", strerror(-e));
           return 1;
         }
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)k};
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, slots[k].pidfd, &ev) != 0) return 1;
         ++started;
         ++live;
       }
-      siginfo_t info;
-      memset(&info, 0, sizeof info);
-      if (waitid(P_ALL, 0, &info, WEXITED) < 0) {
+      int n = epoll_wait(ep, ready, (int)conc, -1);
+      if (n < 0) {
         if (errno == EINTR) continue;
         return 1;
       }
-      for (long k = 0; k < conc; ++k) {
-        if (slots[k].pid == info.si_pid) {
-          finish(&slots[k]);
-          slots[k].pid = 0;
-          break;
+      for (int r = 0; r < n; ++r) {
+        struct slot* s = &slots[ready[r].data.u64];
+        if (s->pid == 0) continue;
+        siginfo_t info;
+        memset(&info, 0, sizeof info);
+        while (waitid((idtype_t)P_PIDFD, (id_t)s->pidfd, &info, WEXITED) < 0 && errno == EINTR) {
         }
+        // Out of the set before the close: a close alone does not remove it
+        // while a child that has not finished its exec still holds a copy of
+        // the fd (the vfork parent resumes before close-on-exec runs), and
+        // the stale entry would report this slot again.
+        epoll_ctl(ep, EPOLL_CTL_DEL, s->pidfd, NULL);
+        finish(s);
+        s->pid = 0;
+        --live;
+        ++done;
       }
-      --live;
-      ++done;
     }
+    close(ep);
   }
   uint64_t wall = now_ns() - t_start;
 
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
+  struct rusage self1, kids1;
+  getrusage(RUSAGE_SELF, &self1);
+  getrusage(RUSAGE_CHILDREN, &kids1);
+#define MS(tv) ((tv).tv_sec * 1e3 + (tv).tv_usec / 1e3)
   printf("{\"iterations\":%ld,\"concurrency\":%ld,\"cgroup\":%s,\"wallMs\":%.3f,", iters, conc,
          g_parent ? "true" : "false", (double)wall / 1e6);
-  printf("\"cpuUserMs\":%.3f,\"cpuSysMs\":%.3f,",
-         ru.ru_utime.tv_sec * 1e3 + ru.ru_utime.tv_usec / 1e3,
-         ru.ru_stime.tv_sec * 1e3 + ru.ru_stime.tv_usec / 1e3);
+  printf("\"cpuUserMs\":%.3f,\"cpuSysMs\":%.3f,\"childCpuUserMs\":%.3f,\"childCpuSysMs\":%.3f,",
+         MS(self1.ru_utime) - MS(self0.ru_utime), MS(self1.ru_stime) - MS(self0.ru_stime),
+         MS(kids1.ru_utime) - MS(kids0.ru_utime), MS(kids1.ru_stime) - MS(kids0.ru_stime));
   printf("\"spawnMs\":[");
   for (long i = 0; conc == 1 && i < iters; ++i) printf("%s%.4f", i ? "," : "", spawn_us[i] / 1e3);
   printf("],\"exitMs\":[");

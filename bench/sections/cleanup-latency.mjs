@@ -1,10 +1,13 @@
 // 3. Cleanup latency: from the start of cleanup to the tree's cgroup verified
 // empty (cgroup.events populated 0), for trees of 1 to 1000 processes that
 // honour SIGTERM, and trees that ignore it (so: grace, then SIGKILL).
+// Issue 14: terminate() of the 1000-process tree against killpg on the same
+// tree, and the event loop watched while proctree's terminate() runs.
 import fs from 'node:fs';
 
 import { liveMembers } from '../lib/cgroup.mjs';
 import { waitEmpty, which } from '../lib/harness.mjs';
+import { watchLoop } from '../lib/loop.mjs';
 import { METHODS, settleHarnessHelpers } from '../lib/methods.mjs';
 import { methodColors } from '../lib/plot.mjs';
 import { cell, num, ratioCell, sleep, summarize, table } from '../lib/stats.mjs';
@@ -47,6 +50,9 @@ async function trial(size, mode, methodName, job, ctx) {
   });
   try {
     const { live, ready } = await waitTree(handle.treeDir, size, mode, 20000);
+    // The loop is watched for every method: a baseline's stalls show what
+    // the scheduler alone does to a loop while the tree's processes exit.
+    const stopWatch = watchLoop();
     const t0 = performance.now();
     if (methodName === 'proctree') {
       await handle.cleanup(job.grace);
@@ -58,6 +64,7 @@ async function trial(size, mode, methodName, job, ctx) {
     }
     const verified = await waitEmpty(handle.treeDir, 30000);
     const ms = performance.now() - t0;
+    const loop = stopWatch();
     return {
       size,
       mode,
@@ -70,6 +77,7 @@ async function trial(size, mode, methodName, job, ctx) {
       verified,
       left: harness.live().length,
       reportMs: handle.report?.durationMs ?? null,
+      loop,
     };
   } finally {
     await handle.close();
@@ -169,6 +177,51 @@ export function report(results, { job }) {
     },
     title: 'Cleanup latency vs tree size',
   };
+  // Issue 14: the largest tree that honours TERM.
+  const checks = [];
+  const big = Math.max(...job.sizes);
+  const bigTerm = sum.term?.[big];
+  const loopOf = (mode, size, f, m = 'proctree') =>
+    summarize(samples.filter((s) => s.method === m && s.mode === mode && s.size === size).map((s) => s.loop?.[f] ?? NaN));
+  if (big >= 1000 && bigTerm?.proctree?.n && bigTerm.killpg?.n) {
+    const v = bigTerm.proctree.median / bigTerm.killpg.median;
+    checks.push({
+      issue: 14,
+      name: 'issue14.terminate1000VsKillpg',
+      value: v,
+      pass: v <= 0.7 && !bigTerm.proctree.unverified,
+      text: `terminate() of a ${big}-process tree (honours TERM) to verified empty takes ${num(v)}× killpg on the same tree: proctree ${cell(bigTerm.proctree)} ms vs killpg ${cell(bigTerm.killpg)} ms (required: ≤ 0.7×)`,
+    });
+    const own = loopOf('term', big, 'longestOwnStallMs');
+    checks.push({
+      issue: 14,
+      name: 'issue14.terminate1000LoopStall',
+      value: own.median,
+      pass: own.median <= 5,
+      text: `longest event-loop stall while terminate() stops a ${big}-process tree: ${cell(own)} ms, runqueue waits excluded (wall ${cell(loopOf('term', big, 'longestStallMs'))} ms, killpg's on the same tree ${cell(loopOf('term', big, 'longestStallMs', 'killpg'))} ms; monitorEventLoopDelay p99 ${cell(loopOf('term', big, 'p99Ms'))} ms) (required: ≤ 5 ms)`,
+    });
+  }
+  const stallRows = [];
+  for (const mode of job.modes) {
+    for (const size of job.sizes) {
+      stallRows.push([
+        mode === 'term' ? 'honours TERM' : 'ignores TERM',
+        String(size),
+        ...methods.flatMap((m) =>
+          job.skip?.[m]?.includes(size)
+            ? ['not run', 'not run']
+            : [cell(loopOf(mode, size, 'longestOwnStallMs', m)), cell(loopOf(mode, size, 'longestStallMs', m))],
+        ),
+        cell(loopOf(mode, size, 'p99Ms')),
+      ]);
+    }
+  }
+  const stallHeader = [
+    'tree',
+    'processes',
+    ...methods.flatMap((m) => [`${METHODS[m].label}: less runqueue waits (ms)`, `${METHODS[m].label}: wall (ms)`]),
+    'proctree: monitorEventLoopDelay p99 (ms)',
+  ];
   const reps = job.sizes.map((s) => `${job.reps[s]} at ${s}`).join(', ');
   const startToCleanup = job.sizes
     .map((size) => {
@@ -188,9 +241,14 @@ export function report(results, { job }) {
             .join('; ')}. tree-kill runs one \`ps --ppid\` per process of the tree, nearly all at once, each reading all of /proc, so its time grows faster than the tree (a full run shows 10 and 100); at 1000 processes one repetition takes tens of seconds.`,
         ]
       : []),
+    '',
+    `Longest event-loop stall over the same stretch, from the start of cleanup to verified empty (see [how the loop is watched](#how-it-measures)). proctree's loop runs its ladder; a baseline's loop reads its tree's members from /proc once (the bench's check that the process group is still its own), sends one signal to the group and runs the bench's wait for \`populated 0\` (a 1 ms poll), so its wall stalls show what a thousand processes woken at once do to any loop through the scheduler:`,
+    '',
+    table(stallHeader, stallRows),
   ].join('\n');
   return {
     markdown,
+    checks,
     plots: [{ file: 'cleanup-latency.svg', title: 'Cleanup latency vs tree size', spec: plot }],
     summary: sum,
   };

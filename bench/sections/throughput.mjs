@@ -1,15 +1,17 @@
 // 4. Throughput: N short calls (/bin/true) at concurrency 1, 8 and 64:
 // calls/s and the harness's own CPU time per call, against child_process and
-// the C floor; event-loop delay while 64 calls run.
+// the C floor; event-loop delay while 64 calls run. Issue 14's verdicts:
+// calls/s at concurrency 8 against the C floor + cgroup, and the longest
+// loop stall while 64 calls run.
 import { execFileSync } from 'node:child_process';
 import cp from 'node:child_process';
-import { monitorEventLoopDelay } from 'node:perf_hooks';
 
 import { spawn as proctreeSpawn } from 'proctree';
 
 import { which } from '../lib/harness.mjs';
+import { watchLoop } from '../lib/loop.mjs';
 import { methodColors } from '../lib/plot.mjs';
-import { cell, ratioCell, summarize, table } from '../lib/stats.mjs';
+import { cell, num, ratioCell, summarize, table } from '../lib/stats.mjs';
 
 export const title = 'Throughput of short calls';
 
@@ -23,22 +25,6 @@ const STARTERS = {
   proctree: (file) => untilClose(proctreeSpawn(file, [], { stdio: 'ignore' })),
   child_process: (file) => untilClose(cp.spawn(file, [], { stdio: 'ignore' })),
 };
-
-/**
- * A 1 ms interval whose ticks show how long the loop went without reaching
- * its timers phase. monitorEventLoopDelay cannot show a stall that lasts the
- * whole measurement: it records only when its own timer runs.
- */
-function loopProbe() {
-  const ticks = [performance.now()];
-  const timer = setInterval(() => ticks.push(performance.now()), 1);
-  return () => {
-    clearInterval(timer);
-    ticks.push(performance.now());
-    const gaps = ticks.slice(1).map((t, i) => t - ticks[i]);
-    return { timerTicks: ticks.length - 2, longestStallMs: Math.max(...gaps) };
-  };
-}
 
 async function pool(n, concurrency, one) {
   let next = 0;
@@ -61,16 +47,13 @@ export async function run(job, ctx) {
       for (let k = 0; k < names.length; k += 1) {
         const m = names[(k + rep) % names.length];
         global.gc?.();
-        const delay = monitorEventLoopDelay({ resolution: 1 });
-        delay.enable();
-        const stopProbe = loopProbe();
+        const stopWatch = watchLoop();
         const cpu0 = process.cpuUsage();
         const t0 = performance.now();
         await pool(job.calls, concurrency, () => STARTERS[m](file));
         const wallMs = performance.now() - t0;
         const cpu = process.cpuUsage(cpu0);
-        delay.disable();
-        const probe = stopProbe();
+        const loop = stopWatch();
         samples.push({
           rep,
           concurrency,
@@ -79,9 +62,11 @@ export async function run(job, ctx) {
           wallMs,
           callsPerSec: (job.calls / wallMs) * 1000,
           cpuMsPerCall: (cpu.user + cpu.system) / 1000 / job.calls,
-          loopDelayP99Ms: delay.count > 0 ? delay.percentile(99) / 1e6 : null,
-          loopDelaySamples: delay.count,
-          ...probe,
+          loopDelayP99Ms: loop.p99Ms,
+          loopDelaySamples: loop.delaySamples,
+          timerTicks: loop.timerTicks,
+          longestStallMs: loop.longestStallMs,
+          longestOwnStallMs: loop.longestOwnStallMs,
         });
         ctx.progress(`${m} c=${concurrency}: ${samples.at(-1).callsPerSec.toFixed(0)}/s`);
       }
@@ -103,6 +88,7 @@ export async function run(job, ctx) {
           loopDelaySamples: null,
           timerTicks: null,
           longestStallMs: null,
+          longestOwnStallMs: null,
         });
       }
     }
@@ -139,6 +125,7 @@ export function report(results, { job }) {
       p99.n ? cell(p99) : 'no sample',
       ss.map((s) => s.loopDelaySamples).join(', '),
       cell(summarize(ss.map((s) => s.longestStallMs))),
+      cell(summarize(ss.map((s) => s.longestOwnStallMs ?? NaN))),
       ss.map((s) => s.timerTicks).join(', '),
       cell(summarize(ss.map((s) => s.wallMs))),
     ];
@@ -167,16 +154,45 @@ export function report(results, { job }) {
     title: 'Throughput of short calls',
   };
   const markdown = [
-    `${job.calls} calls of /bin/true (stdio ignored) per run, ${job.reps} run(s) per cell; a call counts as done at 'close' (proctree: its cgroup empty and removed). CPU is the harness process's own user+system time (process.cpuUsage; the C floor: getrusage), children excluded. The C floor keeps the same number of clone3 children in flight.`,
+    `${job.calls} calls of /bin/true (stdio ignored) per run, ${job.reps} run(s) per cell; a call counts as done at 'close' (proctree: its cgroup empty and removed). CPU is the harness process's own user+system time (process.cpuUsage; the C floor: getrusage), children excluded. The C floor keeps the same number of clone3 children in flight and waits for them as an event loop must (their pidfds in one epoll set, then waitid); its CPU is counted over its loop only.`,
     '',
     table(header, rows),
     '',
-    `Event loop while ${top} calls run. p99 from \`monitorEventLoopDelay({ resolution: 1 })\`, which only records when its own timer gets to run; "longest stall" is the longest gap between ticks of a 1 ms \`setInterval\` over the same run (the run's start and end included), which also shows a loop that never got back to its timers.`,
+    `Event loop while ${top} calls run (see [how the loop is watched](#how-it-measures)). p99 from \`monitorEventLoopDelay({ resolution: 1 })\`, which only records when its own timer gets to run; "longest stall" is the longest gap between ticks of a 1 ms \`setInterval\` over the same run (the run's start and end included), which also shows a loop that never got back to its timers; "less runqueue waits" takes out of each gap the time the kernel kept the loop's thread waiting for a CPU while other work ran.`,
     '',
-    table(['method', 'p99 delay (ms)', 'delay samples per run', 'longest stall (ms)', 'interval ticks per run', 'run wall time (ms)'], delayRows),
+    table(
+      ['method', 'p99 delay (ms)', 'delay samples per run', 'longest stall (ms)', 'longest stall less runqueue waits (ms)', 'interval ticks per run', 'run wall time (ms)'],
+      delayRows,
+    ),
   ].join('\n');
+
+  // Issue 14: concurrency 8 against the C floor + cgroup, and the loop at the top concurrency.
+  const checks = [];
+  if (job.concurrency.includes(8)) {
+    const pt = pick(8, 'proctree', rate);
+    const fl = pick(8, 'C floor + cgroup', rate);
+    const v = pt.median / fl.median;
+    checks.push({
+      issue: 14,
+      name: 'issue14.callsPerSecAt8',
+      value: v,
+      pass: v >= 0.8,
+      text: `calls/s at concurrency 8 (/bin/true, stdio ignored, to 'close'): ${num(v)}× the C floor + cgroup: proctree ${cell(pt)} vs floor ${cell(fl)} calls/s (required: ≥ 0.8×)`,
+    });
+  }
+  const own = summarize(atTop('proctree').map((s) => s.longestOwnStallMs ?? NaN));
+  if (top === 64 && own.n) {
+    checks.push({
+      issue: 14,
+      name: 'issue14.loopStallWhile64Run',
+      value: own.median,
+      pass: own.median <= 10,
+      text: `longest event-loop stall while 64 calls run (${job.calls} calls at concurrency 64): ${cell(own)} ms, runqueue waits excluded (wall ${cell(summarize(atTop('proctree').map((s) => s.longestStallMs)))} ms; monitorEventLoopDelay p99 ${cell(summarize(atTop('proctree').map((s) => s.loopDelayP99Ms ?? NaN)))} ms) (required: ≤ 10 ms)`,
+    });
+  }
   return {
     markdown,
+    checks,
     plots: [{ file: 'throughput.svg', title: 'Throughput of short calls', spec: plot }],
     summary: Object.fromEntries(
       job.concurrency.map((c) => [c, Object.fromEntries(ROWS.map((m) => [m, { callsPerSec: pick(c, m, rate), cpuMsPerCall: pick(c, m, cpu) }]))]),
