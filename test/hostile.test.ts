@@ -311,6 +311,22 @@ describe('kill()', () => {
   });
 });
 
+describe('a call that traces the harness', () => {
+  it('kill(), terminate() and shutdown() still end it: nothing freezes the harness\'s own tracer', async () => {
+    const t = token();
+    // Without the fix the harness stops for good at its first syscall after
+    // the freeze: the bounded wait below then fails and the test kills it.
+    const { child, info } = await Promise.race([
+      harness<{ results: Record<string, unknown>; traced: boolean }>('tracer', t),
+      new Promise<never>((_, reject) => setTimeout(() => reject(new Error('the traced harness never reported')), 20000)),
+    ]);
+    expect(info.results).toEqual({ kill: ['SIGKILL', 0], terminate: [], shutdown: [[], []] });
+    expect(info.traced).toBe(false);
+    expect([...liveWith(t, 'sleep'), ...liveWith(t, 'python3')]).toEqual([]);
+    await sigkill(child);
+  }, 30000);
+});
+
 describe('a harness that closed its own stdin, stdout and stderr', () => {
   it('still runs calls in every tier, and nothing it opens lands on 0..2 of the command', () => {
     const t = token();

@@ -13,6 +13,7 @@
 
 #include "kernel/members.h"
 #include "kernel/pidfd.h"
+#include "kernel/procfs.h"
 
 namespace proctree {
 namespace {
@@ -330,7 +331,7 @@ bool CgroupDir::has_kill() const { return !cgroup_kill_disabled_for_test() && ha
 
 SysError CgroupDir::kill_round() const {
   if (has_kill()) return write_file("cgroup.kill", "1");
-  bool froze = !write_file("cgroup.freeze", "1");
+  bool froze = !self_is_traced() && !write_file("cgroup.freeze", "1");
   std::vector<pid_t> pids;
   SysError e = read_procs(&pids);
   if (!e) {

@@ -77,4 +77,13 @@ bool read_process_info(pid_t pid, ProcessInfo* out) {
   return true;
 }
 
+bool self_is_traced() {
+  char buf[4096];
+  ssize_t n = read_proc_file(getpid(), "status", buf, sizeof buf - 1);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  const char* at = strstr(buf, "\nTracerPid:");
+  return at != nullptr && strtol(at + strlen("\nTracerPid:"), nullptr, 10) != 0;
+}
+
 }  // namespace proctree

@@ -23,4 +23,10 @@ struct ProcessInfo {
 bool read_process_stat(pid_t pid, ProcessInfo* out);
 bool read_process_info(pid_t pid, ProcessInfo* out);
 
+// True while a debugger or tracer (ptrace) is attached to this process's
+// main thread. Freezing a cgroup that holds our tracer would stop us at our
+// next traced syscall until the thaw we could then never write, so every
+// freeze asks this first and goes without when it is true.
+bool self_is_traced();
+
 }  // namespace proctree

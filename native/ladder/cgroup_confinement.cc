@@ -1,5 +1,7 @@
 #include "ladder/cgroup_confinement.h"
 
+#include "kernel/procfs.h"
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -32,7 +34,8 @@ bool CgroupConfinement::empty() const {
 
 bool CgroupConfinement::can_freeze() const {
   if (has_freeze_ < 0) has_freeze_ = leaf_.valid() && leaf_.has_file("cgroup.freeze") ? 1 : 0;
-  return has_freeze_ == 1;
+  // Asked again each time: a tracer can attach to us at any moment.
+  return has_freeze_ == 1 && !self_is_traced();
 }
 
 SysError CgroupConfinement::set_frozen(bool frozen, bool now) {

@@ -4,6 +4,7 @@
 // starts and signal passes (what does not fit goes on in the next turn).
 #include <algorithm>
 
+#include "kernel/procfs.h"
 #include "loop/environment.h"
 
 namespace proctree {
@@ -13,10 +14,11 @@ std::vector<bool> Environment::terminate_group(const std::vector<uint64_t>& ids,
   std::vector<bool> out(ids.size(), false);
   // Which calls share which subtree: one freeze each, where it can be had.
   std::unordered_map<std::string, std::vector<size_t>> by_subtree;
+  bool may_freeze = grace_ms > 0 && !self_is_traced();
   for (size_t i = 0; i < ids.size(); ++i) {
     Call* c = find(ids[i]);
     if (!c) continue;
-    std::string subtree = grace_ms > 0 ? c->subtree_path() : std::string();
+    std::string subtree = may_freeze ? c->subtree_path() : std::string();
     if (!subtree.empty()) by_subtree[subtree].push_back(i);
   }
   for (auto& kv : by_subtree) {
