@@ -611,7 +611,9 @@ export class ToolCall extends EventEmitter {
       // What the command left running is a job now, not part of the
       // command's time: its timers stop (a background call's bound the job
       // from the start, and keep running). The result comes after one more
-      // poll phase, so output already in the pipes is in it.
+      // whole poll phase, so output already in the pipes is in it: a check
+      // phase later, and another, since 'exit' may be delivered inside a poll
+      // phase after the pipes were polled (or before their reading started).
       this.#remaining = infos;
       if (!this.#opts.background) {
         for (const t of [this.#timer, this.#idleTimer]) if (t) clearTimeout(t);
@@ -619,13 +621,15 @@ export class ToolCall extends EventEmitter {
         this.#idleTimer = null;
       }
       this.#becomeJob();
-      setImmediate(() => {
-        if (!this.#settleDone) return;
-        // Read again: a process caught between fork and exec at 'exit' shows its command by now.
-        const now = this.#empty ? [] : native.processInfo(native.members(this.#id));
-        if (now.length > 0) this.#remaining = now;
-        this.#settleDone();
-      });
+      setImmediate(() =>
+        setImmediate(() => {
+          if (!this.#settleDone) return;
+          // Read again: a process caught between fork and exec at 'exit' shows its command by now.
+          const now = this.#empty ? [] : native.processInfo(native.members(this.#id));
+          if (now.length > 0) this.#remaining = now;
+          this.#settleDone();
+        }),
+      );
     }
     if (infos.length > 0) this.emit('leftover', infos);
     if (this.#opts.leftovers === 'kill') this.#startLadder('leftovers', this.#opts.grace, false);

@@ -316,7 +316,7 @@ describe.each(['pidns', 'subreaper', 'pgroup'] as Confinement[])('a kept job in 
     expect(r.confinement).toBe(tier);
     expect(r.jobId).toMatch(/^c\d+$/);
     expect(r.cgroup).toBe('');
-    expect(r.stdout.startsWith('main\n') || r.stdout.startsWith('from-the-job\n')).toBe(true);
+    expect(r.stdout.startsWith('main\n') || r.stdout.startsWith('from-the-job\n'), JSON.stringify(r.stdout)).toBe(true);
     expect(await waitForLive(t, 1, 'sleep')).toHaveLength(1);
     const listed = jobs().find((j) => j.id === r.jobId);
     expect(listed?.confinement).toBe(tier);

@@ -220,12 +220,26 @@ void Environment::flush() {
   flushing_ = true;
   // A listener may call back into us (terminate from an 'exit' handler):
   // what it posts is appended and delivered by this same loop, in order.
-  while (!pending_.empty()) {
+  // Each listener may do real work (a 'close' that starts the next call), so
+  // one flush delivers for a few milliseconds at most, then lets the loop
+  // serve everything else and goes on in its next turn.
+  uint64_t start = uv_hrtime();
+  while (!pending_.empty() && !closing_) {
     CallEvent ev = std::move(pending_.front());
     pending_.pop_front();
-    if (!closing_) sink_->deliver(ev);
+    sink_->deliver(ev);
+    if (!pending_.empty() && uv_hrtime() - start >= kTurnBudgetNs) break;
   }
+  if (closing_) pending_.clear();
   flushing_ = false;
+  if (!pending_.empty()) {
+    // The rest goes out in the next turn (an idle handle: a 0 ms timer
+    // restarted from its own callback could run again in the same turn).
+    start_turns();
+    if (budget_refill_) uv_ref(reinterpret_cast<uv_handle_t*>(budget_refill_));
+    return;
+  }
+  // Only once every event is out: a listener may still ask about its call.
   reap_finished();
 }
 

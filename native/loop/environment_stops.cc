@@ -106,11 +106,17 @@ void Environment::on_budget_turn(uv_idle_t* h) {
     self->budget_waiters_.push_front(waiting.back());
     waiting.pop_back();
   }
-  if (self->budget_waiters_.empty() && self->deferred_stops_.empty()) {
+  self->flush();
+  if (self->budget_waiters_.empty() && self->deferred_stops_.empty() && self->pending_.empty()) {
     uv_idle_stop(h);
     self->turn_start_ns_ = 0;
   }
-  self->flush();
+  // Events still to deliver keep the loop alive, as their timer did.
+  if (self->pending_.empty()) {
+    uv_unref(reinterpret_cast<uv_handle_t*>(h));
+  } else {
+    uv_ref(reinterpret_cast<uv_handle_t*>(h));
+  }
 }
 
 void Environment::group_freeze_released(uint64_t call_id) {
