@@ -3,6 +3,9 @@
 import { spawn as cpSpawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
 
 /** A unique sleep duration such as `300.4812937`: it shows in /proc/<pid>/cmdline. */
 export function token(seconds = 300): string {
@@ -123,4 +126,31 @@ export function zombieChildren(): number[] {
 export async function waitUntil(check: () => boolean, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!check() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+}
+
+/**
+ * A fresh directory named by a unique token, holding hello.txt, for a static
+ * HTTP server started in it: the server's cmdline shows the token, so /proc
+ * finds its processes. Remove it (and end the server) after the test.
+ */
+export function serverDir(prefix: string): { dir: string; needle: string } {
+  const needle = `${prefix}-${token()}`;
+  const dir = path.join(os.tmpdir(), needle);
+  fs.mkdirSync(dir);
+  fs.writeFileSync(path.join(dir, 'hello.txt'), 'hello from the job\n');
+  return { dir, needle };
+}
+
+/** GET http://127.0.0.1:<port>/<file>: its status and body. */
+export function httpGet(port: number, file: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    http
+      .get({ host: '127.0.0.1', port, path: `/${file}` }, (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => (body += d));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      })
+      .on('error', reject);
+  });
 }

@@ -5,14 +5,12 @@
 // read from the kernel: cgroup membership, /proc, a real HTTP request.
 import { spawn as cpSpawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
-import os from 'node:os';
 import path from 'node:path';
 
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { type Confinement, job, jobs, run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
-import { cgroupExists, cgroupMembers, killCgroup, liveWith, token, waitForLive, waitUntil } from './helpers';
+import { cgroupExists, cgroupMembers, httpGet as get, killCgroup, liveWith, serverDir as tokenDir, token, waitForLive, waitUntil } from './helpers';
 
 const root = path.resolve(__dirname, '..');
 const cgroups: string[] = [];
@@ -24,28 +22,11 @@ afterAll(() => {
   for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
 });
 
-/** A directory whose name is a unique token: the server's cmdline shows it, so /proc finds its processes. */
 function serverDir(): { dir: string; needle: string } {
-  const needle = `proctree-job-${token()}`;
-  const dir = path.join(os.tmpdir(), needle);
-  fs.mkdirSync(dir);
-  fs.writeFileSync(path.join(dir, 'hello.txt'), 'hello from the job\n');
-  dirs.push(dir);
-  tokens.push(needle);
-  return { dir, needle };
-}
-
-function get(port: number, file: string): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    http
-      .get({ host: '127.0.0.1', port, path: `/${file}` }, (res) => {
-        let body = '';
-        res.setEncoding('utf8');
-        res.on('data', (d: string) => (body += d));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-      })
-      .on('error', reject);
-  });
+  const made = tokenDir('proctree-job');
+  dirs.push(made.dir);
+  tokens.push(made.needle);
+  return made;
 }
 
 async function untilOutput(id: string, re: RegExp, sup?: Supervisor): Promise<RegExpExecArray> {

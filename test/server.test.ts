@@ -4,14 +4,12 @@
 import { type ChildProcess, spawn as cpSpawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
-import http from 'node:http';
-import os from 'node:os';
 import path from 'node:path';
 
 import Ajv2020 from 'ajv/dist/2020';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
-import { cgroupExists, cgroupMembers, killCgroup, liveWith, token, waitForLive, waitUntil } from './helpers';
+import { cgroupExists, cgroupMembers, httpGet as get, killCgroup, liveWith, serverDir as tokenDir, token, waitForLive, waitUntil } from './helpers';
 
 const root = path.resolve(__dirname, '..');
 const bin = path.join(root, 'bin', 'proctree.js');
@@ -422,28 +420,11 @@ describe('backpressure', () => {
   });
 });
 
-/** A directory whose name is a unique token: the HTTP server's cmdline shows it, so /proc finds it. */
 function serverDir(): { dir: string; needle: string } {
-  const needle = `proctree-serve-job-${token()}`;
-  const dir = path.join(os.tmpdir(), needle);
-  fs.mkdirSync(dir);
-  fs.writeFileSync(path.join(dir, 'hello.txt'), 'hello from the job\n');
-  dirs.push(dir);
-  tokens.push(needle);
-  return { dir, needle };
-}
-
-function get(port: number, file: string): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    http
-      .get({ host: '127.0.0.1', port, path: `/${file}` }, (res) => {
-        let body = '';
-        res.setEncoding('utf8');
-        res.on('data', (d: string) => (body += d));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-      })
-      .on('error', reject);
-  });
+  const made = tokenDir('proctree-serve-job');
+  dirs.push(made.dir);
+  tokens.push(made.needle);
+  return made;
 }
 
 /** Reads a job's output through the protocol until `re` matches it. */
