@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -78,8 +79,15 @@ bool read_process_info(pid_t pid, ProcessInfo* out) {
 }
 
 bool self_is_traced() {
+  // /proc/self, not /proc/<getpid()>: in a PID namespace whose /proc was not
+  // remounted, our number there is someone else's.
   char buf[4096];
-  ssize_t n = read_proc_file(getpid(), "status", buf, sizeof buf - 1);
+  Fd fd(open("/proc/self/status", O_RDONLY | O_CLOEXEC));
+  if (!fd) return false;
+  ssize_t n;
+  do {
+    n = read(fd.get(), buf, sizeof buf - 1);
+  } while (n < 0 && errno == EINTR);
   if (n <= 0) return false;
   buf[n] = '\0';
   const char* at = strstr(buf, "\nTracerPid:");

@@ -222,8 +222,7 @@ void Call::drain_control() {
     }
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
       // The shim closed its end (it is exiting): its pidfd says the rest.
-      if (control_watched_) env_->reactor().unwatch(control_.get());
-      control_watched_ = false;
+      unwatch_control();
     }
     return;
   }
@@ -333,7 +332,13 @@ void Call::watch_emptiness() {
 }
 
 void Call::check_finished() {
-  if (finished_ || !main_exited_ || ladder_.running() || !confinement_) return;
+  if (finished_ || ladder_.running() || !confinement_) return;
+  if (!main_exited_) {
+    // A main process the reactor could not watch is polled on the one
+    // timer, which a ladder that just ended may have taken.
+    if (main_polled_ && (!timer_ || !uv_is_active(reinterpret_cast<uv_handle_t*>(timer_)))) arm_timer(kMainPollMs);
+    return;
+  }
   // Read before the cgroup goes (its files go with it); harmless when the
   // tree turns out not to be empty yet.
   confinement_->read_usage(&usage_);
@@ -413,9 +418,10 @@ std::vector<pid_t> Call::members() {
 void Call::kill_now() {
   if (finished_ || !confinement_) return;
   confinement_->kill_all();
-  // A subreaper shim keeps killing on its own once its control socket closes.
+  // A subreaper shim keeps killing on its own once its control socket
+  // closes; its own exit (the main pidfd, still watched) ends the call.
   if (tier() == Tier::kSubreaper) {
-    unwatch();
+    unwatch_control();
     control_.reset();
   }
 }
@@ -439,11 +445,15 @@ void Call::unwatch() {
   Reactor& r = env_->reactor();
   if (main_watched_) r.unwatch(main_.pidfd.get());
   main_watched_ = false;
-  if (control_watched_) r.unwatch(control_.get());
-  control_watched_ = false;
+  unwatch_control();
   r.unwatch_cgroup(events_wd_);
   events_wd_ = -1;
   watched_members_.clear();  // closing a pidfd takes it out of the epoll set
+}
+
+void Call::unwatch_control() {
+  if (control_watched_) env_->reactor().unwatch(control_.get());
+  control_watched_ = false;
 }
 
 void Call::watch_member(Fd pidfd) {

@@ -130,6 +130,7 @@ class Call : public LadderHost {
   void check_finished();
   void watch_emptiness();
   void unwatch();
+  void unwatch_control();
   void ensure_timer();
   static void on_timer(uv_timer_t* t);
   void on_timeout();
