@@ -36,7 +36,6 @@ export interface ResolvedSpawn {
   file: string;
   /** argv as the command sees it, argv[0] included; also what Node calls spawnargs. */
   argv: string[];
-  candidates: string[];
   /** null: the harness's own environment, passed by the addon without a copy (main thread). */
   env: string[] | null;
   cwd: string | undefined;
@@ -142,12 +141,14 @@ function checkCwd(value: unknown): string | undefined {
   return cwd === '' ? undefined : cwd;
 }
 
-function toArg(value: unknown, name: string): string {
+function toArg(value: unknown, index: number): string {
   // Node converts every argument with ToString (holes are 'undefined'); a
-  // Symbol cannot be converted, which Node reports without a code.
-  if (typeof value === 'symbol') throw invalidArgType(name, ['string'], value);
+  // Symbol cannot be converted, which Node reports without a code. The
+  // name is built only for an error: this runs for every argument of every call.
+  if (typeof value === 'string' && !value.includes('\0')) return value;
+  if (typeof value === 'symbol') throw invalidArgType(`args[${index}]`, ['string'], value);
   const s = String(value);
-  nullCheck(s, name);
+  nullCheck(s, `args[${index}]`);
   return s;
 }
 
@@ -176,11 +177,19 @@ function streamFd(value: object): number | undefined {
   return undefined;
 }
 
+// The entries that carry nothing but their kind, shared by every call (nobody
+// writes to an entry): one object fewer per fd and call.
+const PIPE: StdioEntry = Object.freeze({ kind: 'pipe' });
+const IGNORE: StdioEntry = Object.freeze({ kind: 'ignore' });
+const INHERIT: StdioEntry = Object.freeze({ kind: 'inherit' });
+
 // Node's getValidStdio, without IPC.
 function checkStdio(value: unknown): StdioEntry[] {
   let entries: unknown[];
-  if (value === undefined || value === null || value === '') entries = ['pipe', 'pipe', 'pipe'];
-  else if (typeof value === 'string') {
+  // The two a harness passes all day, without the general walk below.
+  if (value === undefined || value === null || value === '' || value === 'pipe') return [PIPE, PIPE, PIPE];
+  if (value === 'ignore') return [IGNORE, IGNORE, IGNORE];
+  if (typeof value === 'string') {
     if (value === 'inherit') entries = [0, 1, 2];
     else if (value === 'pipe' || value === 'ignore' || value === 'overlapped') entries = [value, value, value];
     else throw invalidArgValue('stdio', value);
@@ -193,11 +202,11 @@ function checkStdio(value: unknown): StdioEntry[] {
   if (entries.filter((e) => e === 'ipc').length > 1) throw ipcOnePipe();
   return entries.map((raw, i): StdioEntry => {
     const v = raw ?? (i < 3 ? 'pipe' : 'ignore');
-    if (v === 'ignore') return { kind: 'ignore' };
-    if (v === 'pipe' || v === 'overlapped' || (typeof v === 'number' && v < 0)) return { kind: 'pipe' };
+    if (v === 'ignore') return IGNORE;
+    if (v === 'pipe' || v === 'overlapped' || (typeof v === 'number' && v < 0)) return PIPE;
     if (v === 'ipc') throw ipcUnsupported();
     // Node: 'inherit' at index i is the parent's fd i.
-    if (v === 'inherit') return i < 3 ? { kind: 'inherit' } : { kind: 'fd', fd: i };
+    if (v === 'inherit') return i < 3 ? INHERIT : { kind: 'fd', fd: i };
     if (typeof v === 'number') return { kind: 'fd', fd: v };
     if (typeof v === 'object') {
       const fd = streamFd(v);
@@ -208,9 +217,10 @@ function checkStdio(value: unknown): StdioEntry[] {
   });
 }
 
-// execvpe's search, done here in the parent; the child execs the first
-// candidate that exists (relative entries resolve against the new cwd).
-function candidatesFor(file: string, env: string[] | null): string[] {
+// execvpe's search, done in the parent when the call starts (a queued or
+// live call holds no list of paths); the child execs the first candidate
+// that exists (relative entries resolve against the new cwd).
+export function candidatesFor(file: string, env: readonly string[] | null): string[] {
   // Windows (the portable binding): child_process searches PATH and PATHEXT itself.
   if (file.includes('/') || process.platform === 'win32') return [file];
   const entry = env === null ? process.env.PATH : env.find((e) => e.startsWith('PATH='))?.slice(5);
@@ -232,6 +242,46 @@ const runOptions = ['input', 'encoding'];
 const knownOptions = new Set([...nodeOptions, ...proctreeOptions, ...runOptions]);
 const warned = new Set<string>();
 
+/**
+ * The caller's options, copied: every known option an own field from the
+ * start (undefined when not given), so a polluted Object.prototype cannot
+ * reach them and every call reads them through one object shape. (A
+ * `{ __proto__: null, ...options }` copy, as Node makes, is a dictionary
+ * whose every read is a hash lookup.)
+ */
+class OwnOptions {
+  cwd: unknown = undefined;
+  env: unknown = undefined;
+  argv0: unknown = undefined;
+  stdio: unknown = undefined;
+  detached: unknown = undefined;
+  uid: unknown = undefined;
+  gid: unknown = undefined;
+  serialization: unknown = undefined;
+  shell: unknown = undefined;
+  windowsVerbatimArguments: unknown = undefined;
+  windowsHide: unknown = undefined;
+  signal: unknown = undefined;
+  timeout: unknown = undefined;
+  killSignal: unknown = undefined;
+  grace: unknown = undefined;
+  leftovers: unknown = undefined;
+  confinement: unknown = undefined;
+  background: unknown = undefined;
+  jobBuffer: unknown = undefined;
+  maxBuffer: unknown = undefined;
+  keep: unknown = undefined;
+  marker: unknown = undefined;
+  all: unknown = undefined;
+  onOutput: unknown = undefined;
+  idleTimeout: unknown = undefined;
+  pty: unknown = undefined;
+  input: unknown = undefined;
+  encoding: unknown = undefined;
+  /** Own keys that are no option, in the caller's order (null: none). */
+  unknownKeys: string[] | null = null;
+}
+
 function distance(a: string, b: string): number {
   const row = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
@@ -252,7 +302,11 @@ function distance(a: string, b: string): number {
  * it worked). Exported for the CLI and the server, which apply the same rule.
  */
 export function warnUnknownOptions(options: object, where = 'spawn'): void {
-  for (const key of Object.keys(options)) {
+  warnUnknownKeys(Object.keys(options), where);
+}
+
+function warnUnknownKeys(keys: readonly string[], where: string): void {
+  for (const key of keys) {
     if (knownOptions.has(key) || warned.has(key)) continue;
     warned.add(key);
     const near = [...knownOptions].find((k) => distance(k, key) <= 2);
@@ -265,26 +319,45 @@ export function warnUnknownOptions(options: object, where = 'spawn'): void {
 
 // Node's normalizeSpawnArguments: which argument is which, and a copy of
 // the options' own properties (a polluted Object.prototype cannot reach them).
-function normalize(fileArg: unknown, argsArg: unknown, optionsArg: unknown): { file: string; args: unknown[]; opts: SpawnOptions & Record<string, unknown> } {
+// Reads the caller's options once, in the order and with the reads of an
+// object spread (own enumerable string keys, each getter called once).
+function copyOptions(options: object | undefined): OwnOptions {
+  const own = new OwnOptions();
+  if (options === undefined) return own;
+  const target = own as unknown as Record<string, unknown>;
+  for (const key of Object.keys(options)) {
+    const value = (options as Record<string, unknown>)[key];
+    if (knownOptions.has(key)) target[key] = value;
+    else (own.unknownKeys ??= []).push(key);
+  }
+  return own;
+}
+
+function normalize(fileArg: unknown, argsArg: unknown, optionsArg: unknown): { file: string; args: string[]; opts: OwnOptions } {
   if (typeof fileArg !== 'string') throw invalidArgType('file', 'string', fileArg);
   nullCheck(fileArg, 'file');
   if (fileArg.length === 0) throw invalidArgValue('file', fileArg, 'cannot be empty');
-  let args: unknown[];
+  let raw: ArrayLike<unknown> | null = null;
   let options = optionsArg;
   if (Array.isArray(argsArg)) {
-    args = Array.from(argsArg as unknown[]);
+    raw = argsArg as unknown[];
   } else if (argsArg == null) {
-    args = [];
+    // no arguments
   } else if (typeof argsArg !== 'object') {
     throw invalidArgType('args', 'object', argsArg);
   } else {
     options = argsArg;
-    args = [];
   }
   if (options !== undefined && (options === null || typeof options !== 'object' || Array.isArray(options))) {
     throw invalidArgType('options', 'Object', options);
   }
-  const opts = { __proto__: null, ...(options as object | undefined) } as unknown as SpawnOptions & Record<string, unknown>;
+  // The order of the reads a caller could observe (getters, toString): the
+  // arguments copied (holes read as undefined), the options copied, then
+  // each argument converted.
+  const copy = raw === null ? null : Array.from(raw);
+  const opts = copyOptions(options as object | undefined);
+  const args: string[] = [];
+  if (copy !== null) for (let i = 0; i < copy.length; i++) args.push(toArg(copy[i], i));
   return { file: fileArg, args, opts };
 }
 
@@ -295,9 +368,11 @@ export interface SpawnDefaults {
   jobBuffer?: number;
 }
 
+const confinements: readonly string[] = ['auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup', 'none'];
+
 export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unknown, defaults: SpawnDefaults = {}): ResolvedSpawn {
-  const { file: file0, args: rawArgs, opts } = normalize(fileArg, argsArg, optionsArg);
-  const args0 = rawArgs.map((a, i) => toArg(a, `args[${i}]`));
+  const { file: file0, args: args0, opts: own } = normalize(fileArg, argsArg, optionsArg);
+  const opts = own as unknown as SpawnOptions & Record<string, unknown>;
 
   const cwd = opts.cwd != null ? checkCwd(opts.cwd) : undefined;
   const detached = checkBoolean(opts.detached, 'options.detached');
@@ -367,17 +442,16 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
   const output = resolveOutput(opts);
   const jobBuffer = checkBytes(opts.jobBuffer, 'options.jobBuffer', defaults.jobBuffer ?? DEFAULT_JOB_BUFFER);
   const confinement = opts.confinement ?? 'auto';
-  if (!['auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup', 'none'].includes(confinement as string)) {
+  if (!confinements.includes(confinement as string)) {
     throw invalidArgValue('options.confinement', confinement, "must be one of: 'auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup', 'none'");
   }
   const grace = checkMs(opts.grace, 'grace', defaults.grace ?? 2000);
   const pty = resolvePty(opts.pty);
-  warnUnknownOptions(opts, defaults.where ?? 'spawn');
+  if (own.unknownKeys !== null) warnUnknownKeys(own.unknownKeys, defaults.where ?? 'spawn');
 
   return {
     file,
     argv,
-    candidates: candidatesFor(file, env),
     // A terminal's TERM is set in a copy: the shared environ cannot carry it.
     env: pty ? withTerm(env ?? envPairs(process.env), pty.term) : env,
     cwd,
@@ -434,8 +508,21 @@ export function checkBytes(value: unknown, name: string, fallback: number): numb
   return value;
 }
 
+/** The output settings of a call that gives none: one object for all of them. */
+const DEFAULT_OUTPUT: OutputSettings = Object.freeze({
+  maxBuffer: DEFAULT_MAX_BUFFER,
+  unreadMax: Math.min(DEFAULT_MAX_BUFFER, UNREAD_MAX_BUFFER),
+  keep: 'head',
+  marker: null,
+  all: false,
+  onOutput: undefined,
+});
+
 /** The output options (OutputOptions), validated. */
 function resolveOutput(o: SpawnOptions): OutputSettings {
+  if (o.maxBuffer == null && o.keep == null && o.marker === undefined && o.all == null && o.onOutput === undefined) {
+    return DEFAULT_OUTPUT;
+  }
   let maxBuffer = DEFAULT_MAX_BUFFER;
   const given = o.maxBuffer !== undefined && o.maxBuffer !== null;
   if (given) {

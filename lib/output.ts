@@ -232,91 +232,180 @@ export interface LinesOptions {
   stream?: OutputStream | 'all';
 }
 
+const readablePush = ReadableStream.prototype.push;
+/** The CallOutput a tapped stream reports to (a stream is tapped by one output at most). */
+const kOutput = Symbol('proctree.output');
+type Tapped = Readable & { [kOutput]: CallOutput };
+
 /**
  * The output of one call as it arrives. Each chunk of stdout and stderr is
  * seen where the stream receives it from the pipe (its push), before any
  * listener, in the order the harness read them: that is the order of
  * `all`, of `onOutput`, of lines(), and of a job's ring buffer.
+ *
+ * A live call holds little here until something arrives or is asked for:
+ * the collectors are made with the first chunk (or the result), the
+ * subscribers and end waiters with the first of them, and a stream's
+ * 'close' is listened to only once somebody waits for the end.
  */
 export class CallOutput {
-  readonly #sources: Record<OutputStream, Readable | null>;
+  readonly #stdout: Readable | null;
+  readonly #stderr: Readable | null;
   readonly #settings: OutputSettings;
-  readonly #subscribers = new Set<Subscriber>();
-  readonly #open = new Set<OutputStream>();
-  readonly #endWaiters: Array<() => void> = [];
+  /** Copied on change, so a subscriber that unsubscribes while chunks are handed out misses nothing else. */
+  #subscribers: Subscriber[] | null = null;
+  /** Whether stdout (stderr) is still open: it has a stream that neither pushed its end nor closed. */
+  #stdoutOpen: boolean;
+  #stderrOpen: boolean;
+  #endWaiters: Array<() => void> | null = null;
+  #watchingClose = false;
   readonly #canResume: (s: Readable) => boolean;
-  #collectors: { stdout: OutputCollector; stderr: OutputCollector; all: OutputCollector | null } | null;
+  /** What is kept for the result; made with the first chunk. */
+  #collectors: { stdout: OutputCollector; stderr: OutputCollector; all: OutputCollector | null } | null = null;
+  /** False once the result was delivered. */
+  #collecting = true;
+  /** Bytes a collector keeps: `unreadMax` until the result is wanted, then `maxBuffer`. */
+  #max: number;
   #allStream: ReadableStream | null = null;
   #alwaysFlow = false;
 
   /** `canResume`: whether reading a stream is ours to start (not one handed to another call as its stdio). */
   constructor(sources: { stdout: Readable | null; stderr: Readable | null }, settings: OutputSettings, canResume: (s: Readable) => boolean) {
-    this.#sources = { stdout: sources.stdout, stderr: sources.stderr };
     this.#settings = settings;
     this.#canResume = canResume;
-    const { unreadMax, keep } = settings;
-    this.#collectors = {
-      stdout: new OutputCollector(unreadMax, keep),
-      stderr: new OutputCollector(unreadMax, keep),
-      all: settings.all ? new OutputCollector(unreadMax, keep) : null,
-    };
+    this.#max = settings.unreadMax;
+    this.#stdout = sources.stdout;
     // One stream for both (a terminal) is stdout, tapped once.
-    if (sources.stdout) this.#tap(sources.stdout, 'stdout');
-    if (sources.stderr && sources.stderr !== sources.stdout) this.#tap(sources.stderr, 'stderr');
-    else this.#sources.stderr = null;
+    this.#stderr = sources.stderr && sources.stderr !== sources.stdout ? sources.stderr : null;
+    this.#stdoutOpen = this.#stdout !== null;
+    this.#stderrOpen = this.#stderr !== null;
+    if (this.#stdout) this.#tap(this.#stdout, 'stdout');
+    if (this.#stderr) this.#tap(this.#stderr, 'stderr');
   }
 
+  #source(name: OutputStream): Readable | null {
+    return name === 'stdout' ? this.#stdout : this.#stderr;
+  }
+
+  #isOpen(name: OutputStream): boolean {
+    if (name === 'stdout' ? !this.#stdoutOpen : !this.#stderrOpen) return false;
+    // A stream destroyed before its end pushed nothing more: closed is ended.
+    if ((this.#source(name) as Readable).closed) {
+      this.#ended(name);
+      return false;
+    }
+    return true;
+  }
+
+  /**
+   * Node's stream_base calls stream.push() once per read from the pipe: the
+   * one place every chunk passes, whether anybody listens or not. One
+   * function for every stream (the stream says whose it is), not a closure
+   * per stream.
+   */
+  static readonly #tappedPush = function (this: Tapped, chunk: unknown, encoding?: BufferEncoding): boolean {
+    const output = this[kOutput];
+    return output.#pushed(this, readablePush, chunk, encoding);
+  };
+
   #tap(stream: Readable, name: OutputStream): void {
-    this.#open.add(name);
+    if (stream.push === readablePush) {
+      (stream as Tapped)[kOutput] = this;
+      stream.push = CallOutput.#tappedPush;
+      return;
+    }
+    // A stream with a push of its own: call that one.
     const push = stream.push;
-    // Node's stream_base calls stream.push() once per read from the pipe:
-    // the one place every chunk passes, whether anybody listens or not.
-    stream.push = (chunk: unknown, encoding?: BufferEncoding): boolean => {
-      if (chunk === null) {
-        this.#ended(name);
-        return push.call(stream, chunk, encoding);
-      }
-      if (chunk === undefined || (chunk as { length: number }).length === 0) return push.call(stream, chunk, encoding);
-      const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string, encoding);
-      this.#arrived(buf, name);
-      const more = push.call(stream, chunk, encoding);
-      // The user's callback last: if it throws, the chunk is already in the
-      // stream, and the error surfaces as a throwing 'data' listener's would.
-      this.#settings.onOutput?.(buf, name);
-      return more;
+    stream.push = (chunk: unknown, encoding?: BufferEncoding): boolean => this.#pushed(stream, push, chunk, encoding, name);
+  }
+
+  #pushed(
+    stream: Readable,
+    push: (chunk: unknown, encoding?: BufferEncoding) => boolean,
+    chunk: unknown,
+    encoding: BufferEncoding | undefined,
+    name: OutputStream = stream === this.#stdout ? 'stdout' : 'stderr',
+  ): boolean {
+    if (chunk === null) {
+      this.#ended(name);
+      return push.call(stream, chunk, encoding);
+    }
+    if (chunk === undefined || (chunk as { length: number }).length === 0) return push.call(stream, chunk, encoding);
+    const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string, encoding);
+    this.#arrived(buf, name);
+    const more = push.call(stream, chunk, encoding);
+    // The user's callback last: if it throws, the chunk is already in the
+    // stream, and the error surfaces as a throwing 'data' listener's would.
+    this.#settings.onOutput?.(buf, name);
+    return more;
+  }
+
+  #collectorsNow(): { stdout: OutputCollector; stderr: OutputCollector; all: OutputCollector | null } | null {
+    if (this.#collectors || !this.#collecting) return this.#collectors;
+    const max = this.#max;
+    const { keep, all } = this.#settings;
+    this.#collectors = {
+      stdout: new OutputCollector(max, keep),
+      stderr: new OutputCollector(max, keep),
+      all: all ? new OutputCollector(max, keep) : null,
     };
-    stream.once('close', () => this.#ended(name));
+    return this.#collectors;
   }
 
   #arrived(chunk: Buffer, name: OutputStream): void {
-    const c = this.#collectors;
+    const c = this.#collectorsNow();
     if (c) {
       c[name].write(chunk);
       c.all?.write(chunk);
     }
-    for (const fn of this.#subscribers) fn(chunk, name);
+    const subscribers = this.#subscribers;
+    if (subscribers) for (const fn of subscribers) fn(chunk, name);
   }
 
   #ended(name: OutputStream): void {
-    if (!this.#open.delete(name) || this.#open.size > 0) return;
-    for (const fn of this.#endWaiters.splice(0)) fn();
+    if (name === 'stdout') {
+      if (!this.#stdoutOpen) return;
+      this.#stdoutOpen = false;
+    } else {
+      if (!this.#stderrOpen) return;
+      this.#stderrOpen = false;
+    }
+    if (this.#stdoutOpen || this.#stderrOpen) return;
+    const waiters = this.#endWaiters;
+    this.#endWaiters = null;
+    if (waiters) for (const fn of waiters) fn();
   }
 
   /** Whether every stream has ended (or there was none). */
   get ended(): boolean {
-    return this.#open.size === 0;
+    const stdout = this.#isOpen('stdout');
+    return !stdout && !this.#isOpen('stderr');
   }
 
   /** Calls `fn` once stdout and stderr have both ended (at once if they have). */
   onEnd(fn: () => void): void {
-    if (this.ended) fn();
-    else this.#endWaiters.push(fn);
+    if (this.ended) {
+      fn();
+      return;
+    }
+    (this.#endWaiters ??= []).push(fn);
+    // A stream destroyed before its end (a holder outside the tree) ends with its 'close'.
+    if (this.#watchingClose) return;
+    this.#watchingClose = true;
+    this.#stdout?.once('close', () => this.#ended('stdout'));
+    this.#stderr?.once('close', () => this.#ended('stderr'));
   }
 
   /** Calls `fn` for every chunk from now on; returns the unsubscribe. */
   subscribe(fn: Subscriber): () => void {
-    this.#subscribers.add(fn);
-    return () => this.#subscribers.delete(fn);
+    this.#subscribers = this.#subscribers ? [...this.#subscribers, fn] : [fn];
+    return () => {
+      const now = this.#subscribers;
+      if (!now) return;
+      const i = now.indexOf(fn);
+      if (i < 0) return;
+      this.#subscribers = now.length === 1 ? null : now.filter((_, j) => j !== i);
+    };
   }
 
   /** The result's output fields as collected so far. */
@@ -328,7 +417,7 @@ export class CallOutput {
     stderrOmitted: number;
     allOmitted?: number;
   } {
-    const c = this.#collectors;
+    const c = this.#collectorsNow();
     const marker = this.#settings.marker;
     const empty = encoding === 'buffer' ? Buffer.alloc(0) : '';
     if (!c) return { stdout: empty, stderr: empty, stdoutOmitted: 0, stderrOmitted: 0 };
@@ -342,6 +431,7 @@ export class CallOutput {
 
   /** Somebody reads the result: keep up to `maxBuffer` from now on. */
   resultWanted(): void {
+    this.#max = this.#settings.maxBuffer;
     const c = this.#collectors;
     if (!c) return;
     for (const collector of [c.stdout, c.stderr, c.all]) collector?.grow(this.#settings.maxBuffer);
@@ -349,6 +439,7 @@ export class CallOutput {
 
   /** The result was delivered: what arrives later is not kept for it. */
   stopCollecting(): void {
+    this.#collecting = false;
     this.#collectors = null;
   }
 
@@ -364,7 +455,7 @@ export class CallOutput {
 
   #resume(names: readonly OutputStream[]): void {
     for (const n of names) {
-      const s = this.#sources[n];
+      const s = this.#source(n);
       if (s && s.readable && this.#canResume(s)) s.resume();
     }
   }
@@ -386,7 +477,7 @@ export class CallOutput {
     this.#allStream = stream;
     this.subscribe((chunk) => {
       if (stream.push(chunk) || this.#alwaysFlow) return;
-      for (const s of [this.#sources.stdout, this.#sources.stderr]) {
+      for (const s of [this.#stdout, this.#stderr]) {
         if (s && !s.isPaused()) {
           s.pause();
           paused.add(s);
@@ -406,10 +497,11 @@ export class CallOutput {
    */
   lines(options: LinesOptions = {}): AsyncIterableIterator<string> {
     const which = options?.stream ?? 'stdout';
-    const names = (which === 'all' ? ['stdout', 'stderr'] : [which]).filter((n) => this.#sources[n as OutputStream]) as OutputStream[];
+    const names = (which === 'all' ? ['stdout', 'stderr'] : [which]).filter((n) => this.#source(n as OutputStream)) as OutputStream[];
     const queue: string[] = [];
     let head = 0;
-    let finished = names.every((n) => !this.#open.has(n));
+    const openNames = new Set(names.filter((n) => this.#isOpen(n)));
+    let finished = openNames.size === 0;
     const waiting: Array<() => void> = [];
     const wake = (): void => {
       for (const fn of waiting.splice(0)) fn();
@@ -433,7 +525,6 @@ export class CallOutput {
       take(name, (partial.get(name) ?? '') + decoder.write(chunk), false);
       wake();
     });
-    const openNames = new Set(names.filter((n) => this.#open.has(n)));
     const onStreamEnd = (name: OutputStream): void => {
       if (!openNames.delete(name)) return;
       take(name, (partial.get(name) ?? '') + (decoders.get(name)?.end() ?? ''), true);
@@ -444,7 +535,7 @@ export class CallOutput {
       wake();
     };
     for (const n of openNames) {
-      const s = this.#sources[n] as Readable;
+      const s = this.#source(n) as Readable;
       // 'close' comes after the last push: every chunk was taken by then.
       s.once('close', () => onStreamEnd(n));
     }

@@ -44,6 +44,8 @@ export interface CallOutcome {
   aborted: boolean;
   createdAt: number;
   startedAt: number;
+  /** When the result's time ends ('close', or when the call became a job). */
+  endedAt: number;
   cleanup: CleanupReport | null;
   pid: number | undefined;
   cgroup: string | null;
@@ -68,7 +70,7 @@ export function runResult(call: CallOutcome, output: CallOutput, encoding: Buffe
     ...(o.allOmitted !== undefined ? { allOmitted: o.allOmitted } : {}),
     timedOut: call.timedOut,
     aborted: call.aborted,
-    durationMs: performance.now() - call.startedAt,
+    durationMs: call.endedAt - call.startedAt,
     queuedMs: call.startedAt - call.createdAt,
     cleanup: call.cleanup,
     pid: call.pid ?? 0,

@@ -10,7 +10,7 @@ import type { Readable, Writable } from 'node:stream';
 
 import { AbortError, spawnError, spawnThrow } from './errors';
 import { native, NativeEventKind, type NativeErrorShape, type NativeReport, type NativeUsage, type NativeSpawnSpec } from './native';
-import { checkGrace, type ResolvedRun, type ResolvedSpawn, signalName, signalNumber } from './options';
+import { candidatesFor, checkGrace, type ResolvedRun, type ResolvedSpawn, signalName, signalNumber } from './options';
 import { helperPath, resolveTier, warnNoGuardian } from './capabilities';
 import type { CallPhase } from './jobs';
 import { ByteTail, CallOutput, type LinesOptions } from './output';
@@ -64,6 +64,38 @@ export interface ToolCallEvents {
   close: [code: number | null, signal: NodeJS.Signals | null];
   error: [err: Error];
 }
+
+/** Whether reading a stream is ours to start (not one handed to another call as its stdio). */
+function canResume(s: Readable): boolean {
+  return !isUsedAsStdio(s);
+}
+
+function emitSpawn(call: ToolCall): void {
+  call.emit('spawn');
+}
+
+function ignore(): void {}
+
+let helper: string | undefined;
+
+/**
+ * What the addon is handed to start a call. A class whose prototype chain
+ * ends at once (no Object.prototype): the addon reads optional fields (uid,
+ * gid, cwd) by name, and a polluted Object.prototype.uid must not reach
+ * them; a fixed shape, where an object without a prototype is a dictionary.
+ */
+class SpawnSpec {
+  constructor(
+    readonly group: string,
+    readonly candidates: string[],
+    readonly argv: string[],
+    readonly env: string[] | null,
+    readonly stdio: NativeSpawnSpec['stdio'],
+    readonly tier: Confinement,
+    readonly helper: string,
+  ) {}
+}
+Object.setPrototypeOf(SpawnSpec.prototype, null);
 
 // A start that Node reports by throwing from spawn() rather than by 'error':
 // the uid/gid steps (EPERM when not privileged, EINVAL for a bad id).
@@ -137,11 +169,19 @@ export class ToolCall extends EventEmitter {
   #idleTimer: NodeJS.Timeout | null = null;
   #drainTimer: NodeJS.Timeout | null = null;
   #onAbort: (() => void) | null = null;
-  #done: Promise<RunResult<string | Buffer>>;
+  /**
+   * The result, made when somebody asks (run(), `done`) or when the call
+   * could become a job (its result is taken when it does); a call nobody
+   * asks builds none.
+   */
+  #done: Promise<RunResult<string | Buffer>> | null = null;
+  #doneEncoding: BufferEncoding | 'buffer' = 'utf8';
+  #resolveDone: ((r: RunResult<string | Buffer>) => void) | null = null;
   #rejectDone: ((err: Error) => void) | null = null;
-  /** Resolves `done` with what is known now (at 'close', or when the call became a job). */
-  #settleDone: (() => void) | null = null;
-  readonly #output: CallOutput;
+  /** When 'close' came: the end of the result's duration, for a result built later. */
+  #closedAt = 0;
+  /** Made with the call when it has output streams (collected from the first byte), else when asked. */
+  #output: CallOutput | null = null;
   /** A job's output, from the start of the call (only for calls that can become jobs). */
   readonly #ring: ByteTail | null = null;
   #usage: ResourceUsage | null = null;
@@ -174,22 +214,22 @@ export class ToolCall extends EventEmitter {
     this.stdout = this.#pipes.stdout;
     this.stderr = this.#pipes.stderr;
     this.pty = opts.pty ? new PtyStream(opts.pty, () => this.#maybeClose(), () => this.members()) : null;
-    // Output is collected from the first byte, so `done` read late loses nothing.
-    // A terminal is one stream for both: what it shows is stdout.
-    const sources = this.pty ? { stdout: this.pty, stderr: this.pty } : { stdout: this.stdout, stderr: this.stderr };
-    this.#output = new CallOutput(sources, opts.output, (s) => !isUsedAsStdio(s));
+    // Output is collected from the first byte, so `done` read late loses
+    // nothing: streams are tapped now. Without any, there is nothing to tap
+    // and the CallOutput is made when something asks for it.
+    if (this.pty || this.stdout || this.stderr) this.#output = this.#out();
     if (opts.background || opts.leftovers === 'keep') {
       const ring = new ByteTail(opts.jobBuffer);
       this.#ring = ring;
-      this.#output.subscribe((chunk) => ring.write(chunk));
+      this.#out().subscribe((chunk) => ring.write(chunk));
     }
-    if (opts.idleTimeout > 0) this.#output.subscribe(() => this.#idleTimer?.refresh());
-    this.#done = this.#collect(run ?? { input: undefined, encoding: 'utf8', closeStdin: false });
-    // 'done' carries a failed start; do not also crash on it.
-    this.#done.catch(() => {});
+    if (opts.idleTimeout > 0) this.#out().subscribe(() => this.#idleTimer?.refresh());
+    if (run) this.#feedInput(run);
+    // A call that can become a job takes its result when it does.
+    if (run || opts.background || opts.leftovers === 'keep') this.#donePromise(run?.encoding ?? 'utf8');
     // run() reads the streams itself (nobody else can) and wants the result.
     if (run) {
-      this.#output.resultWanted();
+      this.#out().resultWanted();
       this.#flushOutput();
     }
     if (stdioError) {
@@ -248,23 +288,23 @@ export class ToolCall extends EventEmitter {
     const opts = this.#opts;
     let res;
     try {
-      // No prototype: the addon reads optional fields (uid, gid, cwd) by
-      // name, and a polluted Object.prototype.uid must not reach them.
-      const spec: NativeSpawnSpec = Object.assign(Object.create(null) as NativeSpawnSpec, {
-          group: this.#owner.group,
-          candidates: opts.candidates,
-          argv: opts.argv,
-          env: opts.env,
-          stdio: this.#pipes.forChild,
-          tier: this.confinement,
-          helper: helperPath(),
-          ...(opts.cwd !== undefined ? { cwd: opts.cwd } : {}),
-          ...(opts.uid !== undefined ? { uid: opts.uid } : {}),
-          ...(opts.gid !== undefined ? { gid: opts.gid } : {}),
-          ...(this.pty ? { pty: { cols: this.pty.cols, rows: this.pty.rows } } : {}),
-          // Portable binding on Windows only (shell: cmd.exe's quoting); the addon never reads it.
-          ...(opts.windowsVerbatimArguments ? { windowsVerbatimArguments: true } : {}),
-      });
+      helper ??= helperPath();
+      const spec = new SpawnSpec(
+        this.#owner.group,
+        candidatesFor(opts.file, opts.env),
+        opts.argv,
+        opts.env,
+        this.#pipes.forChild,
+        this.confinement,
+        helper,
+      ) as NativeSpawnSpec;
+      // Optional fields only when given: the addon tells them by presence.
+      if (opts.cwd !== undefined) spec.cwd = opts.cwd;
+      if (opts.uid !== undefined) spec.uid = opts.uid;
+      if (opts.gid !== undefined) spec.gid = opts.gid;
+      if (this.pty) spec.pty = { cols: this.pty.cols, rows: this.pty.rows };
+      // Portable binding on Windows only (shell: cmd.exe's quoting); the addon never reads it.
+      if (opts.windowsVerbatimArguments) spec.windowsVerbatimArguments = true;
       res = native.spawn(spec, (kind, a, b) => this.#onNative(kind, a, b));
     } catch (err) {
       res = { error: err as NativeErrorShape };
@@ -282,7 +322,7 @@ export class ToolCall extends EventEmitter {
     if (res.guardianError) warnNoGuardian(res.guardianError);
     if (!res.pending) {
       this.pid = res.pid;
-      process.nextTick(() => this.emit('spawn'));
+      process.nextTick(emitSpawn, this);
     }
 
     if (opts.timeout > 0) this.#timer = setTimeout(() => this.#onTimeout(), opts.timeout);
@@ -300,7 +340,7 @@ export class ToolCall extends EventEmitter {
   #becomeJob(): void {
     if (this.jobId !== null || !this.#ring) return;
     this.jobId = `c${this.#id}`;
-    this.#output.flowAlways();
+    this.#out().flowAlways();
     this.#owner.adoptJob(this, this.#ring);
   }
 
@@ -476,9 +516,9 @@ export class ToolCall extends EventEmitter {
    */
   get done(): Promise<RunResult> {
     // Reading the result reads the streams, as collecting them always did.
-    this.#output.resultWanted();
+    this.#out().resultWanted();
     this.#flushOutput();
-    return this.#done as Promise<RunResult>;
+    return this.#donePromise('utf8') as Promise<RunResult>;
   }
 
   /** What the whole tree used; null until it is empty ('empty', then 'close'). */
@@ -491,7 +531,7 @@ export class ToolCall extends EventEmitter {
    * (else null). The stream starts where it is first read from.
    */
   get all(): Readable | null {
-    return this.#opts.output.all ? this.#output.allStream() : null;
+    return this.#opts.output.all ? this.#out().allStream() : null;
   }
 
   /**
@@ -500,7 +540,7 @@ export class ToolCall extends EventEmitter {
    * Call it before the output you want arrives (right after spawn()).
    */
   lines(options?: LinesOptions): AsyncIterableIterator<string> {
-    return this.#output.lines(options);
+    return this.#out().lines(options);
   }
 
   /** @internal */
@@ -600,9 +640,7 @@ export class ToolCall extends EventEmitter {
     this.emit('exit', this.exitCode, this.signalCode);
     // Node's flushStdio, a tick later: the listeners of 'exit' may still
     // start reading.
-    process.nextTick(() => {
-      this.#flushOutput();
-    });
+    process.nextTick(ToolCall.#flushLater, this);
     if (this.#ladder || this.#empty || this.#killedAll) return;
     const pids = native.members(this.#id);
     if (pids.length === 0) return;
@@ -623,11 +661,11 @@ export class ToolCall extends EventEmitter {
       this.#becomeJob();
       setImmediate(() =>
         setImmediate(() => {
-          if (!this.#settleDone) return;
+          if (!this.#resolveDone) return;
           // Read again: a process caught between fork and exec at 'exit' shows its command by now.
           const now = this.#empty ? [] : native.processInfo(native.members(this.#id));
           if (now.length > 0) this.#remaining = now;
-          this.#settleDone();
+          this.#settle();
         }),
       );
     }
@@ -679,6 +717,10 @@ export class ToolCall extends EventEmitter {
     this.#maybeClose();
   }
 
+  static #flushLater(call: ToolCall): void {
+    call.#flushOutput();
+  }
+
   /** Node's flushStdio: the output streams (pipes, or the terminal) nobody reads are resumed, so they reach their end. */
   #flushOutput(): void {
     this.#pipes.flush();
@@ -688,60 +730,96 @@ export class ToolCall extends EventEmitter {
   #maybeClose(): void {
     if (this.#closed || !this.#empty || this.#pipes.openReadable > 0 || this.pty?.[ptyPending]) return;
     this.#closed = true;
-    for (const t of [this.#timer, this.#idleTimer, this.#drainTimer]) if (t) clearTimeout(t);
+    this.#closedAt = performance.now();
+    if (this.#timer) clearTimeout(this.#timer);
+    if (this.#idleTimer) clearTimeout(this.#idleTimer);
+    if (this.#drainTimer) clearTimeout(this.#drainTimer);
     this.#timer = null;
     this.#idleTimer = null;
     this.#drainTimer = null;
     this.#removeAbortListener();
     this.#owner.release(this);
+    // The result first, as the first listener of 'close' it always was.
+    this.#settle();
     this.emit('close', this.exitCode, this.signalCode);
   }
 
-  #collect(run: ResolvedRun): Promise<RunResult<string | Buffer>> {
+  /** The call's CallOutput, made now if it was not. */
+  #out(): CallOutput {
+    if (this.#output) return this.#output;
+    // A terminal is one stream for both: what it shows is stdout.
+    const sources = this.pty ? { stdout: this.pty, stderr: this.pty } : { stdout: this.stdout, stderr: this.stderr };
+    this.#output = new CallOutput(sources, this.#opts.output, canResume);
+    return this.#output;
+  }
+
+  /** run()'s input, or stdin closed. */
+  #feedInput(run: ResolvedRun): void {
     if (this.pty) {
       if (run.input !== undefined || run.closeStdin) typeInput(this.pty, run.input);
     } else if (this.stdin) {
       if (run.input !== undefined) this.stdin.end(run.input);
       else if (run.closeStdin) this.stdin.end();
     }
-    return new Promise((resolve, reject) => {
-      if (this.#spawnError) {
-        reject(this.#spawnError);
-        return;
-      }
-      this.#rejectDone = reject;
-      const settle = (): void => {
-        if (this.#spawnError || !this.#settleDone) return;
-        this.#settleDone = null;
-        resolve(
-          runResult(
-            {
-              exitCode: this.exitCode,
-              signal: this.signalCode,
-              timedOut: this.#timedOut,
-              aborted: this.#aborted,
-              createdAt: this.#createdAt,
-              startedAt: this.#startedAt,
-              cleanup: this.#report,
-              pid: this.pid,
-              cgroup: this.cgroup,
-              confinement: this.confinement,
-              usage: this.#usage ?? usageSoFar(this.cgroup, Math.max(1, this.#remaining.length)),
-              jobId: this.jobId,
-              remaining: this.#remaining,
-            },
-            this.#output,
-            run.encoding,
-          ),
-        );
-        // Delivered: what comes later is the job's (its ring), not the result's.
-        this.#output.stopCollecting();
-      };
-      this.#settleDone = settle;
+  }
+
+  /** `done`, made on first use: settled already when the call failed or closed before. */
+  #donePromise(encoding: BufferEncoding | 'buffer'): Promise<RunResult<string | Buffer>> {
+    if (this.#done) return this.#done;
+    this.#doneEncoding = encoding;
+    let done: Promise<RunResult<string | Buffer>>;
+    if (this.#spawnError) {
+      done = Promise.reject(this.#spawnError);
+    } else if (this.#closed) {
+      done = Promise.resolve(this.#result());
+    } else {
+      done = new Promise((resolve, reject) => {
+        this.#resolveDone = resolve;
+        this.#rejectDone = reject;
+      });
       // A background call's result is its start.
-      if (this.#opts.background) this.once('spawn', settle);
-      this.once('close', settle);
-    });
+      if (this.#opts.background) this.once('spawn', () => this.#settle());
+    }
+    // 'done' carries a failed start; do not also crash on it.
+    done.catch(ignore);
+    this.#done = done;
+    return done;
+  }
+
+  /** Resolves `done`, if anybody made it, with what is known now (at 'close', or when the call became a job). */
+  #settle(): void {
+    const resolve = this.#resolveDone;
+    if (this.#spawnError || !resolve) return;
+    this.#resolveDone = null;
+    this.#rejectDone = null;
+    resolve(this.#result());
+  }
+
+  #result(): RunResult<string | Buffer> {
+    const output = this.#out();
+    const result = runResult(
+      {
+        exitCode: this.exitCode,
+        signal: this.signalCode,
+        timedOut: this.#timedOut,
+        aborted: this.#aborted,
+        createdAt: this.#createdAt,
+        startedAt: this.#startedAt,
+        endedAt: this.#closed ? this.#closedAt : performance.now(),
+        cleanup: this.#report,
+        pid: this.pid,
+        cgroup: this.cgroup,
+        confinement: this.confinement,
+        usage: this.#usage ?? usageSoFar(this.cgroup, Math.max(1, this.#remaining.length)),
+        jobId: this.jobId,
+        remaining: this.#remaining,
+      },
+      output,
+      this.#doneEncoding,
+    );
+    // Delivered: what comes later is the job's (its ring), not the result's.
+    output.stopCollecting();
+    return result;
   }
 }
 
