@@ -233,9 +233,47 @@ export interface LinesOptions {
 }
 
 const readablePush = ReadableStream.prototype.push;
-/** The CallOutput a tapped stream reports to (a stream is tapped by one output at most). */
+/**
+ * Whom a tapped stream reports to: its CallOutput, or until there is one,
+ * the call that makes it when the first chunk (or the end) arrives.
+ */
 const kOutput = Symbol('proctree.output');
-type Tapped = Readable & { [kOutput]: CallOutput };
+/** The method of an OutputOwner that makes (or returns) its CallOutput. @internal */
+export const outputNow = Symbol('proctree.outputNow');
+export interface OutputOwner {
+  [outputNow](): CallOutput;
+}
+type Tapped = Readable & { [kOutput]: CallOutput | OutputOwner };
+
+/**
+ * Taps a call's output streams from their first byte without making its
+ * CallOutput yet: a live call that has written nothing holds none. The
+ * owner makes it when something arrives (or somebody asks), from `sources`
+ * as tapped here. Returns false when a stream cannot be tapped this way (a
+ * push of its own): the CallOutput must then be made now.
+ */
+export function tapLater(sources: { stdout: Readable | null; stderr: Readable | null }, owner: OutputOwner): boolean {
+  const { stdout, stderr } = sources;
+  if ((stdout && stdout.push !== readablePush) || (stderr && stderr !== stdout && stderr.push !== readablePush)) return false;
+  for (const s of [stdout, stderr]) {
+    if (!s) continue;
+    (s as Tapped)[kOutput] = owner;
+    s.push = tappedPush;
+  }
+  return true;
+}
+
+/**
+ * Node's stream_base calls stream.push() once per read from the pipe: the
+ * one place every chunk passes, whether anybody listens or not. One
+ * function for every stream (the stream says whose it is), not a closure
+ * per stream.
+ */
+function tappedPush(this: Tapped, chunk: unknown, encoding?: BufferEncoding): boolean {
+  const target = this[kOutput];
+  const output = target instanceof CallOutput ? target : target[outputNow]();
+  return output.pushed(this, readablePush, chunk, encoding);
+}
 
 /**
  * The output of one call as it arrives. Each chunk of stdout and stderr is
@@ -297,29 +335,20 @@ export class CallOutput {
     return true;
   }
 
-  /**
-   * Node's stream_base calls stream.push() once per read from the pipe: the
-   * one place every chunk passes, whether anybody listens or not. One
-   * function for every stream (the stream says whose it is), not a closure
-   * per stream.
-   */
-  static readonly #tappedPush = function (this: Tapped, chunk: unknown, encoding?: BufferEncoding): boolean {
-    const output = this[kOutput];
-    return output.#pushed(this, readablePush, chunk, encoding);
-  };
-
   #tap(stream: Readable, name: OutputStream): void {
-    if (stream.push === readablePush) {
+    if (stream.push === readablePush || stream.push === tappedPush) {
+      // Tapped by tapLater() already, or now: this output from here on.
       (stream as Tapped)[kOutput] = this;
-      stream.push = CallOutput.#tappedPush;
+      stream.push = tappedPush;
       return;
     }
     // A stream with a push of its own: call that one.
     const push = stream.push;
-    stream.push = (chunk: unknown, encoding?: BufferEncoding): boolean => this.#pushed(stream, push, chunk, encoding, name);
+    stream.push = (chunk: unknown, encoding?: BufferEncoding): boolean => this.pushed(stream, push, chunk, encoding, name);
   }
 
-  #pushed(
+  /** A chunk (or the end) the stream receives. @internal */
+  pushed(
     stream: Readable,
     push: (chunk: unknown, encoding?: BufferEncoding) => boolean,
     chunk: unknown,

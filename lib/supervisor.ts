@@ -171,7 +171,6 @@ export class Supervisor extends EventEmitter {
 
   #track(call: ToolCall): ToolCall {
     this.#calls.add(call);
-    call.on('cleanup', (report) => this.emit('cleanup', report, call));
     this.emit('call', call);
     return call;
   }
@@ -209,6 +208,9 @@ export class Supervisor extends EventEmitter {
         this.#jobs.add(job);
         this.#freeSlot(call);
         this.emit('job', job, call);
+      },
+      cleanup: (call, report) => {
+        this.emit('cleanup', report, call);
       },
       unhandledError: (call, err) => {
         // Like an EventEmitter with no 'error' listener: throws when nobody listens here either.

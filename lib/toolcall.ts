@@ -13,7 +13,7 @@ import { native, NativeEventKind, type NativeErrorShape, type NativeReport, type
 import { candidatesFor, checkGrace, type ResolvedRun, type ResolvedSpawn, signalName, signalNumber } from './options';
 import { helperPath, resolveTier, warnNoGuardian } from './capabilities';
 import type { CallPhase } from './jobs';
-import { ByteTail, CallOutput, type LinesOptions } from './output';
+import { ByteTail, CallOutput, type LinesOptions, outputNow, tapLater } from './output';
 import { attachMaster, flushPty, noTerminal, PtyStream, ptyPending, ptyTreeEmpty, releasePty, setPtyRef, typeInput } from './pty';
 import { cleanupReport, emptyReport, finalUsage, leftoversError, runResult, usageSoFar } from './result';
 import { CallStdio, isUsedAsStdio } from './stdio';
@@ -40,6 +40,8 @@ export interface CallOwner {
   dequeue(call: ToolCall): void;
   /** The call has settled ('close', or it could not start): its slot is free. */
   release(call: ToolCall): void;
+  /** The call's ladder reported (before the call's own 'cleanup' listeners hear of it). */
+  cleanup(call: ToolCall, report: CleanupReport): void;
   /** An 'error' the call has no listener for. */
   unhandledError(call: ToolCall, err: Error): void;
   /** The call is a job now (its id is set): list it, and free its slot. */
@@ -215,9 +217,9 @@ export class ToolCall extends EventEmitter {
     this.stderr = this.#pipes.stderr;
     this.pty = opts.pty ? new PtyStream(opts.pty, () => this.#maybeClose(), () => this.members()) : null;
     // Output is collected from the first byte, so `done` read late loses
-    // nothing: streams are tapped now. Without any, there is nothing to tap
-    // and the CallOutput is made when something asks for it.
-    if (this.pty || this.stdout || this.stderr) this.#output = this.#out();
+    // nothing: streams are tapped now, and the CallOutput is made when the
+    // first chunk arrives or something asks for it.
+    if ((this.pty || this.stdout || this.stderr) && !tapLater(this.#sources(), this)) this.#out();
     if (opts.background || opts.leftovers === 'keep') {
       const ring = new ByteTail(opts.jobBuffer);
       this.#ring = ring;
@@ -677,6 +679,8 @@ export class ToolCall extends EventEmitter {
     const report = cleanupReport(r, this.confinement);
     this.#report = report;
     this.#resolveLadder?.(report);
+    // The supervisor's 'cleanup' first, as when it was the call's first listener.
+    this.#owner.cleanup(this, report);
     this.emit('cleanup', report);
     const err = leftoversError(report);
     if (err) this.#emitError(err);
@@ -744,13 +748,20 @@ export class ToolCall extends EventEmitter {
     this.emit('close', this.exitCode, this.signalCode);
   }
 
+  /** The output streams: a terminal is one stream for both, and what it shows is stdout. */
+  #sources(): { stdout: Readable | null; stderr: Readable | null } {
+    return this.pty ? { stdout: this.pty, stderr: this.pty } : { stdout: this.stdout, stderr: this.stderr };
+  }
+
   /** The call's CallOutput, made now if it was not. */
   #out(): CallOutput {
-    if (this.#output) return this.#output;
-    // A terminal is one stream for both: what it shows is stdout.
-    const sources = this.pty ? { stdout: this.pty, stderr: this.pty } : { stdout: this.stdout, stderr: this.stderr };
-    this.#output = new CallOutput(sources, this.#opts.output, canResume);
+    this.#output ??= new CallOutput(this.#sources(), this.#opts.output, canResume);
     return this.#output;
+  }
+
+  /** @internal a tapped stream's first chunk (or end): the CallOutput it goes to. */
+  [outputNow](): CallOutput {
+    return this.#out();
   }
 
   /** run()'s input, or stdin closed. */
