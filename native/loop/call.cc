@@ -415,9 +415,13 @@ std::vector<pid_t> Call::members() {
   return pids;
 }
 
-void Call::kill_now() {
+void Call::kill_now(bool sync) {
   if (finished_ || !confinement_) return;
-  confinement_->kill_all();
+  if (sync) {
+    confinement_->kill_all_now();
+  } else {
+    confinement_->kill_all();
+  }
   // A subreaper shim keeps killing on its own once its control socket
   // closes; its own exit (the main pidfd, still watched) ends the call.
   if (tier() == Tier::kSubreaper) {

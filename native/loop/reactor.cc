@@ -1,6 +1,5 @@
 #include "loop/reactor.h"
 
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <unistd.h>
@@ -104,16 +103,6 @@ void Reactor::set_ref(bool ref) {
   } else {
     uv_unref(reinterpret_cast<uv_handle_t*>(poll_));
   }
-}
-
-bool Reactor::wait_cgroup_change(int timeout_ms) {
-  if (!inotify_) return false;
-  pollfd p{inotify_.get(), POLLIN, 0};
-  int r = ::poll(&p, 1, timeout_ms);
-  if (r <= 0) return false;
-  std::unordered_map<uint64_t, bool> ignored;
-  drain_inotify(&ignored);
-  return true;
 }
 
 void Reactor::close(void (*closed)(void*), void* arg) {
