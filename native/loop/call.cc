@@ -233,6 +233,10 @@ void Call::on_control_readable() {
   check_finished();
 }
 
+void Call::on_members_exited(size_t n) {
+  if (confinement_ && ladder_.running()) ladder_.on_members_exited(n);
+}
+
 void Call::on_change() {
   if (!confinement_) return;
   if (ladder_.running()) ladder_.on_change();

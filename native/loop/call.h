@@ -80,6 +80,8 @@ class Call : public LadderHost {
   void on_main_readable();
   void on_control_readable();
   void on_change();
+  // n member pidfds the ladder handed us turned readable (they exited).
+  void on_members_exited(size_t n);
 
   // The ladder (idempotent). Returns whether a 'cleanup' event has been or
   // will be posted (false: the tree was already gone).

@@ -258,6 +258,10 @@ void Environment::on_change(uint64_t id) {
   if (Call* c = find(id)) c->on_change();
 }
 
+void Environment::on_members_exited(uint64_t id, size_t n) {
+  if (Call* c = find(id)) c->on_members_exited(n);
+}
+
 void Environment::shutdown_sync(int wait_ms) {
   // The broker kills every leaf of its scope once its socket closes: closed
   // first, it does so while we do the same (the leaves are ours too).

@@ -103,6 +103,7 @@ class Environment {
   void on_main_readable(uint64_t id);
   void on_control_readable(uint64_t id);
   void on_change(uint64_t id);
+  void on_members_exited(uint64_t id, size_t n);
   void on_broker_socket(bool writable);
   void on_broker_process();
 
