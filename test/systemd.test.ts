@@ -86,6 +86,8 @@ interface EscapesOutput {
 interface SigkillOutput {
   pid: number;
   calls: { token: string; confinement: string; cgroup: string | null; pids: number[]; inLeaf: number }[];
+  /** A call's sleep moved into a dot-named cgroup it made beside its leaf. */
+  hidden: { token: string; pids: number[]; cgroup: string | null; leaf: string | null };
 }
 
 let boot: Boot | null = null;
@@ -332,9 +334,13 @@ describe.skipIf(unavailable !== '' && !required)(`the systemd tier on a real sys
 
   it('the harness SIGKILLed: every call and the scope are gone within a second', async () => {
     const t = token();
-    tokens.push(`${t}0`, `${t}1`);
+    tokens.push(`${t}0`, `${t}1`, `${t}2`);
     const out = inSession<SigkillOutput>([], ['node', runnerInside, pkgInside, t, 'sigkill'], false);
     expect(out.calls).toHaveLength(2);
+    // The hostile one is where it wanted to be: alive, outside its leaf, in
+    // a '.hide…' cgroup of the scope.
+    expect(out.hidden.pids).toHaveLength(1);
+    expect(out.hidden.cgroup).toBe(`${path.dirname(out.hidden.leaf as string)}/.hide${out.hidden.token}`);
     for (const c of out.calls) {
       expect(c.confinement).toBe('systemd');
       expect(c.pids).toHaveLength(3);
@@ -343,8 +349,12 @@ describe.skipIf(unavailable !== '' && !required)(`the systemd tier on a real sys
     // The harness is dead (the session command returned): from here, one second.
     const scope = hostPath(path.dirname(out.calls[0].cgroup as string));
     const start = Date.now();
-    await waitUntil(() => out.calls.every((c) => liveWith(c.token).length === 0) && !fs.existsSync(scope), 1000);
+    await waitUntil(
+      () => [...out.calls, out.hidden].every((c) => liveWith(c.token).length === 0) && !fs.existsSync(scope),
+      1000,
+    );
     const elapsed = Date.now() - start;
+    expect(liveWith(out.hidden.token), 'the call that hid in .hide…').toEqual([]);
     for (const c of out.calls) {
       expect(liveWith(c.token), c.token).toEqual([]);
       expect(fs.existsSync(hostPath(c.cgroup as string)), c.cgroup as string).toBe(false);
