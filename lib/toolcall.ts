@@ -6,6 +6,7 @@
 // collection of its output in output.ts, what it ends with in result.ts, and
 // what a job is in jobs.ts.
 import { EventEmitter } from 'node:events';
+import { performance } from 'node:perf_hooks';
 import type { Readable, Writable } from 'node:stream';
 
 import { AbortError, spawnError, spawnThrow } from './errors';
@@ -641,8 +642,8 @@ export class ToolCall extends EventEmitter {
     this.stdin?.destroy();
     this.emit('exit', this.exitCode, this.signalCode);
     // Node's flushStdio, a tick later: the listeners of 'exit' may still
-    // start reading.
-    process.nextTick(ToolCall.#flushLater, this);
+    // start reading. (Nothing to flush without output streams.)
+    if (this.#pipes.openReadable > 0 || this.pty) process.nextTick(ToolCall.#flushLater, this);
     if (this.#ladder || this.#empty || this.#killedAll) return;
     const pids = native.members(this.#id);
     if (pids.length === 0) return;
