@@ -79,6 +79,24 @@ function emitSpawn(call: ToolCall): void {
 
 function ignore(): void {}
 
+// The bits of ToolCall's flags.
+const STARTED = 1;
+const EXITED = 2;
+const EMPTY = 4;
+const CLOSED = 8;
+const TIMED_OUT = 16;
+const ABORTED = 32;
+const UNREF = 64;
+const KILLED_ALL = 128;
+const CONSTRUCTING = 256;
+
+/**
+ * A start error that Node throws from spawn() (see throwsLikeNode), carried
+ * from #start() out of the constructor that admitted the call: construction
+ * is synchronous, so one slot serves every call.
+ */
+let throwFromConstructor: Error | null = null;
+
 let helper: string | undefined;
 
 /**
@@ -157,17 +175,17 @@ export class ToolCall extends EventEmitter {
   readonly #owner: CallOwner;
   readonly #createdAt = performance.now();
   #startedAt = 0;
-  #started = false;
+  /**
+   * started, exited, empty, closed, timedOut, aborted, unref'd, killedAll,
+   * constructing: one field for the flags of the call's life (a harness
+   * holds many live calls), read and written through the accessors below.
+   */
+  #flags = 0;
   readonly #pipes: CallStdio;
   #spawnError: Error | null = null;
-  #exited = false;
-  #empty = false;
-  #closed = false;
   #report: CleanupReport | null = null;
   #ladder: Promise<CleanupReport> | null = null;
   #resolveLadder: ((r: CleanupReport) => void) | null = null;
-  #timedOut = false;
-  #aborted = false;
   #timer: NodeJS.Timeout | null = null;
   #idleTimer: NodeJS.Timeout | null = null;
   #drainTimer: NodeJS.Timeout | null = null;
@@ -188,11 +206,72 @@ export class ToolCall extends EventEmitter {
   /** A job's output, from the start of the call (only for calls that can become jobs). */
   readonly #ring: ByteTail | null = null;
   #usage: ResourceUsage | null = null;
-  #remaining: ProcessInfo[] = [];
-  #ref = true;
-  #killedAll = false;
-  #constructing = false;
-  #throwNow: Error | null = null;
+  /** What a job's command left running when it exited; null until then. */
+  #remaining: ProcessInfo[] | null = null;
+
+  #flag(bit: number): boolean {
+    return (this.#flags & bit) !== 0;
+  }
+
+  #setFlag(bit: number, on: boolean): void {
+    this.#flags = on ? this.#flags | bit : this.#flags & ~bit;
+  }
+
+  get #started(): boolean {
+    return this.#flag(STARTED);
+  }
+  set #started(on: boolean) {
+    this.#setFlag(STARTED, on);
+  }
+  get #exited(): boolean {
+    return this.#flag(EXITED);
+  }
+  set #exited(on: boolean) {
+    this.#setFlag(EXITED, on);
+  }
+  get #empty(): boolean {
+    return this.#flag(EMPTY);
+  }
+  set #empty(on: boolean) {
+    this.#setFlag(EMPTY, on);
+  }
+  get #closed(): boolean {
+    return this.#flag(CLOSED);
+  }
+  set #closed(on: boolean) {
+    this.#setFlag(CLOSED, on);
+  }
+  get #timedOut(): boolean {
+    return this.#flag(TIMED_OUT);
+  }
+  set #timedOut(on: boolean) {
+    this.#setFlag(TIMED_OUT, on);
+  }
+  get #aborted(): boolean {
+    return this.#flag(ABORTED);
+  }
+  set #aborted(on: boolean) {
+    this.#setFlag(ABORTED, on);
+  }
+  /** Whether the call keeps the event loop alive (ref(), the default) or not (unref()). */
+  get #ref(): boolean {
+    return !this.#flag(UNREF);
+  }
+  set #ref(on: boolean) {
+    this.#setFlag(UNREF, !on);
+  }
+  get #killedAll(): boolean {
+    return this.#flag(KILLED_ALL);
+  }
+  set #killedAll(on: boolean) {
+    this.#setFlag(KILLED_ALL, on);
+  }
+  get #constructing(): boolean {
+    return this.#flag(CONSTRUCTING);
+  }
+  set #constructing(on: boolean) {
+    this.#setFlag(CONSTRUCTING, on);
+  }
 
   /** @internal use spawn() or Supervisor#spawn() */
   constructor(opts: ResolvedSpawn, owner: CallOwner, run?: ResolvedRun) {
@@ -243,13 +322,15 @@ export class ToolCall extends EventEmitter {
     this.#constructing = true;
     owner.admit(this, () => this.#start(), opts.background);
     this.#constructing = false;
+    const thrown = throwFromConstructor;
+    throwFromConstructor = null;
     // After admit: an already aborted signal acts a tick after 'spawn' was queued, as in Node.
-    if (!this.#throwNow) this.#watchSignal();
-    if (this.#throwNow) {
+    if (!thrown) this.#watchSignal();
+    if (thrown) {
       this.#removeAbortListener();
       this.#pipes.destroy();
       owner.release(this);
-      throw this.#throwNow;
+      throw thrown;
     }
   }
 
@@ -314,7 +395,7 @@ export class ToolCall extends EventEmitter {
     }
     this.#pipes.closeChildEnds();
     if ('error' in res) {
-      if (this.#constructing && throwsLikeNode(res.error)) this.#throwNow = spawnThrow(res.error);
+      if (this.#constructing && throwsLikeNode(res.error)) throwFromConstructor = spawnThrow(res.error);
       else this.#fail(spawnError(res.error, opts.file, opts.argv));
       return;
     }
@@ -822,9 +903,9 @@ export class ToolCall extends EventEmitter {
         pid: this.pid,
         cgroup: this.cgroup,
         confinement: this.confinement,
-        usage: this.#usage ?? usageSoFar(this.cgroup, Math.max(1, this.#remaining.length)),
+        usage: this.#usage ?? usageSoFar(this.cgroup, Math.max(1, this.#remaining?.length ?? 0)),
         jobId: this.jobId,
-        remaining: this.#remaining,
+        remaining: this.#remaining ?? [],
       },
       output,
       this.#doneEncoding,
