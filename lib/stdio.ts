@@ -13,6 +13,12 @@ import type { StdioEntry } from './options';
  */
 const usedAsStdio = new WeakSet<object>();
 
+/** The CallStdio a readable stream of ours belongs to (for the one 'close' listener all of them share). */
+const kStdio = Symbol('proctree.stdio');
+
+// EPIPE once the command is gone is not fatal, as with ChildProcess.
+function ignoreError(): void {}
+
 /**
  * The pipes of one call. They exist from the start, so a queued call already
  * has its streams; the child's ends are handed over when it starts.
@@ -25,10 +31,15 @@ export class CallStdio {
   readonly streams: Array<Readable | Writable | null>;
   /** What the child gets at each fd: our pipe ends for 'pipe', the kind or fd otherwise. */
   readonly forChild: NativeStdio[];
-  #childEnds: number[] = [];
+  #childEnds: number[] | null = null;
   /** Portable binding: the pipes child_process will make, until it does. */
-  #portablePipes: PortablePipe[] = [];
-  readonly #readables = new Set<Readable>();
+  #portablePipes: PortablePipe[] | null = null;
+  /**
+   * Our readable streams not yet closed. They are `streams[1…]` (the child
+   * writes every pipe but stdin): counted here, not kept in a set, as a
+   * live call holds as little as it can.
+   */
+  #openReadable = 0;
   readonly #onDrained: () => void;
 
   /**
@@ -40,7 +51,8 @@ export class CallStdio {
     this.streams = [];
     this.forChild = [];
     try {
-      for (const [i, entry] of entries.entries()) {
+      for (let i = 0; i < entries.length; i++) {
+        const entry = entries[i];
         if (entry.kind !== 'pipe') {
           this.streams.push(null);
           this.forChild.push(entry.kind === 'fd' ? entry.fd : entry.kind);
@@ -50,7 +62,7 @@ export class CallStdio {
           // Portable binding (no pipe pairs of its own): our side is a
           // PassThrough now, connected to the child's pipe when it starts.
           const pipe: PortablePipe = { stream: this.#proxy(i !== 0), readable: i !== 0, connected: false };
-          this.#portablePipes.push(pipe);
+          (this.#portablePipes ??= []).push(pipe);
           this.forChild.push(pipe);
           this.streams.push(pipe.stream);
           continue;
@@ -58,7 +70,7 @@ export class CallStdio {
         const [readFd, writeFd] = native.pipe();
         // The child reads fd 0 and writes every other pipe (stdout, stderr, 3, 4, …).
         const [ours, theirs] = i === 0 ? [writeFd, readFd] : [readFd, writeFd];
-        this.#childEnds.push(theirs);
+        (this.#childEnds ??= []).push(theirs);
         this.forChild.push(theirs);
         try {
           this.streams.push(this.#socket(ours, i !== 0));
@@ -80,16 +92,18 @@ export class CallStdio {
 
   /** Readable streams not yet closed: 'close' of the call waits for them. */
   get openReadable(): number {
-    return this.#readables.size;
+    return this.#openReadable;
   }
 
   /** The child holds its own copies once it started (or never will): ours would keep the pipes open. */
   closeChildEnds(): void {
-    for (const fd of this.#childEnds) native.closeFd(fd);
-    this.#childEnds = [];
+    const ends = this.#childEnds;
+    this.#childEnds = null;
+    if (ends) for (const fd of ends) native.closeFd(fd);
+    const pipes = this.#portablePipes;
+    this.#portablePipes = null;
     // Portable: a pipe the child never got will never carry anything.
-    for (const p of this.#portablePipes) if (!p.connected && p.readable && !p.stream.destroyed) p.stream.end();
-    this.#portablePipes = [];
+    if (pipes) for (const p of pipes) if (!p.connected && p.readable && !p.stream.destroyed) p.stream.end();
   }
 
   /**
@@ -97,14 +111,20 @@ export class CallStdio {
    * reaches EOF and 'close' can come.
    */
   flush(): void {
-    for (const s of this.#readables) {
-      if (s.readable && !usedAsStdio.has(s)) s.resume();
+    if (this.#openReadable === 0) return;
+    for (let i = 1; i < this.streams.length; i++) {
+      const s = this.streams[i] as Readable | null;
+      if (s && s.readable && !usedAsStdio.has(s)) s.resume();
     }
   }
 
   /** Closes our ends of the readable pipes still open (a holder outside the tree keeps them from EOF). */
   releaseReadable(): void {
-    for (const s of [...this.#readables]) s.destroy();
+    if (this.#openReadable === 0) return;
+    for (let i = 1; i < this.streams.length; i++) {
+      const s = this.streams[i] as Readable | null;
+      if (s && !s.closed) s.destroy();
+    }
   }
 
   /** The call never ran: every stream ends. */
@@ -130,18 +150,24 @@ export class CallStdio {
     return this.#track(new PassThrough(), readable);
   }
 
+  /** One listener for every readable stream of every call: no closure, no once() wrapper per stream. */
+  static readonly #readableClosed = function (this: Readable & { [kStdio]?: CallStdio }): void {
+    const stdio = this[kStdio];
+    if (!stdio) return;
+    this[kStdio] = undefined;
+    stdio.#openReadable--;
+    stdio.#onDrained();
+  };
+
   #track<S extends net.Socket | PassThrough>(sock: S, readable: boolean): S {
     if (!readable) {
-      // EPIPE once the command is gone is not fatal, as with ChildProcess;
-      // like ChildProcess, 'close' does not wait for stdin.
-      sock.on('error', () => {});
+      // Like ChildProcess, 'close' does not wait for stdin.
+      sock.on('error', ignoreError);
       return sock;
     }
-    this.#readables.add(sock);
-    sock.once('close', () => {
-      this.#readables.delete(sock);
-      this.#onDrained();
-    });
+    this.#openReadable++;
+    (sock as S & { [kStdio]?: CallStdio })[kStdio] = this;
+    sock.on('close', CallStdio.#readableClosed);
     return sock;
   }
 }
