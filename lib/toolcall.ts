@@ -91,6 +91,40 @@ const KILLED_ALL = 128;
 const CONSTRUCTING = 256;
 
 /**
+ * What a call holds only once it needs it: a live call with default options
+ * that wrote nothing and was asked nothing has none of it, and a harness
+ * holds many such calls.
+ */
+class CallExtras {
+  spawnError: Error | null = null;
+  report: CleanupReport | null = null;
+  ladder: Promise<CleanupReport> | null = null;
+  resolveLadder: ((r: CleanupReport) => void) | null = null;
+  timer: NodeJS.Timeout | null = null;
+  idleTimer: NodeJS.Timeout | null = null;
+  drainTimer: NodeJS.Timeout | null = null;
+  onAbort: (() => void) | null = null;
+  /**
+   * The result, made when somebody asks (run(), `done`) or when the call
+   * could become a job (its result is taken when it does); a call nobody
+   * asks builds none.
+   */
+  done: Promise<RunResult<string | Buffer>> | null = null;
+  doneEncoding: BufferEncoding | 'buffer' = 'utf8';
+  resolveDone: ((r: RunResult<string | Buffer>) => void) | null = null;
+  rejectDone: ((err: Error) => void) | null = null;
+  /** When 'close' came: the end of the result's duration, for a result built later. */
+  closedAt = 0;
+  /** Made with the call when it has output streams and something arrives, else when asked. */
+  output: CallOutput | null = null;
+  /** A job's output, from the start of the call (only for calls that can become jobs). */
+  ring: ByteTail | null = null;
+  usage: ResourceUsage | null = null;
+  /** What a job's command left running when it exited; null until then. */
+  remaining: ProcessInfo[] | null = null;
+}
+
+/**
  * A start error that Node throws from spawn() (see throwsLikeNode), carried
  * from #start() out of the constructor that admitted the call: construction
  * is synchronous, so one slot serves every call.
@@ -182,32 +216,118 @@ export class ToolCall extends EventEmitter {
    */
   #flags = 0;
   readonly #pipes: CallStdio;
-  #spawnError: Error | null = null;
-  #report: CleanupReport | null = null;
-  #ladder: Promise<CleanupReport> | null = null;
-  #resolveLadder: ((r: CleanupReport) => void) | null = null;
-  #timer: NodeJS.Timeout | null = null;
-  #idleTimer: NodeJS.Timeout | null = null;
-  #drainTimer: NodeJS.Timeout | null = null;
-  #onAbort: (() => void) | null = null;
-  /**
-   * The result, made when somebody asks (run(), `done`) or when the call
-   * could become a job (its result is taken when it does); a call nobody
-   * asks builds none.
-   */
-  #done: Promise<RunResult<string | Buffer>> | null = null;
-  #doneEncoding: BufferEncoding | 'buffer' = 'utf8';
-  #resolveDone: ((r: RunResult<string | Buffer>) => void) | null = null;
-  #rejectDone: ((err: Error) => void) | null = null;
-  /** When 'close' came: the end of the result's duration, for a result built later. */
-  #closedAt = 0;
-  /** Made with the call when it has output streams (collected from the first byte), else when asked. */
-  #output: CallOutput | null = null;
-  /** A job's output, from the start of the call (only for calls that can become jobs). */
-  readonly #ring: ByteTail | null = null;
-  #usage: ResourceUsage | null = null;
-  /** What a job's command left running when it exited; null until then. */
-  #remaining: ProcessInfo[] | null = null;
+  /** The state most live calls never need, made when a part of it is set (see CallExtras). */
+  #x: CallExtras | null = null;
+
+  #extras(): CallExtras {
+    this.#x ??= new CallExtras();
+    return this.#x;
+  }
+
+  // The fields of CallExtras, read as if they were the call's own: unset
+  // (null) costs no object.
+  get #spawnError(): Error | null {
+    return this.#x?.spawnError ?? null;
+  }
+  set #spawnError(v: Error | null) {
+    if (v !== null || this.#x) this.#extras().spawnError = v;
+  }
+  get #report(): CleanupReport | null {
+    return this.#x?.report ?? null;
+  }
+  set #report(v: CleanupReport | null) {
+    if (v !== null || this.#x) this.#extras().report = v;
+  }
+  get #ladder(): Promise<CleanupReport> | null {
+    return this.#x?.ladder ?? null;
+  }
+  set #ladder(v: Promise<CleanupReport> | null) {
+    if (v !== null || this.#x) this.#extras().ladder = v;
+  }
+  get #resolveLadder(): ((r: CleanupReport) => void) | null {
+    return this.#x?.resolveLadder ?? null;
+  }
+  set #resolveLadder(v: ((r: CleanupReport) => void) | null) {
+    if (v !== null || this.#x) this.#extras().resolveLadder = v;
+  }
+  get #timer(): NodeJS.Timeout | null {
+    return this.#x?.timer ?? null;
+  }
+  set #timer(v: NodeJS.Timeout | null) {
+    if (v !== null || this.#x) this.#extras().timer = v;
+  }
+  get #idleTimer(): NodeJS.Timeout | null {
+    return this.#x?.idleTimer ?? null;
+  }
+  set #idleTimer(v: NodeJS.Timeout | null) {
+    if (v !== null || this.#x) this.#extras().idleTimer = v;
+  }
+  get #drainTimer(): NodeJS.Timeout | null {
+    return this.#x?.drainTimer ?? null;
+  }
+  set #drainTimer(v: NodeJS.Timeout | null) {
+    if (v !== null || this.#x) this.#extras().drainTimer = v;
+  }
+  get #onAbort(): (() => void) | null {
+    return this.#x?.onAbort ?? null;
+  }
+  set #onAbort(v: (() => void) | null) {
+    if (v !== null || this.#x) this.#extras().onAbort = v;
+  }
+  get #done(): Promise<RunResult<string | Buffer>> | null {
+    return this.#x?.done ?? null;
+  }
+  set #done(v: Promise<RunResult<string | Buffer>> | null) {
+    if (v !== null || this.#x) this.#extras().done = v;
+  }
+  get #doneEncoding(): BufferEncoding | 'buffer' {
+    return this.#x?.doneEncoding ?? 'utf8';
+  }
+  set #doneEncoding(v: BufferEncoding | 'buffer') {
+    this.#extras().doneEncoding = v;
+  }
+  get #resolveDone(): ((r: RunResult<string | Buffer>) => void) | null {
+    return this.#x?.resolveDone ?? null;
+  }
+  set #resolveDone(v: ((r: RunResult<string | Buffer>) => void) | null) {
+    if (v !== null || this.#x) this.#extras().resolveDone = v;
+  }
+  get #rejectDone(): ((err: Error) => void) | null {
+    return this.#x?.rejectDone ?? null;
+  }
+  set #rejectDone(v: ((err: Error) => void) | null) {
+    if (v !== null || this.#x) this.#extras().rejectDone = v;
+  }
+  get #closedAt(): number {
+    return this.#x?.closedAt ?? 0;
+  }
+  set #closedAt(v: number) {
+    this.#extras().closedAt = v;
+  }
+  get #output(): CallOutput | null {
+    return this.#x?.output ?? null;
+  }
+  set #output(v: CallOutput | null) {
+    if (v !== null || this.#x) this.#extras().output = v;
+  }
+  get #ring(): ByteTail | null {
+    return this.#x?.ring ?? null;
+  }
+  set #ring(v: ByteTail | null) {
+    if (v !== null || this.#x) this.#extras().ring = v;
+  }
+  get #usage(): ResourceUsage | null {
+    return this.#x?.usage ?? null;
+  }
+  set #usage(v: ResourceUsage | null) {
+    if (v !== null || this.#x) this.#extras().usage = v;
+  }
+  get #remaining(): ProcessInfo[] | null {
+    return this.#x?.remaining ?? null;
+  }
+  set #remaining(v: ProcessInfo[] | null) {
+    if (v !== null || this.#x) this.#extras().remaining = v;
+  }
 
   #flag(bit: number): boolean {
     return (this.#flags & bit) !== 0;
