@@ -90,6 +90,33 @@ const UNREF = 64;
 const KILLED_ALL = 128;
 const CONSTRUCTING = 256;
 
+/** What a call reads of its options after its start. */
+class CallSettings {
+  readonly file: string;
+  readonly argv: string[];
+  readonly background: boolean;
+  readonly grace: number;
+  readonly idleTimeout: number;
+  readonly killSignal: number;
+  readonly leftovers: ResolvedSpawn['leftovers'];
+  readonly output: ResolvedSpawn['output'];
+  readonly signal: AbortSignal | undefined;
+  readonly timeout: number;
+
+  constructor(o: ResolvedSpawn) {
+    this.file = o.file;
+    this.argv = o.argv;
+    this.background = o.background;
+    this.grace = o.grace;
+    this.idleTimeout = o.idleTimeout;
+    this.killSignal = o.killSignal;
+    this.leftovers = o.leftovers;
+    this.output = o.output;
+    this.signal = o.signal;
+    this.timeout = o.timeout;
+  }
+}
+
 /**
  * What a call holds only once it needs it: a live call with default options
  * that wrote nothing and was asked nothing has none of it, and a harness
@@ -205,7 +232,10 @@ export class ToolCall extends EventEmitter {
   #id = 0;
   /** How the tree is proved empty, as the addon says for this call's tier ('none' until it started). */
   #verified: Verification = 'none';
-  readonly #opts: ResolvedSpawn;
+  /** The options a call reads all its life. */
+  readonly #opts: CallSettings;
+  /** The options only its start reads (environment, cwd, stdio, …): dropped once it started. */
+  #launch: ResolvedSpawn | null;
   readonly #owner: CallOwner;
   readonly #createdAt = performance.now();
   #startedAt = 0;
@@ -396,7 +426,8 @@ export class ToolCall extends EventEmitter {
   /** @internal use spawn() or Supervisor#spawn() */
   constructor(opts: ResolvedSpawn, owner: CallOwner, run?: ResolvedRun) {
     super();
-    this.#opts = opts;
+    this.#opts = new CallSettings(opts);
+    this.#launch = opts;
     this.#owner = owner;
     this.spawnfile = opts.file;
     this.spawnargs = opts.argv;
@@ -489,7 +520,8 @@ export class ToolCall extends EventEmitter {
     if (this.#started) return;
     this.#started = true;
     this.#startedAt = performance.now();
-    const opts = this.#opts;
+    const opts = this.#launch as ResolvedSpawn;
+    this.#launch = null;
     let res;
     try {
       helper ??= helperPath();
