@@ -325,7 +325,9 @@ function copyOptions(options: object | undefined): OwnOptions {
   const own = new OwnOptions();
   if (options === undefined) return own;
   const target = own as unknown as Record<string, unknown>;
-  for (const key of Object.keys(options)) {
+  const keys = Object.keys(options);
+  for (let i = 0; i < keys.length; i++) {
+    const key = keys[i];
     const value = (options as Record<string, unknown>)[key];
     if (knownOptions.has(key)) target[key] = value;
     else (own.unknownKeys ??= []).push(key);

@@ -87,7 +87,10 @@ export class CallStdio {
     this.stdout = (this.streams[1] as Readable | null) ?? null;
     this.stderr = (this.streams[2] as Readable | null) ?? null;
     // Streams given as entries are the child's now: stop reading them.
-    for (const entry of entries) if (entry.kind === 'fd' && entry.stream) stopReading(entry.stream);
+    for (let i = 0; i < entries.length; i++) {
+      const entry = entries[i];
+      if (entry.kind === 'fd' && entry.stream) stopReading(entry.stream);
+    }
   }
 
   /** Readable streams not yet closed: 'close' of the call waits for them. */
