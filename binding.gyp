@@ -57,6 +57,7 @@
         "native/helper/shim.cc",
         "native/kernel/broker_protocol.cc",
         "native/kernel/cgroup.cc",
+        "native/kernel/cgroup_sweep.cc",
         "native/kernel/child.cc",
         "native/kernel/clone.cc",
         "native/kernel/members.cc",
