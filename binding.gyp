@@ -8,6 +8,7 @@
         "native/kernel/broker_client.cc",
         "native/kernel/broker_protocol.cc",
         "native/kernel/cgroup.cc",
+        "native/kernel/cgroup_sweep.cc",
         "native/kernel/child.cc",
         "native/kernel/clone.cc",
         "native/kernel/guardian_launch.cc",
