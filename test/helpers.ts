@@ -34,6 +34,16 @@ export function liveWith(needle: string, comm?: string): number[] {
   return found.filter((pid) => pid !== process.pid);
 }
 
+/** Whether pid is a running process now (not gone, not a zombie). */
+export function running(pid: number): boolean {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat[stat.lastIndexOf(')') + 2] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
 /** Waits until the /proc scan for `needle` finds at least `count` processes. */
 export async function waitForLive(needle: string, count: number, comm?: string, timeoutMs = 5000): Promise<number[]> {
   const deadline = Date.now() + timeoutMs;
