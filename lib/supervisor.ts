@@ -109,9 +109,17 @@ export class Supervisor extends EventEmitter {
 
   run(file: string, args?: readonly string[], options?: RunOptions & { encoding?: BufferEncoding }): Promise<RunResult<string>>;
   run(file: string, args: readonly string[], options: RunOptions & { encoding: 'buffer' }): Promise<RunResult<Buffer>>;
-  run(file: string, args?: readonly string[], options?: RunOptions): Promise<RunResult<string | Buffer>> {
+  run(file: string, options?: RunOptions & { encoding?: BufferEncoding }): Promise<RunResult<string>>;
+  run(file: string, options: RunOptions & { encoding: 'buffer' }): Promise<RunResult<Buffer>>;
+  run(file: string, args?: readonly string[] | RunOptions, options?: RunOptions): Promise<RunResult<string | Buffer>> {
     try {
       this.#checkOpen();
+      // run(file, options) is run(file, [], options), as spawn's arguments are
+      // read: run's own options (input, encoding) must come from there too.
+      if (args != null && typeof args === 'object' && !Array.isArray(args)) {
+        options = args as RunOptions;
+        args = undefined;
+      }
       const resolved = resolveSpawn(file, args, options, { grace: this.#grace, jobBuffer: this.#jobBuffer, where: 'run' });
       const call = this.#track(new ToolCall(resolved, this.#owner, resolveRun(options)));
       // A failed start is delivered as the rejection.
