@@ -131,6 +131,8 @@ export class ToolCall extends EventEmitter {
   #report: CleanupReport | null = null;
   #ladder: Promise<CleanupReport> | null = null;
   #resolveLadder: ((r: CleanupReport) => void) | null = null;
+  /** Why the ladder was asked for: what its report says even when the tree was gone before it ran. */
+  #ladderReason: CleanupReason = 'terminate';
   #timedOut = false;
   #aborted = false;
   #timer: NodeJS.Timeout | null = null;
@@ -336,7 +338,7 @@ export class ToolCall extends EventEmitter {
     process.nextTick(() => {
       this.#owner.release(this);
       if (emitError) this.#emitError(err);
-      if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport('terminate', this.confinement, this.#verified));
+      if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport(this.#ladderReason, this.confinement, this.#verified));
       this.#empty = true;
       this.#flushOutput();
       this.#maybeClose();
@@ -520,14 +522,15 @@ export class ToolCall extends EventEmitter {
 
   /** Starts the ladder once; returns whether it will signal a live tree. */
   #startLadder(reason: CleanupReason, grace: number, kills: boolean): boolean {
-    if (!this.#prepareLadder()) return false;
+    if (!this.#prepareLadder(reason)) return false;
     return this.#ladderStarted(native.terminate(this.#id, grace, this.#opts.killSignal, reason), reason, kills);
   }
 
   /** Whether a ladder may start now; if so, its promise exists from here. */
-  #prepareLadder(): boolean {
+  #prepareLadder(reason: CleanupReason): boolean {
     if (this.#report || this.#ladder) return false;
     if (!this.#id || this.#empty || this.#spawnError) return false;
+    this.#ladderReason = reason;
     this.#ladder = new Promise((resolve) => {
       this.#resolveLadder = resolve;
     });
@@ -553,7 +556,7 @@ export class ToolCall extends EventEmitter {
     const ready: ToolCall[] = [];
     for (const c of calls) {
       if (!c.#started) continue;
-      if (c.#prepareLadder()) ready.push(c);
+      if (c.#prepareLadder(reason)) ready.push(c);
     }
     const reporting = ready.length
       ? native.terminateGroup(ready.map((c) => c.#id), ready.map((c) => c.#opts.killSignal), grace, reason)
@@ -658,7 +661,7 @@ export class ToolCall extends EventEmitter {
       this.#timer = null;
     }
     // A ladder asked for while the empty event was on its way.
-    if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport('terminate', this.confinement, this.#verified));
+    if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport(this.#ladderReason, this.confinement, this.#verified));
     this.stdin?.destroy();
     this.emit('empty');
     this.pty?.[ptyTreeEmpty]();

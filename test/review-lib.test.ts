@@ -31,3 +31,16 @@ describe('run(file, options) is run(file, [], options)', () => {
     expect(await sup.run('cat', [], { input: 'same' })).toMatchObject({ stdout: 'same' });
   });
 });
+
+describe("the report of a ladder that found nothing says why it was asked for", () => {
+  it.each(['subreaper', 'pidns'] as const)('%s: a shutdown while the start is pending, and the start fails', async (confinement) => {
+    const sup = supervisor();
+    const call = sup.spawn(`/nonexistent-${token()}`, [], { confinement, stdio: 'ignore' });
+    call.on('error', () => {});
+    // The shim has not confirmed the start yet: the ladder is asked for first.
+    expect(call.pid).toBeUndefined();
+    const [report] = await sup.shutdown();
+    expect(report.reason).toBe('shutdown');
+    expect(report.leftovers).toEqual([]);
+  });
+});
