@@ -104,7 +104,8 @@ function nullCheck(value: unknown, name: string): void {
   }
 }
 
-function checkBoolean(value: unknown, name: string): boolean {
+/** A boolean option: false when null or undefined, else ERR_INVALID_ARG_TYPE unless a boolean. */
+export function checkBoolean(value: unknown, name: string): boolean {
   if (value == null) return false;
   if (typeof value !== 'boolean') throw invalidArgType(name, 'boolean', value);
   return value;

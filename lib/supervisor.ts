@@ -3,10 +3,10 @@
 import { EventEmitter } from 'node:events';
 import { threadId } from 'node:worker_threads';
 
-import { invalidArgType, invalidArgValue } from './errors';
+import { invalidArgType, invalidArgValue, outOfRange } from './errors';
 import { Job, type JobInfo, JobRegistry } from './jobs';
 import { native } from './native';
-import { checkBytes, checkGrace, DEFAULT_JOB_BUFFER, resolveRun, resolveSpawn } from './options';
+import { checkBoolean, checkBytes, checkGrace, DEFAULT_JOB_BUFFER, resolveRun, resolveSpawn } from './options';
 import { callPhase, type CallOwner, dropQueued, terminateMany, ToolCall } from './toolcall';
 import type { CleanupReport, RunOptions, RunResult, SpawnOptions } from './types';
 
@@ -65,20 +65,22 @@ export class Supervisor extends EventEmitter {
 
   constructor(options: SupervisorOptions = {}) {
     super();
-    if (options === null || typeof options !== 'object') throw invalidArgType('options', 'of type object', options);
+    if (options === null || typeof options !== 'object') throw invalidArgType('options', 'Object', options);
     const name = options.name ?? `s${++unnamed}`;
-    if (typeof name !== 'string') throw invalidArgType('options.name', 'of type string', name);
+    if (typeof name !== 'string') throw invalidArgType('options.name', 'string', name);
     if (!/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/.test(name)) {
       throw invalidArgValue('options.name', name, 'must be 1-64 letters, digits, "_", "." or "-"');
     }
     if (usedNames.has(name)) throw invalidArgValue('options.name', name, 'is already used by a live supervisor');
     this.#grace = checkGrace(options.grace, 2000);
     const max = options.maxConcurrent ?? Infinity;
-    if (typeof max !== 'number' || !(max >= 1) || (max !== Infinity && !Number.isInteger(max))) {
-      throw invalidArgValue('options.maxConcurrent', max, 'must be an integer >= 1');
+    if (typeof max !== 'number') throw invalidArgType('options.maxConcurrent', 'number', max);
+    if (!(max >= 1) || (max !== Infinity && !Number.isInteger(max))) {
+      throw outOfRange('options.maxConcurrent', 'an integer >= 1 or Infinity', max);
     }
     this.#maxConcurrent = max;
     this.#jobBuffer = checkBytes(options.jobBuffer, 'options.jobBuffer', DEFAULT_JOB_BUFFER);
+    const handleSignals = checkBoolean(options.handleSignals, 'options.handleSignals');
     this.#name = name;
     usedNames.add(name);
     const suffix = threadId === 0 ? '' : `-w${threadId}`;
@@ -86,7 +88,7 @@ export class Supervisor extends EventEmitter {
     this.group = name === 'default' ? `${prefix}${suffix}` : `${prefix}-${name}${suffix}`;
     installExitHook();
     this.#owner = this.#makeOwner();
-    if (options.handleSignals) this.#installSignalHandlers();
+    if (handleSignals) this.#installSignalHandlers();
   }
 
   /** Calls not yet closed, queued ones included. */

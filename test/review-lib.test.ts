@@ -44,3 +44,57 @@ describe("the report of a ladder that found nothing says why it was asked for", 
     expect(report.leftovers).toEqual([]);
   });
 });
+
+describe("validation with Node's codes and wording", () => {
+  function thrown(fn: () => unknown): Error & { code?: string } {
+    try {
+      fn();
+    } catch (err) {
+      return err as Error & { code?: string };
+    }
+    throw new Error('did not throw');
+  }
+
+  it('maxConcurrent: ERR_INVALID_ARG_TYPE for a non-number, ERR_OUT_OF_RANGE for 0, 1.5, NaN', () => {
+    const name = `review-${process.pid}-mc`;
+    expect(thrown(() => new Supervisor({ name, maxConcurrent: '2' as unknown as number }))).toMatchObject({
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: `The "options.maxConcurrent" property must be of type number. Received type string ('2')`,
+    });
+    for (const bad of [0, 1.5, NaN, -Infinity]) {
+      const err = thrown(() => new Supervisor({ name, maxConcurrent: bad }));
+      expect(err).toBeInstanceOf(RangeError);
+      expect(err.code).toBe('ERR_OUT_OF_RANGE');
+      expect(err.message).toMatch(/^The value of "options.maxConcurrent" is out of range\. It must be an integer >= 1 or Infinity\. Received /);
+    }
+    supervisor({ maxConcurrent: Infinity });
+    supervisor({ maxConcurrent: 3 });
+  });
+
+  it('handleSignals must be a boolean', () => {
+    const err = thrown(() => new Supervisor({ name: `review-${process.pid}-hs`, handleSignals: 'yes' as unknown as boolean }));
+    expect(err).toBeInstanceOf(TypeError);
+    expect(err).toMatchObject({
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: `The "options.handleSignals" property must be of type boolean. Received type string ('yes')`,
+    });
+  });
+
+  it('an object where one is wanted reads as in Node: "of type object", "one of type boolean or object"', async () => {
+    const cp = await import('node:child_process');
+    // The same bad options object as Node's own spawn is given: the same message.
+    const nodeErr = thrown(() => cp.spawn('true', [], 5 as never));
+    const sup = supervisor();
+    const ours = thrown(() => sup.spawn('true', [], 5 as never));
+    expect(ours.code).toBe('ERR_INVALID_ARG_TYPE');
+    expect(ours.message).toBe(nodeErr.message);
+    expect(ours.message).toBe('The "options" argument must be of type object. Received type number (5)');
+    expect(thrown(() => new Supervisor(5 as never)).message).toBe('The "options" argument must be of type object. Received type number (5)');
+    expect(thrown(() => sup.spawn('true', [], { pty: 'x' as never })).message).toBe(
+      `The "options.pty" property must be one of type boolean or object. Received type string ('x')`,
+    );
+    expect(thrown(() => sup.spawn('true', [], { cwd: 5 as never })).message).toBe(
+      'The "options.cwd" property must be of type string or an instance of Buffer or URL. Received type number (5)',
+    );
+  });
+});
