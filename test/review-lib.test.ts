@@ -98,3 +98,18 @@ describe("validation with Node's codes and wording", () => {
     );
   });
 });
+
+describe('lines() validates its options', () => {
+  it("an unknown stream name is ERR_INVALID_ARG_VALUE (it used to end at once, with no line)", async () => {
+    const sup = supervisor();
+    const call = sup.spawn('sh', ['-c', 'echo one; echo two >&2']);
+    calls.push(call);
+    expect(() => call.lines({ stream: 'stdrr' as never })).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_ARG_VALUE', message: expect.stringContaining("must be one of: 'stdout', 'stderr', 'all'") }),
+    );
+    expect(() => call.lines(5 as never)).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }));
+    const lines: string[] = [];
+    for await (const line of call.lines({ stream: 'all' })) lines.push(line);
+    expect(lines.sort()).toEqual(['one', 'two']);
+  });
+});
