@@ -214,8 +214,8 @@ export class Supervisor extends EventEmitter {
         this.#calls.delete(call);
         this.#freeSlot(call);
       },
-      adoptJob: (call, ring) => {
-        const job = new Job(call.jobId as string, call, ring, () => call[callPhase](), Date.now());
+      adoptJob: (call, ring, startedAt) => {
+        const job = new Job(call.jobId as string, call, ring, () => call[callPhase](), startedAt);
         this.#jobs.add(job);
         this.#freeSlot(call);
         this.emit('job', job, call);

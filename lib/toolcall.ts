@@ -42,8 +42,8 @@ export interface CallOwner {
   release(call: ToolCall): void;
   /** An 'error' the call has no listener for. */
   unhandledError(call: ToolCall, err: Error): void;
-  /** The call is a job now (its id is set): list it, and free its slot. */
-  adoptJob(call: ToolCall, ring: ByteTail): void;
+  /** The call is a job now (its id is set): list it, and free its slot. `startedAt`: when the call started (ms since the epoch). */
+  adoptJob(call: ToolCall, ring: ByteTail, startedAt: number): void;
 }
 
 /** Runs the ladder with a reason other than 'terminate' (supervisor shutdown). @internal */
@@ -122,6 +122,8 @@ export class ToolCall extends EventEmitter {
   readonly #owner: CallOwner;
   readonly #createdAt = performance.now();
   #startedAt = 0;
+  /** The same moment in ms since the epoch: a job's startedAt, however much later it became one. */
+  #startedAtEpoch = 0;
   #started = false;
   readonly #pipes: CallStdio;
   #spawnError: Error | null = null;
@@ -247,6 +249,7 @@ export class ToolCall extends EventEmitter {
     if (this.#started) return;
     this.#started = true;
     this.#startedAt = performance.now();
+    this.#startedAtEpoch = Date.now();
     const opts = this.#opts;
     let res;
     try {
@@ -303,7 +306,7 @@ export class ToolCall extends EventEmitter {
     if (this.jobId !== null || !this.#ring) return;
     this.jobId = `c${this.#id}`;
     this.#output.flowAlways();
-    this.#owner.adoptJob(this, this.#ring);
+    this.#owner.adoptJob(this, this.#ring, this.#startedAtEpoch);
   }
 
   #onTimeout(): void {

@@ -113,3 +113,24 @@ describe('lines() validates its options', () => {
     expect(lines.sort()).toEqual(['one', 'two']);
   });
 });
+
+describe('a kept job started when its call did', () => {
+  it('startedAt is the start of the call, not the moment its leftovers made it a job', async () => {
+    const sup = supervisor();
+    const t = token();
+    const before = Date.now();
+    const call = sup.spawn('sh', ['-c', `sleep ${t} & sleep 0.6`], { leftovers: 'keep', stdio: 'ignore' });
+    const after = Date.now();
+    calls.push(call);
+    const result = await call.done;
+    expect(result.jobId).not.toBeNull();
+    const job = sup.job(result.jobId as string);
+    try {
+      // The job was made 0.6 s after the start; its startedAt is the start.
+      expect(job.info().startedAt).toBeGreaterThanOrEqual(before);
+      expect(job.info().startedAt).toBeLessThanOrEqual(after);
+    } finally {
+      await job.stop({ grace: 0 });
+    }
+  });
+});
