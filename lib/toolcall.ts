@@ -54,6 +54,19 @@ export const terminateMany = Symbol('proctree.terminateMany');
 export const dropQueued = Symbol('proctree.dropQueued');
 /** Whether the ladder runs and whether the call closed, for its job's state. @internal */
 export const callPhase = Symbol('proctree.callPhase');
+/** What remains of a kept call's tree and what it used so far: its result's `remaining` and `usage`. @internal */
+export const jobOutcome = Symbol('proctree.jobOutcome');
+
+/**
+ * Runs `fn` once the pipes have had one more whole poll phase, so output
+ * already in them at a main process's exit has been read: a check phase
+ * later, and another, since 'exit' may be delivered inside a poll phase
+ * after the pipes were polled (or before their reading started). When a
+ * kept call's result (and the server's job event) is made. @internal
+ */
+export function afterPipesPolled(fn: () => void): void {
+  setImmediate(() => setImmediate(fn));
+}
 
 export interface ToolCallEvents {
   spawn: [];
@@ -509,6 +522,11 @@ export class ToolCall extends EventEmitter {
   }
 
   /** @internal */
+  [jobOutcome](): { remaining: ProcessInfo[]; usage: ResourceUsage } {
+    return { remaining: this.#remaining, usage: this.#usage ?? usageSoFar(this.cgroup, Math.max(1, this.#remaining.length)) };
+  }
+
+  /** @internal */
   [callPhase](): CallPhase {
     return { stopping: this.#ladder !== null && this.#report === null, empty: this.#empty, closed: this.#closed };
   }
@@ -616,10 +634,8 @@ export class ToolCall extends EventEmitter {
     if (infos.length > 0 && this.#opts.leftovers === 'keep') {
       // What the command left running is a job now, not part of the
       // command's time: its timers stop (a background call's bound the job
-      // from the start, and keep running). The result comes after one more
-      // whole poll phase, so output already in the pipes is in it: a check
-      // phase later, and another, since 'exit' may be delivered inside a poll
-      // phase after the pipes were polled (or before their reading started).
+      // from the start, and keep running). The result comes once output
+      // already in the pipes has been read.
       this.#remaining = infos;
       if (!this.#opts.background) {
         for (const t of [this.#timer, this.#idleTimer]) if (t) clearTimeout(t);
@@ -627,15 +643,13 @@ export class ToolCall extends EventEmitter {
         this.#idleTimer = null;
       }
       this.#becomeJob();
-      setImmediate(() =>
-        setImmediate(() => {
-          if (!this.#settleDone) return;
-          // Read again: a process caught between fork and exec at 'exit' shows its command by now.
-          const now = this.#empty ? [] : native.processInfo(native.members(this.#id));
-          if (now.length > 0) this.#remaining = now;
-          this.#settleDone();
-        }),
-      );
+      afterPipesPolled(() => {
+        if (!this.#settleDone) return;
+        // Read again: a process caught between fork and exec at 'exit' shows its command by now.
+        const now = this.#empty ? [] : native.processInfo(native.members(this.#id));
+        if (now.length > 0) this.#remaining = now;
+        this.#settleDone();
+      });
     }
     if (infos.length > 0) this.emit('leftover', infos);
     if (this.#opts.leftovers === 'kill') this.#startLadder('leftovers', this.#opts.grace, false);
@@ -732,9 +746,8 @@ export class ToolCall extends EventEmitter {
               pid: this.pid,
               cgroup: this.cgroup,
               confinement: this.confinement,
-              usage: this.#usage ?? usageSoFar(this.cgroup, Math.max(1, this.#remaining.length)),
+              ...this[jobOutcome](),
               jobId: this.jobId,
-              remaining: this.#remaining,
             },
             this.#output,
             run.encoding,

@@ -134,3 +134,43 @@ describe('a kept job started when its call did', () => {
     }
   });
 });
+
+describe('proctree serve: the close event says what the call says', () => {
+  it('timedOut is true when the timeout ended the wait for the pipes (pgroup: no ladder, no report)', async () => {
+    const { PassThrough } = await import('node:stream');
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { ProtocolServer } = require('../dist/cjs/cli/serve.js') as typeof import('../lib/cli/serve');
+    const input = new PassThrough();
+    const output = new PassThrough();
+    const events: Array<Record<string, unknown>> = [];
+    let buffered = '';
+    output.on('data', (d: Buffer) => {
+      buffered += d.toString();
+      for (let nl = buffered.indexOf('\n'); nl >= 0; nl = buffered.indexOf('\n')) {
+        events.push(JSON.parse(buffered.slice(0, nl)));
+        buffered = buffered.slice(nl + 1);
+      }
+    });
+    const stopped = new Promise<number>((resolve) => new ProtocolServer({ input, output }, resolve).start());
+    const t = token(30);
+    let escapee = 0;
+    try {
+      // The setsid'd sleep holds stdout and is invisible to the pgroup tier:
+      // the tree looks empty at once, and the timeout ends the wait for the pipe.
+      const id = `c${process.pid}`;
+      input.write(
+        `${JSON.stringify({ rid: 1, op: 'spawn', id, file: 'sh', args: ['-c', `setsid sleep ${t} & echo $!`], options: { confinement: 'pgroup', timeout: 300, grace: 20_000 } })}\n`,
+      );
+      const start = Date.now();
+      while (!events.some((e) => e.event === 'close') && Date.now() - start < 10_000) await new Promise((r) => setTimeout(r, 20));
+      const out = events.find((e) => e.event === 'stdout');
+      escapee = Number(Buffer.from(String(out?.data), 'base64').toString().trim());
+      const close = events.find((e) => e.event === 'close');
+      expect(close).toMatchObject({ id, timedOut: true, cleanup: null });
+    } finally {
+      if (escapee > 0) process.kill(escapee, 'SIGKILL');
+      input.end();
+      await stopped;
+    }
+  });
+});

@@ -11,11 +11,10 @@ import { capabilities } from '../capabilities';
 import { invalidArgValue } from '../errors';
 import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, keptValue, OutputCollector, type OutputStream } from '../output';
 import { noTerminal, typeEndOfInput } from '../pty';
-import { usageSoFar } from '../result';
 import { spawn } from '../spawn';
 import { job, jobs } from '../supervisor';
-import type { ToolCall } from '../toolcall';
-import type { CleanupReport, ProcessInfo, SpawnOptions } from '../types';
+import { afterPipesPolled, jobOutcome, type ToolCall } from '../toolcall';
+import type { CleanupReport, SpawnOptions } from '../types';
 import { parseFlags } from './args';
 import {
   type CollectedOutput,
@@ -479,26 +478,21 @@ export class ProtocolServer {
       if (held) held.push(event);
       else this.#send(event);
     };
-    const sendJob = (remaining: ProcessInfo[]): void => {
+    const sendJob = (): void => {
       if (live.jobSent || live.closeSent || call.jobId === null) return;
       live.jobSent = true;
       const result = takeResult();
       // From now on the output is the job's: it flows to its ring buffer.
       flow.events = false;
       flow.apply();
-      emit({
-        event: 'job',
-        id,
-        jobId: call.jobId,
-        remaining,
-        usage: usageSoFar(call.cgroup, Math.max(1, remaining.length)),
-        ...(result ? { result } : {}),
-      });
+      // What the call's own result says: the same remaining and usage.
+      const { remaining, usage } = call[jobOutcome]();
+      emit({ event: 'job', id, jobId: call.jobId, remaining, usage, ...(result ? { result } : {}) });
     };
     const spawned = (): void => {
       emit({ event: 'spawn', id, pid: call.pid as number });
       // A background call is a job from its start.
-      if (call.jobId !== null) sendJob([]);
+      if (call.jobId !== null) sendJob();
     };
     let pending: Promise<Record<string, unknown>> | null = null;
     if (call.pid === undefined) {
@@ -555,15 +549,9 @@ export class ProtocolServer {
     call.on('leftover', (processes) => {
       emit({ event: 'leftover', id, processes });
       if (call.jobId === null || live.jobSent) return;
-      // What the command left is a job now. As run() does, the job event
-      // comes after one more poll phase, so output already in the pipes is
-      // in its result, and with what remains then (a process caught between
-      // fork and exec at 'exit' shows its command by now).
-      const jobId = call.jobId;
-      setImmediate(() => {
-        const now = job(jobId).info().processes;
-        sendJob(now.length > 0 ? now : processes);
-      });
+      // What the command left is a job now. When the call's own result is
+      // made (output already in the pipes is in it), with what remains then.
+      afterPipesPolled(sendJob);
     });
     call.on('cleanup', (report) => {
       live.report = report;
@@ -582,7 +570,7 @@ export class ProtocolServer {
         id,
         code,
         signal,
-        timedOut: live.report?.reason === 'timeout',
+        timedOut: call.timedOut,
         durationMs: performance.now() - live.startedAt,
         cleanup: live.report,
         usage: call.usage,
