@@ -250,9 +250,9 @@ function distance(a: string, b: string): number {
 /**
  * Options nobody reads are reported, once per name and process, instead of
  * being dropped silently (a misspelled `maxBufer` would otherwise look like
- * it worked). Exported for the CLI and the server, which apply the same rule.
+ * it worked).
  */
-export function warnUnknownOptions(options: object, where = 'spawn'): void {
+function warnUnknownOptions(options: object, where = 'spawn'): void {
   for (const key of Object.keys(options)) {
     if (knownOptions.has(key) || warned.has(key)) continue;
     warned.add(key);

@@ -47,7 +47,6 @@ function installExitHook(): void {
   process.on('exit', () => native.shutdown(1000));
 }
 
-
 export class Supervisor extends EventEmitter {
   /** The cgroup subtree's directory name below the harness's cgroup. */
   readonly group: string;

@@ -46,8 +46,6 @@ export interface CallOwner {
   adoptJob(call: ToolCall, ring: ByteTail, startedAt: number): void;
 }
 
-/** Runs the ladder with a reason other than 'terminate' (supervisor shutdown). @internal */
-export const terminateFor = Symbol('proctree.terminateFor');
 /** Runs the ladder on many calls at once (ToolCall[terminateMany]). @internal */
 export const terminateMany = Symbol('proctree.terminateMany');
 /** Ends a call that is still queued, quietly: it never starts. @internal */
@@ -418,11 +416,6 @@ export class ToolCall extends EventEmitter {
   resize(cols: number, rows: number): void {
     if (!this.pty) throw noTerminal();
     this.pty.resize(cols, rows);
-  }
-
-  /** @internal */
-  [terminateFor](reason: CleanupReason, grace: number): Promise<CleanupReport> {
-    return this.#ladderFor(reason, grace);
   }
 
   /** `using call = spawn(…)`: stops the whole tree when the scope ends, unless it was already signalled. */

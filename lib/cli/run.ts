@@ -5,7 +5,7 @@ import { constants as osConstants } from 'node:os';
 import { spawn } from '../spawn';
 import type { ToolCall } from '../toolcall';
 import type { CleanupReport, ResourceUsage, RunResult, SpawnOptions } from '../types';
-import { EXIT_USAGE, flagString, parseDuration, parseFlags, parseSize, splitCommand, UsageError } from './args';
+import { flagString, parseDuration, parseFlags, parseSize, splitCommand, UsageError } from './args';
 import { attachTerminal, terminalOptions } from './terminal';
 
 export const runHelp = `Usage: proctree run [options] [--] COMMAND [ARG...]
@@ -238,5 +238,3 @@ export async function runCommand(argv: string[]): Promise<number> {
     for (const s of stopSignals) process.off(s, stopTree);
   }
 }
-
-export { EXIT_USAGE };
