@@ -19,6 +19,7 @@ import {
 } from './errors';
 import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, type OutputSettings, UNREAD_MAX_BUFFER } from './output';
 import { ptyStdio, resolvePty, type ResolvedPty, withTerm } from './pty';
+import { tiers } from './tiers';
 import type { Confinement, RunOptions, SpawnOptions } from './types';
 
 /**
@@ -62,6 +63,9 @@ export interface ResolvedSpawn {
   /** A terminal for fds 0–2 (options.pty), or none. */
   pty: ResolvedPty | undefined;
 }
+
+/** What options.confinement accepts: 'auto' and every tier. */
+const confinements: ReadonlyArray<'auto' | Confinement> = ['auto', ...tiers];
 
 const signalNumbers: Record<string, number> = osConstants.signals as Record<string, number>;
 const signalNames = new Map<number, NodeJS.Signals>(
@@ -368,8 +372,8 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
   const output = resolveOutput(opts);
   const jobBuffer = checkBytes(opts.jobBuffer, 'options.jobBuffer', defaults.jobBuffer ?? DEFAULT_JOB_BUFFER);
   const confinement = opts.confinement ?? 'auto';
-  if (!['auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup', 'none'].includes(confinement as string)) {
-    throw invalidArgValue('options.confinement', confinement, "must be one of: 'auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup', 'none'");
+  if (!confinements.includes(confinement)) {
+    throw invalidArgValue('options.confinement', confinement, `must be one of: ${confinements.map((c) => `'${c}'`).join(', ')}`);
   }
   const grace = checkMs(opts.grace, 'grace', defaults.grace ?? 2000);
   const pty = resolvePty(opts.pty);

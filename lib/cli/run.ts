@@ -3,6 +3,7 @@
 import { constants as osConstants } from 'node:os';
 
 import { spawn } from '../spawn';
+import { tiers } from '../tiers';
 import type { ToolCall } from '../toolcall';
 import type { CleanupReport, ResourceUsage, RunResult, SpawnOptions } from '../types';
 import { flagString, parseDuration, parseFlags, parseSize, splitCommand, UsageError } from './args';
@@ -18,7 +19,7 @@ Options:
   --timeout DURATION    stop the whole tree after DURATION (0 = never; default 0)
   --grace DURATION      from the graceful signal to SIGKILL (default 2s)
   --signal SIG          the graceful signal (default SIGTERM)
-  --confinement TIER    auto | cgroup | systemd | pidns | subreaper | pgroup | none (default auto;
+  --confinement TIER    ${['auto', ...tiers].join(' | ')} (default auto;
                         the library rejects the tiers this host or version lacks)
   --leftovers MODE      when COMMAND exits with descendants alive: kill (default)
                         runs the ladder on them; wait keeps going until they end
