@@ -104,6 +104,11 @@ export function outOfRange(name: string, range: string, value: unknown): RangeEr
   );
 }
 
+/** One of proctree's own errors (`ERR_PROCTREE_…`), shaped as Node's: the code enumerable and in the stack's first line. */
+export function proctreeError(code: string, message: string): Error & { code: string } {
+  return withCode(new Error(message), code);
+}
+
 export function unknownSignal(signal: unknown): TypeError & { code: string } {
   return withCode(new TypeError(`Unknown signal: ${String(signal)}`), 'ERR_UNKNOWN_SIGNAL');
 }

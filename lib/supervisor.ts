@@ -3,7 +3,7 @@
 import { EventEmitter } from 'node:events';
 import { threadId } from 'node:worker_threads';
 
-import { invalidArgType, invalidArgValue, outOfRange } from './errors';
+import { invalidArgType, invalidArgValue, outOfRange, proctreeError } from './errors';
 import { Job, type JobInfo, JobRegistry } from './jobs';
 import { native } from './native';
 import { checkBoolean, checkBytes, checkGrace, DEFAULT_JOB_BUFFER, resolveRun, resolveSpawn } from './options';
@@ -145,7 +145,7 @@ export class Supervisor extends EventEmitter {
     if (typeof id !== 'string') throw invalidArgType('id', 'string', id);
     const job = this.#jobs.get(id);
     if (!job) {
-      throw Object.assign(new Error(`No job ${JSON.stringify(id)} in supervisor ${this.#name}`), { code: 'ERR_PROCTREE_UNKNOWN_JOB' });
+      throw proctreeError('ERR_PROCTREE_UNKNOWN_JOB', `No job ${JSON.stringify(id)} in supervisor ${this.#name}`);
     }
     return job;
   }
@@ -160,9 +160,7 @@ export class Supervisor extends EventEmitter {
     this.#closed = true;
     this.#removeSignalHandlers();
     usedNames.delete(this.#name);
-    const closed = Object.assign(new Error('The supervisor was shut down before the call started'), {
-      code: 'ERR_PROCTREE_SUPERVISOR_CLOSED',
-    });
+    const closed = proctreeError('ERR_PROCTREE_SUPERVISOR_CLOSED', 'The supervisor was shut down before the call started');
     for (const { call } of this.#queue.splice(0)) call[dropQueued](closed);
     const running = [...this.#calls].filter((c) => c.started);
     return ToolCall[terminateMany](running, 'shutdown', grace);
@@ -174,7 +172,7 @@ export class Supervisor extends EventEmitter {
 
   #checkOpen(): void {
     if (this.#closed) {
-      throw Object.assign(new Error('The supervisor was shut down'), { code: 'ERR_PROCTREE_SUPERVISOR_CLOSED' });
+      throw proctreeError('ERR_PROCTREE_SUPERVISOR_CLOSED', 'The supervisor was shut down');
     }
   }
 
@@ -190,9 +188,7 @@ export class Supervisor extends EventEmitter {
       group: this.group,
       admit: (call, start, background) => {
         if (this.#closed) {
-          call[dropQueued](
-            Object.assign(new Error('The supervisor was shut down'), { code: 'ERR_PROCTREE_SUPERVISOR_CLOSED' }),
-          );
+          call[dropQueued](proctreeError('ERR_PROCTREE_SUPERVISOR_CLOSED', 'The supervisor was shut down'));
           return;
         }
         if (background) {

@@ -527,7 +527,7 @@ export class ToolCall extends EventEmitter {
   #ladderFor(reason: CleanupReason, grace: number): Promise<CleanupReport> {
     if (!this.#started) {
       // Still queued: it will never start, and that is no error.
-      this[dropQueued](Object.assign(new Error('The call was stopped before it started'), { code: 'ABORT_ERR' }));
+      this[dropQueued](new AbortError('The call was stopped before it started'));
       return Promise.resolve(emptyReport(reason, this.confinement, this.#verified));
     }
     this.#startLadder(reason, grace, reason !== 'leftovers');

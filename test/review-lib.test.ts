@@ -174,3 +174,32 @@ describe('proctree serve: the close event says what the call says', () => {
     }
   });
 });
+
+describe("proctree's own errors are shaped as Node's", () => {
+  it('the code is in toString() and the first line of the stack', async () => {
+    const sup = supervisor();
+    let err: (Error & { code?: string }) | undefined;
+    try {
+      sup.job('c999999');
+    } catch (e) {
+      err = e as Error & { code?: string };
+    }
+    expect(err?.code).toBe('ERR_PROCTREE_UNKNOWN_JOB');
+    expect(String(err)).toMatch(/^Error \[ERR_PROCTREE_UNKNOWN_JOB\]: No job "c999999"/);
+    expect(err?.stack?.split('\n')[0]).toMatch(/^Error \[ERR_PROCTREE_UNKNOWN_JOB\]: /);
+    expect(Object.keys(err as object)).toContain('code');
+  });
+
+  it('a queued call stopped before it started rejects done with an AbortError', async () => {
+    const sup = supervisor({ maxConcurrent: 1 });
+    const t = token();
+    const first = sup.spawn('sleep', [t], { stdio: 'ignore' });
+    calls.push(first);
+    const queued = sup.spawn('sleep', [t], { stdio: 'ignore' });
+    expect(queued.started).toBe(false);
+    const done = queued.done.then(() => null, (e: Error) => e);
+    expect((await queued.terminate()).signaled).toBe(0);
+    expect(await done).toMatchObject({ name: 'AbortError', code: 'ABORT_ERR' });
+    await first.terminate({ grace: 0 });
+  });
+});

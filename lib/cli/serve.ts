@@ -8,7 +8,7 @@
 import type { Readable, Writable } from 'node:stream';
 
 import { capabilities } from '../capabilities';
-import { invalidArgValue } from '../errors';
+import { invalidArgValue, proctreeError as fail } from '../errors';
 import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, keptValue, OutputCollector, type OutputStream } from '../output';
 import { noTerminal, typeEndOfInput } from '../pty';
 import { spawn } from '../spawn';
@@ -164,10 +164,6 @@ function errorOf(err: unknown): ProtocolError {
   };
   if (Array.isArray(e?.leftovers)) out.leftovers = e.leftovers as ProtocolError['leftovers'];
   return out;
-}
-
-function fail(code: string, message: string): Error & { code: string } {
-  return Object.assign(new Error(message), { code });
 }
 
 export interface ServerIo {
