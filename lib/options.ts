@@ -431,7 +431,7 @@ export function resolveRun(options: RunOptions | undefined): ResolvedRun {
 /** A job's ring buffer when neither the call nor its supervisor says otherwise. */
 export const DEFAULT_JOB_BUFFER = 1024 * 1024;
 
-/** A size in bytes: an integer >= 0 (ERR_INVALID_ARG_TYPE, ERR_OUT_OF_RANGE). */
+/** A size or offset in bytes: an integer >= 0 (ERR_INVALID_ARG_TYPE, ERR_OUT_OF_RANGE); `fallback` when undefined. */
 export function checkBytes(value: unknown, name: string, fallback: number): number {
   if (value === undefined) return fallback;
   if (typeof value !== 'number') throw invalidArgType(name, 'number', value);
