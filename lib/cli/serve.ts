@@ -15,7 +15,7 @@ import { spawn } from '../spawn';
 import { job, jobs } from '../supervisor';
 import { afterPipesPolled, jobOutcome, type ToolCall } from '../toolcall';
 import type { CleanupReport, SpawnOptions } from '../types';
-import { parseFlags } from './args';
+import { packageVersion, parseFlags } from './args';
 import {
   type CollectedOutput,
   type Event,
@@ -607,15 +607,6 @@ export class ProtocolServer {
     );
     return this.#stopping;
   }
-}
-
-let version: string | undefined;
-function packageVersion(): string {
-  if (version === undefined) {
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
-    version = (require('../../../package.json') as { version: string }).version;
-  }
-  return version;
 }
 
 export async function serveCommand(argv: string[]): Promise<number> {
