@@ -596,11 +596,7 @@ class PortableBinding implements NativeBinding {
     } catch {
       // no table: the groups still get their SIGKILL
     }
-    for (const call of live) {
-      const visible = this.#visible(call, rows);
-      if (call.pgid) signal(-call.pgid, SIGKILL);
-      for (const r of visible) if (!call.pgid || r.pgid !== call.pgid) signal(r.pid, SIGKILL);
-    }
+    for (const call of live) this.#send(call, this.#visible(call, rows), SIGKILL);
   }
 
   setRef(id: number, ref: boolean): void {
