@@ -135,11 +135,9 @@ export function planRun(argv: string[]): RunPlan | 'help' {
   const maxOutput = flagString(flags, 'max-output');
   const keep = flagString(flags, 'keep');
   if (keep !== undefined && maxOutput === undefined) throw new UsageError('--keep: only with --max-output');
-  if (keep !== undefined && keep !== 'head' && keep !== 'tail' && keep !== 'both') {
-    throw new UsageError(`--keep: '${keep}' is not head, tail or both`);
-  }
   if (maxOutput !== undefined) {
     options.maxBuffer = parseSize(maxOutput, '--max-output');
+    // Validated by the library with the other options (a usage error then, as for --confinement).
     options.keep = (keep ?? 'both') as SpawnOptions['keep'];
     options.marker = true;
   }
