@@ -4,7 +4,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { Supervisor, type ToolCall } from '../dist/cjs/index.js';
-import { killCgroup, token } from './helpers';
+import { killCgroup, liveWith, token } from './helpers';
 
 const supervisors: Supervisor[] = [];
 const calls: ToolCall[] = [];
@@ -201,5 +201,31 @@ describe("proctree's own errors are shaped as Node's", () => {
     expect((await queued.terminate()).signaled).toBe(0);
     expect(await done).toMatchObject({ name: 'AbortError', code: 'ABORT_ERR' });
     await first.terminate({ grace: 0 });
+  });
+});
+
+describe('the portable binding at an exit with leftovers', () => {
+  it('reads the process table once, not once for members() and again for the ladder', async () => {
+    const { spawnSync } = await import('node:child_process');
+    const path = await import('node:path');
+    const index = path.join(__dirname, '..', 'dist', 'cjs', 'index.js');
+    const t = token(30);
+    // Counts whole-table reads (readdir of /proc) in the turn of the exit.
+    const script = `
+      const fs = require('fs');
+      let reads = 0;
+      const readdir = fs.readdirSync;
+      fs.readdirSync = function (p, ...rest) { if (p === '/proc') reads++; return readdir.call(this, p, ...rest); };
+      const { spawn } = require(${JSON.stringify(index)});
+      const call = spawn('sh', ['-c', 'sleep ${t} & exit 0'], { stdio: 'ignore', confinement: 'pgroup', grace: 100 });
+      call.on('exit', () => { reads = 0; setImmediate(() => console.log(JSON.stringify({ reads }))); });
+      call.on('close', () => console.log(JSON.stringify({ cleanup: call.cleanupReport })));
+    `;
+    const res = spawnSync(process.execPath, ['-e', script], { env: { ...process.env, PROCTREE_PORTABLE: '1' }, encoding: 'utf8', timeout: 20_000 });
+    const lines = res.stdout.trim().split('\n').map((l) => JSON.parse(l));
+    expect(lines.find((l) => 'reads' in l)).toEqual({ reads: 1 });
+    // The ladder still ran on the leftover and stopped it.
+    expect(lines.find((l) => 'cleanup' in l)?.cleanup).toMatchObject({ reason: 'leftovers', leftovers: [] });
+    expect(liveWith(t)).toEqual([]);
   });
 });
