@@ -54,6 +54,10 @@ export const dropQueued = Symbol('proctree.dropQueued');
 export const callPhase = Symbol('proctree.callPhase');
 /** What remains of a kept call's tree and what it used so far: its result's `remaining` and `usage`. @internal */
 export const jobOutcome = Symbol('proctree.jobOutcome');
+/** The encoding of the call's result (`done`): set before it settles (the server's bytes). @internal */
+export const resultEncoding = Symbol('proctree.resultEncoding');
+/** The result `done` settled with, once it has: read synchronously at 'close', or when the call became a job. @internal */
+export const settledResult = Symbol('proctree.settledResult');
 
 /**
  * Runs `fn` once the pipes have had one more whole poll phase, so output
@@ -156,6 +160,8 @@ export class ToolCall extends EventEmitter {
   #rejectDone: ((err: Error) => void) | null = null;
   /** Resolves `done` with what is known now (at 'close', or when the call became a job). */
   #settleDone: (() => void) | null = null;
+  #encoding: BufferEncoding | 'buffer' = 'utf8';
+  #settled: RunResult<string | Buffer> | null = null;
   readonly #output: CallOutput;
   /** A job's output, from the start of the call (only for calls that can become jobs). */
   readonly #ring: ByteTail | null = null;
@@ -515,6 +521,16 @@ export class ToolCall extends EventEmitter {
   }
 
   /** @internal */
+  [resultEncoding](encoding: BufferEncoding | 'buffer'): void {
+    this.#encoding = encoding;
+  }
+
+  /** @internal */
+  [settledResult](): RunResult<string | Buffer> | null {
+    return this.#settled;
+  }
+
+  /** @internal */
   [jobOutcome](): { remaining: ProcessInfo[]; usage: ResourceUsage } {
     return { remaining: this.#remaining, usage: this.#usage ?? usageSoFar(this.cgroup, Math.max(1, this.#remaining.length)) };
   }
@@ -717,6 +733,7 @@ export class ToolCall extends EventEmitter {
       if (run.input !== undefined) this.stdin.end(run.input);
       else if (run.closeStdin) this.stdin.end();
     }
+    this.#encoding = run.encoding;
     return new Promise((resolve, reject) => {
       if (this.#spawnError) {
         reject(this.#spawnError);
@@ -726,8 +743,7 @@ export class ToolCall extends EventEmitter {
       const settle = (): void => {
         if (this.#spawnError || !this.#settleDone) return;
         this.#settleDone = null;
-        resolve(
-          runResult(
+        this.#settled = runResult(
             {
               exitCode: this.exitCode,
               signal: this.signalCode,
@@ -743,9 +759,9 @@ export class ToolCall extends EventEmitter {
               jobId: this.jobId,
             },
             this.#output,
-            run.encoding,
-          ),
+            this.#encoding,
         );
+        resolve(this.#settled);
         // Delivered: what comes later is the job's (its ring), not the result's.
         this.#output.stopCollecting();
       };
