@@ -213,7 +213,7 @@ function isUtf8(encoding: BufferEncoding | 'buffer'): boolean {
 }
 
 /** The value of a kept stream: head, the marker where bytes are missing, tail. */
-export function keptValue(
+function keptValue(
   collector: OutputCollector,
   encoding: BufferEncoding | 'buffer',
   marker: string | null,
