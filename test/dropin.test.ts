@@ -577,12 +577,22 @@ describe('hardening (issue 18, JS side)', () => {
     }
   });
 
+  // Bash: wait (bounded, 5 s) until process $p leads a session of its own.
+  const escapedWait =
+    'for i in $(seq 250); do read -r _ _ _ _ _ sid _ < /proc/$p/stat && [ "$sid" = "$p" ] && break; sleep 0.02; done;';
+
   it('12. pgroup: an escaped daemon holding stdout cannot hang run(); pipes released after grace', async () => {
     const t = token();
     try {
       const started = Date.now();
       const r = await within(
-        run('bash', ['-c', `setsid sleep ${t} & echo started`], { confinement: 'pgroup', timeout: 20_000, grace: 300 }),
+        // "started" once the sleep is in a session of its own (escaped): a
+        // kill of the group before its setsid() would otherwise get it.
+        run('bash', ['-c', `setsid sleep ${t} & p=$!; ${escapedWait} echo started`], {
+          confinement: 'pgroup',
+          timeout: 20_000,
+          grace: 300,
+        }),
         10_000,
         'run()',
       );

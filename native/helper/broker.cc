@@ -205,7 +205,11 @@ std::vector<std::string> leaves_of(const std::string& scope) {
   DIR* d = opendir(scope.c_str());
   if (!d) return out;
   while (dirent* e = readdir(d)) {
-    if (e->d_type != DT_DIR || e->d_name[0] == '.' || strcmp(e->d_name, "broker") == 0) continue;
+    // Only . and .. are not leaves: a call may have made ".x" beside its own
+    // leaf and moved into it.
+    if (e->d_type != DT_DIR || strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+        strcmp(e->d_name, "broker") == 0)
+      continue;
     out.push_back(scope + "/" + e->d_name);
   }
   closedir(d);

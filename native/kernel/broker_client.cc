@@ -206,10 +206,13 @@ SysError BrokerClient::receive(BrokerEvent* out) {
       out->kind = r.header.kind == broker::kSetupFailed ? BrokerEvent::kClosed : BrokerEvent::kSpawnFailed;
       // The syscall name must outlive the packet: map it to a static string
       // when it is one the broker can send, else "broker".
-      static const char* const known[] = {"clone3", "clone", "cgroup.procs", "sigaction", "setsid", "dup2", "chdir",
-                                          "execve", "prctl", "dup3", "mkdir", "open", "write", "pidfd_open",
-                                          "signalfd", "broker", "pipe2", "mmap", "fcntl", "uid_map", "setuid",
-                                          "setgid", "setgroups"};
+      // Every name the broker's setup and spawn can fail in (the child's
+      // stages included), so the error keeps its syscall.
+      static const char* const known[] = {"clone3", "clone",  "cgroup.procs", "setsid",  "dup2",       "ioctl",
+                                          "chdir",  "execve", "prctl",        "mkdir",   "open",       "write",
+                                          "read",   "rmdir",  "pidfd_open",   "signalfd", "broker",    "pipe2",
+                                          "mmap",   "fcntl",  "uid_map",      "setuid",  "setgid",     "setgroups",
+                                          "cgroup2", "poll",  "waitid",       "sendmsg", "recvmsg",   "socketpair"};
       const char* syscall = "broker";
       for (const char* k : known) {
         if (r.s1 == k) syscall = k;

@@ -329,8 +329,16 @@ int CgroupDir::dir() const {
 
 bool CgroupDir::has_kill() const { return !cgroup_kill_disabled_for_test() && has_file("cgroup.kill"); }
 
-SysError CgroupDir::kill_round() const {
-  if (has_kill()) return write_file("cgroup.kill", "1");
+SysError CgroupDir::kill_round(bool* one_shot) const {
+  // A cgroup.kill that cannot be written (a read-only or odd cgroupfs)
+  // still leaves the freeze + SIGKILL round.
+  const bool killed = has_kill() && !write_file("cgroup.kill", "1");
+  if (one_shot) *one_shot = killed;
+  if (killed) return SysError::none();
+  return sigkill_round();
+}
+
+SysError CgroupDir::sigkill_round() const {
   bool froze = !self_is_traced() && !write_file("cgroup.freeze", "1");
   std::vector<pid_t> pids;
   SysError e = read_procs(&pids);

@@ -78,10 +78,14 @@ class CgroupDir {
   // For the clone() fallback, where the child migrates itself.
   SysError open_procs_for_write();
   // One SIGKILL round over the whole subtree: cgroup.kill; or, on kernels
-  // without it, freeze (so no member forks between our read and its kill),
-  // SIGKILL every member by pidfd, thaw (the kill lands as the tasks thaw).
-  // Repeat until read_events says populated 0.
-  SysError kill_round() const;
+  // without it (or when it cannot be written), sigkill_round().
+  // Repeat until read_events says populated 0. *one_shot: whether
+  // cgroup.kill took it (every process below, this round's forks included).
+  SysError kill_round(bool* one_shot = nullptr) const;
+  // Freeze (so no member forks between our read and its kill), SIGKILL
+  // every member of this directory by pidfd, thaw (the kill lands as the
+  // tasks thaw).
+  SysError sigkill_round() const;
   // rmdir of this directory alone; true when it is gone (which proves it
   // was empty and had no cgroups below it).
   bool remove_if_empty();

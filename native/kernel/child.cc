@@ -12,8 +12,8 @@
 
 // No sanitizer code may run here (shadow-memory writes, no-return hooks),
 // and no library call: GCC turns simple loops into memset/strlen calls
-// unless told not to. The file is also built with -fno-builtin (binding.gyp,
-// CMakeLists.txt) and a test disassembles it to check for calls.
+// unless told not to. A test disassembles the built object to check that it
+// calls nothing.
 #define PROCTREE_CHILD_SIDE                                                       \
   __attribute__((no_sanitize("address", "undefined"), always_inline,             \
                  optimize("no-tree-loop-distribute-patterns")))
@@ -25,7 +25,6 @@ namespace proctree {
 const char* child_stage_syscall(int stage) {
   switch (stage) {
     case kStageCgroup: return "cgroup.procs";
-    case kStageSigaction: return "sigaction";
     case kStageSetsid: return "setsid";
     case kStageDup2: return "dup2";
     case kStageCtty: return "ioctl";

@@ -17,7 +17,6 @@ namespace proctree {
 enum ChildStage : int {
   kStageNone = 0,
   kStageCgroup,
-  kStageSigaction,
   kStageSetsid,
   kStageDup2,
   kStageCtty,

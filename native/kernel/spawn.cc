@@ -31,10 +31,10 @@ struct KernelSigaction {
 };
 const KernelSigaction kDefaultAction{};
 
-std::vector<char*> to_cstrings(const std::vector<std::string>& v, size_t from = 0) {
+std::vector<char*> to_cstrings(const std::vector<std::string>& v) {
   std::vector<char*> out;
   out.reserve(v.size() + 1);
-  for (size_t i = from; i < v.size(); ++i) out.push_back(const_cast<char*>(v[i].c_str()));
+  for (size_t i = 0; i < v.size(); ++i) out.push_back(const_cast<char*>(v[i].c_str()));
   out.push_back(nullptr);
   return out;
 }

@@ -3,6 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
+
+#include "kernel/child.h"
 #include "kernel/pty.h"
 
 namespace proctree {
@@ -15,11 +18,22 @@ SysError lift_above(Fd* fd, int min) {
 }
 
 int dev_null_fd() {
+  // Opened once for the process. A failure is kept with its errno, which
+  // every later caller gets back (errno itself is long overwritten by then).
+  static int open_errno = 0;
   static const int fd = [] {
     Fd f(open("/dev/null", O_RDWR | O_CLOEXEC));
-    if (!f || lift_above(&f, 3)) return -1;
-    return f.release();
+    if (f) {
+      if (SysError e = lift_above(&f, 3)) {
+        open_errno = e.err;
+        return -1;
+      }
+      return f.release();
+    }
+    open_errno = errno;
+    return -1;
   }();
+  if (fd < 0) errno = open_errno;
   return fd;
 }
 
@@ -34,10 +48,10 @@ SysError prepare_stdio(const std::vector<StdioSpec>& spec, const PtySize& pty, P
     Fd* mine = &p.child[i];
     switch (spec[i].kind) {
       case StdioSpec::kInherit:
-        p.fds[i] = -1;  // kInherit
+        p.fds[i] = kInherit;
         continue;
       case StdioSpec::kClose:
-        p.fds[i] = -2;  // kClosed
+        p.fds[i] = kClosed;
         continue;
       case StdioSpec::kIgnore: {
         int null = dev_null_fd();

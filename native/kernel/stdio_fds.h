@@ -35,7 +35,8 @@ struct PreparedStdio {
 // says the terminal's size. All-or-nothing: on error nothing stays open.
 SysError prepare_stdio(const std::vector<StdioSpec>& spec, const PtySize& pty, PreparedStdio* out);
 
-// /dev/null, opened once per process (close-on-exec, above 2).
+// /dev/null, opened once per process (close-on-exec, above 2); -1 with
+// errno set when it could not be.
 int dev_null_fd();
 
 // Moves *fd to a number >= min (close-on-exec) if it is below: every

@@ -52,23 +52,24 @@ bool CgroupConfinement::frozen() const {
   return leaf_.valid() && !leaf_.read_events(&ev) && ev.frozen;
 }
 
-Confinement::Kill CgroupConfinement::kill_all() {
+Confinement::Kill CgroupConfinement::kill_all() { return kill(false); }
+
+Confinement::Kill CgroupConfinement::kill_all_now() { return kill(true); }
+
+Confinement::Kill CgroupConfinement::kill(bool now) {
   if (!leaf_.valid()) return Kill::kOneShot;
   if (has_kill_ < 0) has_kill_ = leaf_.has_kill() ? 1 : 0;
-  // Before 5.14: freeze, SIGKILL each member, thaw — repeated until empty.
-  if (has_kill_ == 0) {
-    leaf_.kill_round();
-    return Kill::kRound;
+  if (has_kill_ == 1) {
+    if (writes_ && !now) {
+      writes_->write_later(leaf_.path() + "/cgroup.kill", "1");
+      return Kill::kOneShot;
+    }
+    if (!leaf_.write_file("cgroup.kill", "1")) return Kill::kOneShot;
   }
-  if (writes_) {
-    writes_->write_later(leaf_.path() + "/cgroup.kill", "1");
-    return Kill::kOneShot;
-  }
-  if (leaf_.write_file("cgroup.kill", "1")) {
-    leaf_.kill_round();
-    return Kill::kRound;
-  }
-  return Kill::kOneShot;
+  // Before 5.14, or cgroup.kill refused: freeze, SIGKILL each member, thaw
+  // — repeated until empty.
+  leaf_.sigkill_round();
+  return Kill::kRound;
 }
 
 void CgroupConfinement::read_usage(Usage* out) const {

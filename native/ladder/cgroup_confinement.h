@@ -26,6 +26,7 @@ class CgroupConfinement : public Confinement {
   SysError set_frozen(bool frozen, bool now = false) override;
   bool frozen() const override;
   Kill kill_all() override;
+  Kill kill_all_now() override;
   void read_usage(Usage* out) const override;
   SysError release() override;
   // rmdir first: its success proves the leaf empty, in one system call.
@@ -36,6 +37,8 @@ class CgroupConfinement : public Confinement {
  private:
   CgroupDir leaf_;
   Tier tier_;
+  Kill kill(bool now);
+
   SlowWrites* writes_;
   mutable int has_freeze_ = -1;  // unknown until asked
   int has_kill_ = -1;

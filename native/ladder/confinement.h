@@ -74,6 +74,9 @@ class Confinement {
   // SIGKILL to the whole tree. The default is a round over the confirmed
   // members, for tiers where the kernel offers nothing better.
   virtual Kill kill_all();
+  // The same, with nothing deferred: for a synchronous shutdown, where no
+  // deferred write would land before the process exits.
+  virtual Kill kill_all_now() { return kill_all(); }
 
   // The tree's resource usage, read once it is empty and before release()
   // (the cgroup's own files go with it). Tiers that cannot tell leave it.

@@ -103,6 +103,7 @@ void Ladder::continue_pass() {
           if (sig_ != SIGCONT && sig_ != SIGKILL) pidfd_signal(h.pidfd.get(), SIGCONT);
           if (watched_ < LadderLimits::kMaxWatchedMembers) {
             ++watched_;
+            ++watched_live_;
             host_->watch_member(std::move(h.pidfd));
           }
         });
@@ -156,24 +157,51 @@ void Ladder::start_kill() {
   phase_ = Phase::kKilling;
   phase_start_ns_ = host_->now_ns();
   phase_limit_ms_ = LadderLimits::kKillWaitMs;
+  // Everyone is dying now: emptiness is near.
+  dying_ = true;
+  tail_polls_ = 0;
   kill_round();
 }
 
 void Ladder::kill_round() {
-  Confinement::Kill how = c_->kill_all();
+  one_shot_ = c_->kill_all() == Confinement::Kill::kOneShot;
+  last_kill_ns_ = host_->now_ns();
   if (c_->empty()) {
     finish();
     return;
   }
-  int left = phase_limit_ms_ - ms_since(phase_start_ns_);
-  wait(how == Confinement::Kill::kRound ? std::min(LadderLimits::kKillRoundMs, std::max(left, 1)) : left);
+  wait_kill();
+}
+
+// Until the next kill round (where the kernel has no one-shot kill) or the
+// end of the kill phase.
+void Ladder::wait_kill() {
+  int left = std::max(phase_limit_ms_ - ms_since(phase_start_ns_), 1);
+  wait(one_shot_ ? left : std::min(std::max(LadderLimits::kKillRoundMs - ms_since(last_kill_ns_), 1), left));
 }
 
 // Waits up to ms, in steps of the tier's poll interval when emptiness raises
-// no event there.
+// no event there, and of kTailPollMs while the tree is dying.
 void Ladder::wait(int ms) {
+  int step = ms;
   int poll = c_->poll_ms();
-  host_->arm_timer(std::max(poll > 0 ? std::min(poll, ms) : ms, 0));
+  if (poll > 0) step = std::min(step, poll);
+  if (dying_ && tail_polls_ < LadderLimits::kMaxTailPolls) {
+    ++tail_polls_;
+    step = std::min(step, LadderLimits::kTailPollMs);
+  }
+  host_->arm_timer(std::max(step, 0));
+}
+
+void Ladder::on_members_exited(size_t n) {
+  watched_live_ -= std::min(n, watched_live_);
+  // The members signalled first are all gone: the others, signalled at the
+  // same moment, are going too; look for the end more often than
+  // cgroup.events would tell it.
+  if (watched_live_ > 0 || dying_ || phase_ != Phase::kGrace || c_->empty()) return;
+  dying_ = true;
+  tail_polls_ = 0;
+  wait(phase_limit_ms_ - ms_since(phase_start_ns_));
 }
 
 void Ladder::on_change() {
@@ -233,8 +261,10 @@ void Ladder::on_timer() {
         finish();
       } else if (ms_since(phase_start_ns_) >= phase_limit_ms_) {
         give_up();
-      } else {
+      } else if (!one_shot_ && ms_since(last_kill_ns_) >= LadderLimits::kKillRoundMs) {
         kill_round();
+      } else {
+        wait_kill();
       }
       break;
     default:

@@ -36,6 +36,13 @@ struct LadderLimits {
   // of thousands goes on in later turns of the owner's loop, so that no
   // single turn blocks it for long.
   static constexpr size_t kPassSlice = 128;
+  // Once the tree is dying (the watched members have all exited, or the
+  // kill was sent), emptiness is re-read this often, this many times:
+  // cgroup.events notifies at most once per ~10 ms, so waiting for its event
+  // alone would add up to that much to every stop of a tree larger than
+  // the watched members.
+  static constexpr int kTailPollMs = 1;
+  static constexpr int kMaxTailPolls = 64;
 };
 
 struct CleanupReport {
@@ -100,6 +107,9 @@ class Ladder {
 
   // The confinement may have changed: its tree emptied, or froze.
   void on_change();
+  // n of the members handed to watch_member() have exited (the host calls
+  // on_change() too).
+  void on_members_exited(size_t n);
   void on_timer();
 
  private:
@@ -110,6 +120,7 @@ class Ladder {
   void end_pass();
   void start_kill();
   void kill_round();
+  void wait_kill();
   void wait(int ms);
   void release_owner_freeze();
   void finish();
@@ -132,6 +143,11 @@ class Ladder {
   bool froze_ = false;
   bool owner_froze_ = false;  // frozen by the owner; released once
   size_t watched_ = 0;
+  size_t watched_live_ = 0;  // watched members not yet seen exit
+  bool dying_ = false;       // the tree is expected empty soon: tail polls
+  int tail_polls_ = 0;
+  bool one_shot_ = true;     // the last kill was the kernel's, whole tree
+  uint64_t last_kill_ns_ = 0;
   size_t most_members_ = 0;
   // The graceful pass in progress: every member exactly once, re-read in
   // rounds until a read shows no one new (one round when frozen).

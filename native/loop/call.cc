@@ -233,6 +233,10 @@ void Call::on_control_readable() {
   check_finished();
 }
 
+void Call::on_members_exited(size_t n) {
+  if (confinement_ && ladder_.running()) ladder_.on_members_exited(n);
+}
+
 void Call::on_change() {
   if (!confinement_) return;
   if (ladder_.running()) ladder_.on_change();
@@ -415,9 +419,13 @@ std::vector<pid_t> Call::members() {
   return pids;
 }
 
-void Call::kill_now() {
+void Call::kill_now(bool sync) {
   if (finished_ || !confinement_) return;
-  confinement_->kill_all();
+  if (sync) {
+    confinement_->kill_all_now();
+  } else {
+    confinement_->kill_all();
+  }
   // A subreaper shim keeps killing on its own once its control socket
   // closes; its own exit (the main pidfd, still watched) ends the call.
   if (tier() == Tier::kSubreaper) {

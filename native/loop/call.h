@@ -62,9 +62,6 @@ class Call : public LadderHost {
 
   uint64_t id() const { return id_; }
   Tier tier() const { return tier_; }
-  // The command's pid, -1 while a shim has not reported it.
-  pid_t command_pid() const { return command_; }
-  pid_t main_pid() const { return main_.pid; }
   // How this call's tree is proved empty: its confinement's word; a
   // systemd-tier call still waiting for the broker will have a cgroup leaf.
   const char* verified() const { return confinement_ ? confinement_->verified() : "cgroup.events"; }
@@ -83,6 +80,8 @@ class Call : public LadderHost {
   void on_main_readable();
   void on_control_readable();
   void on_change();
+  // n member pidfds the ladder handed us turned readable (they exited).
+  void on_members_exited(size_t n);
 
   // The ladder (idempotent). Returns whether a 'cleanup' event has been or
   // will be posted (false: the tree was already gone).
@@ -103,7 +102,7 @@ class Call : public LadderHost {
 
   // Environment teardown: SIGKILL the tree without waiting; whether anything
   // is still alive; then reap and remove what is left, synchronously.
-  void kill_now();
+  void kill_now(bool sync = false);
   bool populated_now() const;
   void finish_sync();
 

@@ -20,8 +20,7 @@
 namespace proctree {
 namespace {
 
-// Call ids are unique in the process, so several environments (workers) can
-// share a subtree name without their leaves colliding.
+// Call ids are unique in the process (every environment, every worker).
 std::atomic<uint64_t> g_next_call_id{1};
 
 void sleep_ms(int ms) {
@@ -46,12 +45,7 @@ SysError Environment::ensure_open() {
   if (opened_) return open_error_;
   opened_ = true;
   open_error_ = reactor_.open();
-  if (open_error_) return open_error_;
-  flush_timer_ = new uv_timer_t;
-  uv_timer_init(loop_, flush_timer_);
-  flush_timer_->data = this;
-  uv_unref(reinterpret_cast<uv_handle_t*>(flush_timer_));
-  return SysError::none();
+  return open_error_;
 }
 
 SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
@@ -89,6 +83,7 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   if (!clone3_available()) {
     if (SysError e = leaf.open_procs_for_write()) {
       leaf.remove();
+      if (calls_.empty()) subtrees_.idle();
       return e;
     }
   }
@@ -203,16 +198,9 @@ Call* Environment::find(uint64_t id) {
 void Environment::post(CallEvent event) {
   pending_.push_back(std::move(event));
   // Events caused by a JavaScript call (terminate, kill) are delivered on a
-  // later turn of the loop, never from inside that call.
-  if (!flushing_ && flush_timer_ && !closing_) {
-    uv_timer_start(flush_timer_, on_flush_timer, 0, 0);
-    uv_ref(reinterpret_cast<uv_handle_t*>(flush_timer_));
-  }
-}
-
-void Environment::on_flush_timer(uv_timer_t* t) {
-  uv_unref(reinterpret_cast<uv_handle_t*>(t));
-  static_cast<Environment*>(t->data)->flush();
+  // later turn of the loop, never from inside that call: the same turns
+  // (and handle) that deliver what one flush could not.
+  if (!flushing_) deliver_next_turn();
 }
 
 void Environment::flush() {
@@ -235,8 +223,7 @@ void Environment::flush() {
   if (!pending_.empty()) {
     // The rest goes out in the next turn (an idle handle: a 0 ms timer
     // restarted from its own callback could run again in the same turn).
-    start_turns();
-    if (budget_refill_) uv_ref(reinterpret_cast<uv_handle_t*>(budget_refill_));
+    deliver_next_turn();
     return;
   }
   // Only once every event is out: a listener may still ask about its call.
@@ -271,27 +258,37 @@ void Environment::on_change(uint64_t id) {
   if (Call* c = find(id)) c->on_change();
 }
 
+void Environment::on_members_exited(uint64_t id, size_t n) {
+  if (Call* c = find(id)) c->on_members_exited(n);
+}
+
 void Environment::shutdown_sync(int wait_ms) {
-  // The broker kills every leaf of its scope once its socket closes; we do
-  // it ourselves too (the leaves are ours), without waiting for it.
-  // One write per subtree ends every call in it; each call's own kill for
-  // the other tiers. Where the kernel has no one-shot kill, repeat.
-  subtrees_.kill_round();
-  for (auto& kv : calls_) kv.second->kill_now();
+  // The broker kills every leaf of its scope once its socket closes: closed
+  // first, it does so while we do the same (the leaves are ours too).
+  if (broker_) broker_->close();
+  kill_all_sync();
   for (int waited = 0; waited < wait_ms; waited += 2) {
     bool any = subtrees_.populated();
     for (auto& kv : calls_) any = any || kv.second->populated_now();
     if (!any) break;
     sleep_ms(2);
-    if (waited % 20 == 18) {
-      subtrees_.kill_round();
-      for (auto& kv : calls_) kv.second->kill_now();
-    }
+    // Where the kernel has no one-shot kill, rounds until empty.
+    if (waited % 20 == 18) kill_all_sync();
   }
   for (auto& kv : calls_) kv.second->finish_sync();
   subtrees_.remove_all();
-  if (broker_) broker_->close();
   pending_.clear();
+}
+
+void Environment::kill_all_sync() {
+  // One cgroup.kill per subtree ends every cgroup-tier call in it; the
+  // other tiers (and every leaf, where that kill was not taken) are killed
+  // call by call, at once: nothing deferred lands before the process exits.
+  const bool subtrees_whole = subtrees_.kill_round();
+  for (auto& kv : calls_) {
+    if (subtrees_whole && kv.second->tier() == Tier::kCgroup) continue;
+    kv.second->kill_now(true);
+  }
 }
 
 void Environment::close_handles(void (*done)(void*), void* arg) {
@@ -320,8 +317,6 @@ void Environment::close_handles(void (*done)(void*), void* arg) {
   budget_waiters_.clear();
   if (budget_refill_) uv_idle_stop(budget_refill_);
   close_handle(&budget_refill_);
-  if (flush_timer_) uv_timer_stop(flush_timer_);
-  close_handle(&flush_timer_);
   handle_closed();
 }
 

@@ -67,7 +67,6 @@ class Environment {
   Call* find(uint64_t id);
   ChildStack& child_stack() { return stack_; }
   void set_referenced(uint64_t id, bool ref);
-  size_t live() const { return calls_.size(); }
 
   // Runs the ladder on many calls at once (a supervisor's shutdown): every
   // cgroup subtree they share is frozen with one write, each call's ladder
@@ -85,6 +84,8 @@ class Environment {
   // Environment teardown or process exit: SIGKILL every call, wait a bounded
   // time for the trees to empty, remove every directory we made.
   void shutdown_sync(int wait_ms);
+  // One synchronous SIGKILL round over every call (see shutdown_sync).
+  void kill_all_sync();
   // Closes libuv handles; done() runs when all have closed.
   void close_handles(void (*done)(void*), void* arg);
 
@@ -102,13 +103,13 @@ class Environment {
   void on_main_readable(uint64_t id);
   void on_control_readable(uint64_t id);
   void on_change(uint64_t id);
+  void on_members_exited(uint64_t id, size_t n);
   void on_broker_socket(bool writable);
   void on_broker_process();
 
  private:
   SysError ensure_open();
-  // Unique in the process, so several environments (workers) can share a
-  // subtree without their leaves colliding.
+  // Unique in the process: a call's id names its leaf (c<id>).
   static uint64_t next_call_id();
   SysError spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
@@ -117,7 +118,6 @@ class Environment {
   void broker_gone(const SysError& e);
   SysError adopt(Call* call, SpawnedCall* out);
   void reap_finished();
-  static void on_flush_timer(uv_timer_t* t);
   void handle_closed();
   // uv_close, then delete; counted until its close callback has run.
   template <typename Handle>
@@ -150,7 +150,6 @@ class Environment {
   std::deque<CallEvent> pending_;
   bool flushing_ = false;
   bool reaping_ = false;
-  uv_timer_t* flush_timer_ = nullptr;
   uv_idle_t* budget_refill_ = nullptr;
   std::deque<uint64_t> budget_waiters_;
   // Ladders of terminate_group not started yet, for want of time this turn.
@@ -165,6 +164,8 @@ class Environment {
   uint64_t turn_start_ns_ = 0;  // 0: this turn has not spent any time yet
   bool turn_has_time();
   void start_turns();
+  // The next turn delivers what is pending (and the loop stays alive for it).
+  void deliver_next_turn();
   static void on_budget_turn(uv_idle_t* h);
   // What ladders may spend of one turn of the loop, and how many members
   // they may ask for at once within it.

@@ -70,6 +70,12 @@ void Environment::start_turns() {
   if (!uv_is_active(reinterpret_cast<uv_handle_t*>(budget_refill_))) uv_idle_start(budget_refill_, on_budget_turn);
 }
 
+void Environment::deliver_next_turn() {
+  start_turns();
+  // Events still to deliver keep the loop alive.
+  if (budget_refill_) uv_ref(reinterpret_cast<uv_handle_t*>(budget_refill_));
+}
+
 size_t Environment::take_pass_budget(uint64_t call_id, size_t wanted) {
   if (turn_has_time()) return std::min(wanted, kMembersPerGrant);
   budget_waiters_.push_back(call_id);
@@ -111,7 +117,7 @@ void Environment::on_budget_turn(uv_idle_t* h) {
     uv_idle_stop(h);
     self->turn_start_ns_ = 0;
   }
-  // Events still to deliver keep the loop alive, as their timer did.
+  // Events still to deliver keep the loop alive.
   if (self->pending_.empty()) {
     uv_unref(reinterpret_cast<uv_handle_t*>(h));
   } else {

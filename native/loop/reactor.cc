@@ -1,6 +1,5 @@
 #include "loop/reactor.h"
 
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <unistd.h>
@@ -106,16 +105,6 @@ void Reactor::set_ref(bool ref) {
   }
 }
 
-bool Reactor::wait_cgroup_change(int timeout_ms) {
-  if (!inotify_) return false;
-  pollfd p{inotify_.get(), POLLIN, 0};
-  int r = ::poll(&p, 1, timeout_ms);
-  if (r <= 0) return false;
-  std::unordered_map<uint64_t, bool> ignored;
-  drain_inotify(&ignored);
-  return true;
-}
-
 void Reactor::close(void (*closed)(void*), void* arg) {
   if (poll_) {
     closed_ = closed;
@@ -167,6 +156,7 @@ void Reactor::dispatch() {
   epoll_event evs[kMaxEventsPerTurn];
   std::vector<uint64_t> exited, control;
   std::unordered_map<uint64_t, bool> changed;
+  std::unordered_map<uint64_t, size_t> member_exits;
   bool inotify_ready = false;
   int broker = -1;  // -1: not ready; 0: readable; 1: writable too
   bool broker_process = false;
@@ -183,6 +173,7 @@ void Reactor::dispatch() {
       control.push_back(tag & kIdMask);
     } else if (tag & kMemberBit) {
       changed[tag & kIdMask] = true;
+      ++member_exits[tag & kIdMask];
     } else {
       exited.push_back(tag);
     }
@@ -198,6 +189,7 @@ void Reactor::dispatch() {
   for (uint64_t id : control) env_->on_control_readable(id);
   // Exits before changes: 'exit' must reach JavaScript before 'empty'.
   for (uint64_t id : exited) env_->on_main_readable(id);
+  for (const auto& kv : member_exits) env_->on_members_exited(kv.first, kv.second);
   for (const auto& kv : changed) env_->on_change(kv.first);
   env_->flush();
 }

@@ -42,8 +42,6 @@ class Reactor {
 
   // Keeps the loop alive while any call is referenced, like a ChildProcess.
   void set_ref(bool ref);
-  // Blocks up to timeout_ms for a cgroup.events change (synchronous teardown).
-  bool wait_cgroup_change(int timeout_ms);
   // Stops watching; the poll handle closes asynchronously, then closed(arg).
   void close(void (*closed)(void*) = nullptr, void* arg = nullptr);
 

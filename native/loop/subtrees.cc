@@ -58,8 +58,14 @@ void Subtrees::idle() {
 
 void Subtrees::on_linger(uv_timer_t* t) { static_cast<Subtrees*>(t->data)->remove_all(); }
 
-void Subtrees::kill_round() {
-  for (auto& kv : groups_) kv.second.kill_round();
+bool Subtrees::kill_round() {
+  bool whole = true;
+  for (auto& kv : groups_) {
+    bool one_shot = false;
+    kv.second.kill_round(&one_shot);
+    whole = whole && one_shot;
+  }
+  return whole;
 }
 
 bool Subtrees::populated() const {

@@ -37,7 +37,10 @@ class Subtrees {
   // No live call is left: remove the subtrees after kLingerMs.
   void idle();
   // SIGKILL everything in every subtree (one round; repeat until empty()).
-  void kill_round();
+  // True when cgroup.kill took every subtree whole, leaves included; else
+  // each leaf needs its own round (a subtree's round reaches only the
+  // subtree's direct members).
+  bool kill_round();
   bool populated() const;
   void remove_all();
   // Closes the linger timer; closed(arg) once it has.
