@@ -92,8 +92,10 @@ interface PortableCall {
   drained: boolean;
   /**
    * The tree as read in this synchronous turn, until its microtasks run: at
-   * an exit the call reads members() and then asks for the ladder, which
-   * takes the same snapshot instead of reading the whole table again.
+   * the main process's exit the call reads members() and then asks for the
+   * ladder, which takes the same snapshot instead of reading the whole table
+   * again. Only then: a caller's own members() before terminate() may have
+   * caught a child between fork and setsid.
    */
   fresh: ProcessRow[] | null;
   readonly timers: Set<NodeJS.Timeout>;
@@ -526,7 +528,8 @@ class PortableBinding implements NativeBinding {
     const call = this.#calls.get(id);
     if (!call || call.empty) return false;
     if (call.ladder) return true;
-    const rows = call.fresh ?? this.#visibleNow(call);
+    // At the exit, the ladder for the leftovers starts from the read that found them.
+    const rows = call.exited && call.fresh !== null ? call.fresh : this.#visibleNow(call);
     if (rows.length === 0) return false;
     call.ladder = true;
     void this.#ladder(call, rows, graceMs, sig, reason);
