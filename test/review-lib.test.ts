@@ -157,9 +157,12 @@ describe('proctree serve: the close event says what the call says', () => {
     try {
       // The setsid'd sleep holds stdout and is invisible to the pgroup tier:
       // the tree looks empty at once, and the timeout ends the wait for the pipe.
+      // sh exits only once the sleep leads its own session (field 6 of its stat):
+      // before its setsid() the ladder of the exit would still reach it.
       const id = `c${process.pid}`;
+      const script = `setsid sleep ${t} & p=$!; i=0; until [ "$(cut -d' ' -f6 /proc/$p/stat)" = "$p" ] || [ $i -ge 500 ]; do sleep 0.01; i=$((i+1)); done; echo $p`;
       input.write(
-        `${JSON.stringify({ rid: 1, op: 'spawn', id, file: 'sh', args: ['-c', `setsid sleep ${t} & echo $!`], options: { confinement: 'pgroup', timeout: 300, grace: 20_000 } })}\n`,
+        `${JSON.stringify({ rid: 1, op: 'spawn', id, file: 'sh', args: ['-c', script], options: { confinement: 'pgroup', timeout: 300, grace: 20_000 } })}\n`,
       );
       const start = Date.now();
       while (!events.some((e) => e.event === 'close') && Date.now() - start < 10_000) await new Promise((r) => setTimeout(r, 20));
@@ -210,15 +213,18 @@ describe('the portable binding at an exit with leftovers', () => {
     const path = await import('node:path');
     const index = path.join(__dirname, '..', 'dist', 'cjs', 'index.js');
     const t = token(30);
-    // Counts whole-table reads (readdir of /proc) in the turn of the exit.
+    // Counts whole-table reads (readdir of /proc) in the turn of the exit (the
+    // ladder's own polls read it again later, once the signalled leftover is gone).
     const script = `
       const fs = require('fs');
       let reads = 0;
       const readdir = fs.readdirSync;
       fs.readdirSync = function (p, ...rest) { if (p === '/proc') reads++; return readdir.call(this, p, ...rest); };
       const { spawn } = require(${JSON.stringify(index)});
-      const call = spawn('sh', ['-c', 'sleep ${t} & exit 0'], { stdio: 'ignore', confinement: 'pgroup', grace: 100 });
-      call.on('exit', () => { reads = 0; setImmediate(() => console.log(JSON.stringify({ reads }))); });
+      // The leftover ignores SIGTERM: alive through the ladder's first look, which then reads nothing more.
+      const call = spawn('sh', ['-c', 'trap "" TERM; sleep ${t} & exit 0'], { stdio: 'ignore', confinement: 'pgroup', grace: 100 });
+      // The turn of the exit: members() and the ladder's start are synchronous in it.
+      call.on('exit', () => { reads = 0; queueMicrotask(() => console.log(JSON.stringify({ reads }))); });
       call.on('close', () => console.log(JSON.stringify({ cleanup: call.cleanupReport })));
     `;
     const res = spawnSync(process.execPath, ['-e', script], { env: { ...process.env, PROCTREE_PORTABLE: '1' }, encoding: 'utf8', timeout: 20_000 });
