@@ -19,6 +19,7 @@ import {
 } from './errors';
 import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, type OutputSettings, UNREAD_MAX_BUFFER } from './output';
 import { ptyStdio, resolvePty, type ResolvedPty, withTerm } from './pty';
+import { tiers } from './tiers';
 import type { Confinement, RunOptions, SpawnOptions } from './types';
 
 /**
@@ -63,6 +64,9 @@ export interface ResolvedSpawn {
   pty: ResolvedPty | undefined;
 }
 
+/** What options.confinement accepts: 'auto' and every tier. */
+const confinements: ReadonlyArray<'auto' | Confinement> = ['auto', ...tiers];
+
 const signalNumbers: Record<string, number> = osConstants.signals as Record<string, number>;
 const signalNames = new Map<number, NodeJS.Signals>(
   Object.entries(signalNumbers).map(([name, num]) => [num, name as NodeJS.Signals]),
@@ -104,7 +108,8 @@ function nullCheck(value: unknown, name: string): void {
   }
 }
 
-function checkBoolean(value: unknown, name: string): boolean {
+/** A boolean option: false when null or undefined, else ERR_INVALID_ARG_TYPE unless a boolean. */
+export function checkBoolean(value: unknown, name: string): boolean {
   if (value == null) return false;
   if (typeof value !== 'boolean') throw invalidArgType(name, 'boolean', value);
   return value;
@@ -249,9 +254,9 @@ function distance(a: string, b: string): number {
 /**
  * Options nobody reads are reported, once per name and process, instead of
  * being dropped silently (a misspelled `maxBufer` would otherwise look like
- * it worked). Exported for the CLI and the server, which apply the same rule.
+ * it worked).
  */
-export function warnUnknownOptions(options: object, where = 'spawn'): void {
+function warnUnknownOptions(options: object, where = 'spawn'): void {
   for (const key of Object.keys(options)) {
     if (knownOptions.has(key) || warned.has(key)) continue;
     warned.add(key);
@@ -367,8 +372,8 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
   const output = resolveOutput(opts);
   const jobBuffer = checkBytes(opts.jobBuffer, 'options.jobBuffer', defaults.jobBuffer ?? DEFAULT_JOB_BUFFER);
   const confinement = opts.confinement ?? 'auto';
-  if (!['auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup', 'none'].includes(confinement as string)) {
-    throw invalidArgValue('options.confinement', confinement, "must be one of: 'auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup', 'none'");
+  if (!confinements.includes(confinement)) {
+    throw invalidArgValue('options.confinement', confinement, `must be one of: ${confinements.map((c) => `'${c}'`).join(', ')}`);
   }
   const grace = checkMs(opts.grace, 'grace', defaults.grace ?? 2000);
   const pty = resolvePty(opts.pty);
@@ -426,7 +431,7 @@ export function resolveRun(options: RunOptions | undefined): ResolvedRun {
 /** A job's ring buffer when neither the call nor its supervisor says otherwise. */
 export const DEFAULT_JOB_BUFFER = 1024 * 1024;
 
-/** A size in bytes: an integer >= 0 (ERR_INVALID_ARG_TYPE, ERR_OUT_OF_RANGE). */
+/** A size or offset in bytes: an integer >= 0 (ERR_INVALID_ARG_TYPE, ERR_OUT_OF_RANGE); `fallback` when undefined. */
 export function checkBytes(value: unknown, name: string, fallback: number): number {
   if (value === undefined) return fallback;
   if (typeof value !== 'number') throw invalidArgType(name, 'number', value);

@@ -42,18 +42,33 @@ export interface CallOwner {
   release(call: ToolCall): void;
   /** An 'error' the call has no listener for. */
   unhandledError(call: ToolCall, err: Error): void;
-  /** The call is a job now (its id is set): list it, and free its slot. */
-  adoptJob(call: ToolCall, ring: ByteTail): void;
+  /** The call is a job now (its id is set): list it, and free its slot. `startedAt`: when the call started (ms since the epoch). */
+  adoptJob(call: ToolCall, ring: ByteTail, startedAt: number): void;
 }
 
-/** Runs the ladder with a reason other than 'terminate' (supervisor shutdown). @internal */
-export const terminateFor = Symbol('proctree.terminateFor');
 /** Runs the ladder on many calls at once (ToolCall[terminateMany]). @internal */
 export const terminateMany = Symbol('proctree.terminateMany');
 /** Ends a call that is still queued, quietly: it never starts. @internal */
 export const dropQueued = Symbol('proctree.dropQueued');
 /** Whether the ladder runs and whether the call closed, for its job's state. @internal */
 export const callPhase = Symbol('proctree.callPhase');
+/** What remains of a kept call's tree and what it used so far: its result's `remaining` and `usage`. @internal */
+export const jobOutcome = Symbol('proctree.jobOutcome');
+/** The encoding of the call's result (`done`): set before it settles (the server's bytes). @internal */
+export const resultEncoding = Symbol('proctree.resultEncoding');
+/** The result `done` settled with, once it has: read synchronously at 'close', or when the call became a job. @internal */
+export const settledResult = Symbol('proctree.settledResult');
+
+/**
+ * Runs `fn` once the pipes have had one more whole poll phase, so output
+ * already in them at a main process's exit has been read: a check phase
+ * later, and another, since 'exit' may be delivered inside a poll phase
+ * after the pipes were polled (or before their reading started). When a
+ * kept call's result (and the server's job event) is made. @internal
+ */
+export function afterPipesPolled(fn: () => void): void {
+  setImmediate(() => setImmediate(fn));
+}
 
 export interface ToolCallEvents {
   spawn: [];
@@ -122,6 +137,8 @@ export class ToolCall extends EventEmitter {
   readonly #owner: CallOwner;
   readonly #createdAt = performance.now();
   #startedAt = 0;
+  /** The same moment in ms since the epoch: a job's startedAt, however much later it became one. */
+  #startedAtEpoch = 0;
   #started = false;
   readonly #pipes: CallStdio;
   #spawnError: Error | null = null;
@@ -131,6 +148,8 @@ export class ToolCall extends EventEmitter {
   #report: CleanupReport | null = null;
   #ladder: Promise<CleanupReport> | null = null;
   #resolveLadder: ((r: CleanupReport) => void) | null = null;
+  /** Why the ladder was asked for: what its report says even when the tree was gone before it ran. */
+  #ladderReason: CleanupReason = 'terminate';
   #timedOut = false;
   #aborted = false;
   #timer: NodeJS.Timeout | null = null;
@@ -141,6 +160,8 @@ export class ToolCall extends EventEmitter {
   #rejectDone: ((err: Error) => void) | null = null;
   /** Resolves `done` with what is known now (at 'close', or when the call became a job). */
   #settleDone: (() => void) | null = null;
+  #encoding: BufferEncoding | 'buffer' = 'utf8';
+  #settled: RunResult<string | Buffer> | null = null;
   readonly #output: CallOutput;
   /** A job's output, from the start of the call (only for calls that can become jobs). */
   readonly #ring: ByteTail | null = null;
@@ -245,6 +266,7 @@ export class ToolCall extends EventEmitter {
     if (this.#started) return;
     this.#started = true;
     this.#startedAt = performance.now();
+    this.#startedAtEpoch = Date.now();
     const opts = this.#opts;
     let res;
     try {
@@ -301,7 +323,7 @@ export class ToolCall extends EventEmitter {
     if (this.jobId !== null || !this.#ring) return;
     this.jobId = `c${this.#id}`;
     this.#output.flowAlways();
-    this.#owner.adoptJob(this, this.#ring);
+    this.#owner.adoptJob(this, this.#ring, this.#startedAtEpoch);
   }
 
   #onTimeout(): void {
@@ -336,7 +358,7 @@ export class ToolCall extends EventEmitter {
     process.nextTick(() => {
       this.#owner.release(this);
       if (emitError) this.#emitError(err);
-      if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport('terminate', this.confinement, this.#verified));
+      if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport(this.#ladderReason, this.confinement, this.#verified));
       this.#empty = true;
       this.#flushOutput();
       this.#maybeClose();
@@ -400,11 +422,6 @@ export class ToolCall extends EventEmitter {
   resize(cols: number, rows: number): void {
     if (!this.pty) throw noTerminal();
     this.pty.resize(cols, rows);
-  }
-
-  /** @internal */
-  [terminateFor](reason: CleanupReason, grace: number): Promise<CleanupReport> {
-    return this.#ladderFor(reason, grace);
   }
 
   /** `using call = spawn(…)`: stops the whole tree when the scope ends, unless it was already signalled. */
@@ -504,6 +521,21 @@ export class ToolCall extends EventEmitter {
   }
 
   /** @internal */
+  [resultEncoding](encoding: BufferEncoding | 'buffer'): void {
+    this.#encoding = encoding;
+  }
+
+  /** @internal */
+  [settledResult](): RunResult<string | Buffer> | null {
+    return this.#settled;
+  }
+
+  /** @internal */
+  [jobOutcome](): { remaining: ProcessInfo[]; usage: ResourceUsage } {
+    return { remaining: this.#remaining, usage: this.#usage ?? usageSoFar(this.cgroup, Math.max(1, this.#remaining.length)) };
+  }
+
+  /** @internal */
   [callPhase](): CallPhase {
     return { stopping: this.#ladder !== null && this.#report === null, empty: this.#empty, closed: this.#closed };
   }
@@ -511,7 +543,7 @@ export class ToolCall extends EventEmitter {
   #ladderFor(reason: CleanupReason, grace: number): Promise<CleanupReport> {
     if (!this.#started) {
       // Still queued: it will never start, and that is no error.
-      this[dropQueued](Object.assign(new Error('The call was stopped before it started'), { code: 'ABORT_ERR' }));
+      this[dropQueued](new AbortError('The call was stopped before it started'));
       return Promise.resolve(emptyReport(reason, this.confinement, this.#verified));
     }
     this.#startLadder(reason, grace, reason !== 'leftovers');
@@ -520,14 +552,15 @@ export class ToolCall extends EventEmitter {
 
   /** Starts the ladder once; returns whether it will signal a live tree. */
   #startLadder(reason: CleanupReason, grace: number, kills: boolean): boolean {
-    if (!this.#prepareLadder()) return false;
+    if (!this.#prepareLadder(reason)) return false;
     return this.#ladderStarted(native.terminate(this.#id, grace, this.#opts.killSignal, reason), reason, kills);
   }
 
   /** Whether a ladder may start now; if so, its promise exists from here. */
-  #prepareLadder(): boolean {
+  #prepareLadder(reason: CleanupReason): boolean {
     if (this.#report || this.#ladder) return false;
     if (!this.#id || this.#empty || this.#spawnError) return false;
+    this.#ladderReason = reason;
     this.#ladder = new Promise((resolve) => {
       this.#resolveLadder = resolve;
     });
@@ -553,7 +586,7 @@ export class ToolCall extends EventEmitter {
     const ready: ToolCall[] = [];
     for (const c of calls) {
       if (!c.#started) continue;
-      if (c.#prepareLadder()) ready.push(c);
+      if (c.#prepareLadder(reason)) ready.push(c);
     }
     const reporting = ready.length
       ? native.terminateGroup(ready.map((c) => c.#id), ready.map((c) => c.#opts.killSignal), grace, reason)
@@ -610,10 +643,8 @@ export class ToolCall extends EventEmitter {
     if (infos.length > 0 && this.#opts.leftovers === 'keep') {
       // What the command left running is a job now, not part of the
       // command's time: its timers stop (a background call's bound the job
-      // from the start, and keep running). The result comes after one more
-      // whole poll phase, so output already in the pipes is in it: a check
-      // phase later, and another, since 'exit' may be delivered inside a poll
-      // phase after the pipes were polled (or before their reading started).
+      // from the start, and keep running). The result comes once output
+      // already in the pipes has been read.
       this.#remaining = infos;
       if (!this.#opts.background) {
         for (const t of [this.#timer, this.#idleTimer]) if (t) clearTimeout(t);
@@ -621,15 +652,13 @@ export class ToolCall extends EventEmitter {
         this.#idleTimer = null;
       }
       this.#becomeJob();
-      setImmediate(() =>
-        setImmediate(() => {
-          if (!this.#settleDone) return;
-          // Read again: a process caught between fork and exec at 'exit' shows its command by now.
-          const now = this.#empty ? [] : native.processInfo(native.members(this.#id));
-          if (now.length > 0) this.#remaining = now;
-          this.#settleDone();
-        }),
-      );
+      afterPipesPolled(() => {
+        if (!this.#settleDone) return;
+        // Read again: a process caught between fork and exec at 'exit' shows its command by now.
+        const now = this.#empty ? [] : native.processInfo(native.members(this.#id));
+        if (now.length > 0) this.#remaining = now;
+        this.#settleDone();
+      });
     }
     if (infos.length > 0) this.emit('leftover', infos);
     if (this.#opts.leftovers === 'kill') this.#startLadder('leftovers', this.#opts.grace, false);
@@ -658,7 +687,7 @@ export class ToolCall extends EventEmitter {
       this.#timer = null;
     }
     // A ladder asked for while the empty event was on its way.
-    if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport('terminate', this.confinement, this.#verified));
+    if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport(this.#ladderReason, this.confinement, this.#verified));
     this.stdin?.destroy();
     this.emit('empty');
     this.pty?.[ptyTreeEmpty]();
@@ -704,6 +733,7 @@ export class ToolCall extends EventEmitter {
       if (run.input !== undefined) this.stdin.end(run.input);
       else if (run.closeStdin) this.stdin.end();
     }
+    this.#encoding = run.encoding;
     return new Promise((resolve, reject) => {
       if (this.#spawnError) {
         reject(this.#spawnError);
@@ -713,8 +743,7 @@ export class ToolCall extends EventEmitter {
       const settle = (): void => {
         if (this.#spawnError || !this.#settleDone) return;
         this.#settleDone = null;
-        resolve(
-          runResult(
+        this.#settled = runResult(
             {
               exitCode: this.exitCode,
               signal: this.signalCode,
@@ -726,14 +755,13 @@ export class ToolCall extends EventEmitter {
               pid: this.pid,
               cgroup: this.cgroup,
               confinement: this.confinement,
-              usage: this.#usage ?? usageSoFar(this.cgroup, Math.max(1, this.#remaining.length)),
+              ...this[jobOutcome](),
               jobId: this.jobId,
-              remaining: this.#remaining,
             },
             this.#output,
-            run.encoding,
-          ),
+            this.#encoding,
         );
+        resolve(this.#settled);
         // Delivered: what comes later is the job's (its ring), not the result's.
         this.#output.stopCollecting();
       };

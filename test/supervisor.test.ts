@@ -151,7 +151,7 @@ describe('Supervisor', () => {
     await using a = new Supervisor({ name: `dup-${process.pid}` });
     expect(() => new Supervisor({ name: `dup-${process.pid}` })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_VALUE' }));
     expect(() => new Supervisor({ name: '../escape' })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_VALUE' }));
-    expect(() => new Supervisor({ maxConcurrent: 0 })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_VALUE' }));
+    expect(() => new Supervisor({ maxConcurrent: 0 })).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }));
     await a.shutdown();
   });
 
