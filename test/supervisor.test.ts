@@ -169,7 +169,8 @@ describe('Supervisor', () => {
     );
     const workerCgroup = await new Promise<string>((resolve) => worker.once('message', resolve));
     expect(workerCgroup).toContain(`-w${worker.threadId}/`);
-    expect(liveWith(`${t}2`, 'sleep')).toHaveLength(2);
+    // Two members may still be bash and setsid, a moment before they exec sleep.
+    expect(await waitForLive(`${t}2`, 2, 'sleep')).toHaveLength(2);
     await worker.terminate();
     expect(liveWith(`${t}2`)).toEqual([]);
     expect(fs.existsSync(workerCgroup)).toBe(false);
