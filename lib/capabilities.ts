@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 
 import { ConfinementUnavailableError } from './errors';
-import { native, nativePath, portable, type PortableMode } from './native';
+import { native, type NativeLocation, nativePath, portable, type PortableMode } from './native';
 import { pickTier, type Probes, tierRejection } from './tiers';
 import type { Confinement } from './types';
 
@@ -15,7 +15,7 @@ export type { Probe, Probes } from './tiers';
 export interface Capabilities {
   kernel: string;
   /** Where cgroup2 is mounted and the harness's cgroup in it; null without cgroup2. */
-  cgroup2: { mount: string; own: string; ownPath: string } | null;
+  cgroup2: NativeLocation | null;
   /**
    * How the cgroup tier creates children: clone3 into the cgroup, or clone()
    * + cgroup.procs; `child_process` with the portable binding.

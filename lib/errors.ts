@@ -51,22 +51,35 @@ function describe(value: unknown): string {
   }
 }
 
-const primitiveTypes = new Set(['string', 'function', 'number', 'object', 'boolean', 'bigint', 'symbol']);
+// Node's kTypes: type names, which the message lower-cases ('Object' is
+// how Node's own validators ask for a plain object: "of type object").
+const primitiveTypes = new Set(['string', 'function', 'number', 'object', 'Function', 'Object', 'boolean', 'bigint', 'symbol']);
+const className = /^([A-Z][a-z0-9]*)+$/;
 
 function list(items: string[]): string {
   return items.length < 3 ? items.join(' or ') : `${items.slice(0, -1).join(', ')}, or ${items[items.length - 1]}`;
 }
 
-/** Node's ERR_INVALID_ARG_TYPE: `expected` are type names ('string'), class names ('AbortSignal') or words ('int32'). */
+/**
+ * Node's ERR_INVALID_ARG_TYPE, worded as Node words it: `expected` are type
+ * names ('string', 'Object'), class names ('AbortSignal') or words ('int32').
+ */
 export function invalidArgType(name: string, expected: string | string[], actual: unknown): TypeError & { code: string } {
   const wanted = Array.isArray(expected) ? expected : [expected];
-  const types = wanted.filter((t) => primitiveTypes.has(t));
-  const classes = wanted.filter((t) => !primitiveTypes.has(t) && /^[A-Z]/.test(t));
-  const other = wanted.filter((t) => !primitiveTypes.has(t) && !/^[A-Z]/.test(t));
+  const types = wanted.filter((t) => primitiveTypes.has(t)).map((t) => t.toLowerCase());
+  const classes = wanted.filter((t) => !primitiveTypes.has(t) && className.test(t));
+  const other = wanted.filter((t) => !primitiveTypes.has(t) && !className.test(t));
+  // Beside classes, "object" reads as one of them (Node: "an instance of Buffer or Object").
+  if (classes.length > 0 && types.includes('object')) {
+    types.splice(types.indexOf('object'), 1);
+    classes.push('Object');
+  }
   const parts: string[] = [];
   if (types.length > 0) parts.push(`${types.length > 1 ? 'one of type' : 'of type'} ${list(types)}`);
   if (classes.length > 0) parts.push(`an instance of ${list(classes)}`);
-  if (other.length > 0) parts.push(other.length > 1 ? `one of ${list(other)}` : other[0]);
+  if (other.length > 0) {
+    parts.push(other.length > 1 ? `one of ${list(other)}` : `${other[0].toLowerCase() !== other[0] ? 'an ' : ''}${other[0]}`);
+  }
   const kind = name.includes('.') ? 'property' : 'argument';
   const message = `The "${name}" ${kind} must be ${parts.join(' or ')}. Received ${describe(actual)}`;
   return withCode(new TypeError(message), 'ERR_INVALID_ARG_TYPE');
@@ -89,6 +102,11 @@ export function outOfRange(name: string, range: string, value: unknown): RangeEr
     new RangeError(`The value of "${name}" is out of range. It must be ${range}. Received ${shown}`),
     'ERR_OUT_OF_RANGE',
   );
+}
+
+/** One of proctree's own errors (`ERR_PROCTREE_…`), shaped as Node's: the code enumerable and in the stack's first line. */
+export function proctreeError(code: string, message: string): Error & { code: string } {
+  return withCode(new Error(message), code);
 }
 
 export function unknownSignal(signal: unknown): TypeError & { code: string } {

@@ -3,8 +3,8 @@
 // `background: true`. The supervisor lists them, and a model reads their
 // recent output and stops them later, by an id it can also see in
 // `proctree ps` (the call's cgroup leaf, c<N>).
-import { invalidArgType, outOfRange } from './errors';
 import { native } from './native';
+import { checkBytes } from './options';
 import { ByteTail, utf8End, utf8Start } from './output';
 import type { CleanupReport, Confinement, ProcessInfo, ResourceUsage } from './types';
 
@@ -95,12 +95,6 @@ export function shellQuote(word: string): string {
   return `'${word.replace(/'/g, `'\\''`)}'`;
 }
 
-function checkOffset(value: unknown, name: string): number {
-  if (typeof value !== 'number') throw invalidArgType(name, 'number', value);
-  if (!Number.isSafeInteger(value) || value < 0) throw outOfRange(name, 'an integer >= 0', value);
-  return value;
-}
-
 export class Job {
   readonly id: string;
   readonly #call: JobCall;
@@ -156,14 +150,14 @@ export class Job {
    * only what came since; `dropped` says how much was lost in between.
    */
   read(fromOffset = 0, options: { maxBytes?: number } = {}): JobOutput {
-    const from = checkOffset(fromOffset, 'fromOffset');
-    const max = options?.maxBytes === undefined ? Infinity : checkOffset(options.maxBytes, 'options.maxBytes');
+    const from = checkBytes(fromOffset, 'fromOffset', 0);
+    const max = checkBytes(options?.maxBytes, 'options.maxBytes', Infinity);
     return this.#slice(Math.min(from, this.#ring.total), max);
   }
 
   /** The last `bytes` bytes of output (default 4096), or fewer to keep characters whole. */
   tail(bytes = 4096): JobOutput {
-    const n = checkOffset(bytes, 'bytes');
+    const n = checkBytes(bytes, 'bytes', 4096);
     return this.#slice(Math.max(0, this.#ring.total - n), n);
   }
 

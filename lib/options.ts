@@ -19,6 +19,7 @@ import {
 } from './errors';
 import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, type OutputSettings, UNREAD_MAX_BUFFER } from './output';
 import { ptyStdio, resolvePty, type ResolvedPty, withTerm } from './pty';
+import { tiers } from './tiers';
 import type { Confinement, RunOptions, SpawnOptions } from './types';
 
 /**
@@ -62,6 +63,9 @@ export interface ResolvedSpawn {
   pty: ResolvedPty | undefined;
 }
 
+/** What options.confinement accepts: 'auto' and every tier. */
+const confinements: ReadonlyArray<'auto' | Confinement> = ['auto', ...tiers];
+
 const signalNumbers: Record<string, number> = osConstants.signals as Record<string, number>;
 const signalNames = new Map<number, NodeJS.Signals>(
   Object.entries(signalNumbers).map(([name, num]) => [num, name as NodeJS.Signals]),
@@ -103,7 +107,8 @@ function nullCheck(value: unknown, name: string): void {
   }
 }
 
-function checkBoolean(value: unknown, name: string): boolean {
+/** A boolean option: false when null or undefined, else ERR_INVALID_ARG_TYPE unless a boolean. */
+export function checkBoolean(value: unknown, name: string): boolean {
   if (value == null) return false;
   if (typeof value !== 'boolean') throw invalidArgType(name, 'boolean', value);
   return value;
@@ -299,12 +304,8 @@ function distance(a: string, b: string): number {
 /**
  * Options nobody reads are reported, once per name and process, instead of
  * being dropped silently (a misspelled `maxBufer` would otherwise look like
- * it worked). Exported for the CLI and the server, which apply the same rule.
+ * it worked).
  */
-export function warnUnknownOptions(options: object, where = 'spawn'): void {
-  warnUnknownKeys(Object.keys(options), where);
-}
-
 function warnUnknownKeys(keys: readonly string[], where: string): void {
   for (const key of keys) {
     if (knownOptions.has(key) || warned.has(key)) continue;
@@ -369,8 +370,6 @@ export interface SpawnDefaults {
   where?: 'spawn' | 'run';
   jobBuffer?: number;
 }
-
-const confinements: readonly string[] = ['auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup', 'none'];
 
 export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unknown, defaults: SpawnDefaults = {}): ResolvedSpawn {
   const { file: file0, args: args0, opts: own } = normalize(fileArg, argsArg, optionsArg);
@@ -444,8 +443,8 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
   const output = resolveOutput(opts);
   const jobBuffer = checkBytes(opts.jobBuffer, 'options.jobBuffer', defaults.jobBuffer ?? DEFAULT_JOB_BUFFER);
   const confinement = opts.confinement ?? 'auto';
-  if (!confinements.includes(confinement as string)) {
-    throw invalidArgValue('options.confinement', confinement, "must be one of: 'auto', 'cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup', 'none'");
+  if (!confinements.includes(confinement as 'auto' | Confinement)) {
+    throw invalidArgValue('options.confinement', confinement, `must be one of: ${confinements.map((c) => `'${c}'`).join(', ')}`);
   }
   const grace = checkMs(opts.grace, 'grace', defaults.grace ?? 2000);
   const pty = resolvePty(opts.pty);
@@ -502,7 +501,7 @@ export function resolveRun(options: RunOptions | undefined): ResolvedRun {
 /** A job's ring buffer when neither the call nor its supervisor says otherwise. */
 export const DEFAULT_JOB_BUFFER = 1024 * 1024;
 
-/** A size in bytes: an integer >= 0 (ERR_INVALID_ARG_TYPE, ERR_OUT_OF_RANGE). */
+/** A size or offset in bytes: an integer >= 0 (ERR_INVALID_ARG_TYPE, ERR_OUT_OF_RANGE); `fallback` when undefined. */
 export function checkBytes(value: unknown, name: string, fallback: number): number {
   if (value === undefined) return fallback;
   if (typeof value !== 'number') throw invalidArgType(name, 'number', value);

@@ -8,12 +8,14 @@ import type { Readable } from 'node:stream';
 import { Readable as ReadableStream } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 
+import { invalidArgType, invalidArgValue } from './errors';
+
 export type OutputStream = 'stdout' | 'stderr';
 
 /** Which part of an output longer than `maxBuffer` is kept. */
 export type Keep = 'head' | 'tail' | 'both';
 
-/** The output options of a call, validated (see resolveOutputOptions in options.ts). */
+/** The output options of a call, validated (resolveOutput in options.ts). */
 export interface OutputSettings {
   maxBuffer: number;
   /**
@@ -211,7 +213,7 @@ function isUtf8(encoding: BufferEncoding | 'buffer'): boolean {
 }
 
 /** The value of a kept stream: head, the marker where bytes are missing, tail. */
-export function keptValue(
+function keptValue(
   collector: OutputCollector,
   encoding: BufferEncoding | 'buffer',
   marker: string | null,
@@ -525,7 +527,12 @@ export class CallOutput {
    * wait in memory for a slow consumer.
    */
   lines(options: LinesOptions = {}): AsyncIterableIterator<string> {
-    const which = options?.stream ?? 'stdout';
+    if (options === null || typeof options !== 'object') throw invalidArgType('options', 'Object', options);
+    const which = options.stream ?? 'stdout';
+    // An unknown name would match no stream and end at once, silently.
+    if (which !== 'stdout' && which !== 'stderr' && which !== 'all') {
+      throw invalidArgValue('options.stream', which, "must be one of: 'stdout', 'stderr', 'all'");
+    }
     const names = (which === 'all' ? ['stdout', 'stderr'] : [which]).filter((n) => this.#source(n as OutputStream)) as OutputStream[];
     const queue: string[] = [];
     let head = 0;

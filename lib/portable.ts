@@ -90,6 +90,14 @@ interface PortableCall {
   known: ProcessRow[];
   /** A read after the exit found nothing: empty for good (zombies cannot fork). */
   drained: boolean;
+  /**
+   * The tree as read in this synchronous turn, until its microtasks run: at
+   * the main process's exit the call reads members() and then asks for the
+   * ladder, which takes the same snapshot instead of reading the whole table
+   * again. Only then: a caller's own members() before terminate() may have
+   * caught a child between fork and setsid.
+   */
+  fresh: ProcessRow[] | null;
   readonly timers: Set<NodeJS.Timeout>;
   /** The child's pipe ends, which keep the loop alive like the process does. */
   readonly handles: Array<{ ref?: () => void; unref?: () => void }>;
@@ -255,6 +263,7 @@ class PortableBinding implements NativeBinding {
       exitedPerf: 0,
       known: [],
       drained: false,
+      fresh: null,
       timers: new Set(),
       handles: [],
     };
@@ -390,6 +399,12 @@ class PortableBinding implements NativeBinding {
     // exits): only group members are evidence that the call goes on.
     call.known = call.pgid ? rows.filter((r) => r.pgid === call.pgid) : rows;
     if (exited && rows.length === 0) call.drained = true;
+    if (call.fresh === null) {
+      queueMicrotask(() => {
+        call.fresh = null;
+      });
+    }
+    call.fresh = rows;
     return rows;
   }
 
@@ -513,7 +528,8 @@ class PortableBinding implements NativeBinding {
     const call = this.#calls.get(id);
     if (!call || call.empty) return false;
     if (call.ladder) return true;
-    const rows = this.#visibleNow(call);
+    // At the exit, the ladder for the leftovers starts from the read that found them.
+    const rows = call.exited && call.fresh !== null ? call.fresh : this.#visibleNow(call);
     if (rows.length === 0) return false;
     call.ladder = true;
     void this.#ladder(call, rows, graceMs, sig, reason);
@@ -596,11 +612,7 @@ class PortableBinding implements NativeBinding {
     } catch {
       // no table: the groups still get their SIGKILL
     }
-    for (const call of live) {
-      const visible = this.#visible(call, rows);
-      if (call.pgid) signal(-call.pgid, SIGKILL);
-      for (const r of visible) if (!call.pgid || r.pgid !== call.pgid) signal(r.pid, SIGKILL);
-    }
+    for (const call of live) this.#send(call, this.#visible(call, rows), SIGKILL);
   }
 
   setRef(id: number, ref: boolean): void {

@@ -57,10 +57,14 @@ function procTable(): ProcessRow[] {
   return rows;
 }
 
+// LC_ALL=C: lstart in the one format Date.parse reads ("Fri Dec  4 07:17:32 2026").
+// Made once: ps runs on every poll of a call, and copying the environment each time is waste.
+let psEnv: NodeJS.ProcessEnv | undefined;
+
 /** ps's output, whatever its exit status (it exits 1 when a -p list matched nothing). */
 function ps(args: string[]): string {
-  // LC_ALL=C: lstart in the one format Date.parse reads ("Fri Dec  4 07:17:32 2026").
-  const res = spawnSync('ps', args, { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024, env: { ...process.env, LC_ALL: 'C' } });
+  psEnv ??= { ...process.env, LC_ALL: 'C' };
+  const res = spawnSync('ps', args, { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024, env: psEnv });
   if (res.error) throw res.error;
   return res.stdout ?? '';
 }

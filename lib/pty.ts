@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import { Duplex } from 'node:stream';
 import tty from 'node:tty';
 
-import { invalidArgType, invalidArgValue, outOfRange, ptyUnsupported } from './errors';
+import { invalidArgType, invalidArgValue, outOfRange, proctreeError, ptyUnsupported } from './errors';
 import { native, portable } from './native';
 import type { StdioEntry } from './options';
 import type { ProcessInfo, PtyOptions } from './types';
@@ -78,7 +78,7 @@ export function withTerm(env: readonly string[], term: string): string[] {
 }
 
 export function noTerminal(): Error & { code: string } {
-  return Object.assign(new Error('The call has no terminal: spawn it with options.pty'), { code: 'ERR_PROCTREE_NO_PTY' });
+  return proctreeError('ERR_PROCTREE_NO_PTY', 'The call has no terminal: spawn it with options.pty');
 }
 
 /** @internal the master fd from the spawn result; the stream owns it from here. */

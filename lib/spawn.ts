@@ -21,6 +21,9 @@ export function spawn(file: string, args?: readonly string[] | SpawnOptions, opt
  */
 export function run(file: string, args?: readonly string[], options?: RunOptions & { encoding?: BufferEncoding }): Promise<RunResult<string>>;
 export function run(file: string, args: readonly string[], options: RunOptions & { encoding: 'buffer' }): Promise<RunResult<Buffer>>;
-export function run(file: string, args?: readonly string[], options?: RunOptions): Promise<RunResult<string | Buffer>> {
-  return getDefaultSupervisor().run(file, args, options as RunOptions & { encoding?: BufferEncoding });
+export function run(file: string, options?: RunOptions & { encoding?: BufferEncoding }): Promise<RunResult<string>>;
+export function run(file: string, options: RunOptions & { encoding: 'buffer' }): Promise<RunResult<Buffer>>;
+export function run(file: string, args?: readonly string[] | RunOptions, options?: RunOptions): Promise<RunResult<string | Buffer>> {
+  // run(file, options) is run(file, [], options): the supervisor sorts it out.
+  return getDefaultSupervisor().run(file, args as readonly string[], options as RunOptions & { encoding?: BufferEncoding });
 }

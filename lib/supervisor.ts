@@ -3,10 +3,10 @@
 import { EventEmitter } from 'node:events';
 import { threadId } from 'node:worker_threads';
 
-import { invalidArgType, invalidArgValue } from './errors';
+import { invalidArgType, invalidArgValue, outOfRange, proctreeError } from './errors';
 import { Job, type JobInfo, JobRegistry } from './jobs';
 import { native } from './native';
-import { checkBytes, checkGrace, DEFAULT_JOB_BUFFER, resolveRun, resolveSpawn } from './options';
+import { checkBoolean, checkBytes, checkGrace, DEFAULT_JOB_BUFFER, resolveRun, resolveSpawn } from './options';
 import { callPhase, type CallOwner, dropQueued, terminateMany, ToolCall } from './toolcall';
 import type { CleanupReport, RunOptions, RunResult, SpawnOptions } from './types';
 
@@ -47,7 +47,6 @@ function installExitHook(): void {
   process.on('exit', () => native.shutdown(1000));
 }
 
-
 export class Supervisor extends EventEmitter {
   /** The cgroup subtree's directory name below the harness's cgroup. */
   readonly group: string;
@@ -65,20 +64,22 @@ export class Supervisor extends EventEmitter {
 
   constructor(options: SupervisorOptions = {}) {
     super();
-    if (options === null || typeof options !== 'object') throw invalidArgType('options', 'of type object', options);
+    if (options === null || typeof options !== 'object') throw invalidArgType('options', 'Object', options);
     const name = options.name ?? `s${++unnamed}`;
-    if (typeof name !== 'string') throw invalidArgType('options.name', 'of type string', name);
+    if (typeof name !== 'string') throw invalidArgType('options.name', 'string', name);
     if (!/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/.test(name)) {
       throw invalidArgValue('options.name', name, 'must be 1-64 letters, digits, "_", "." or "-"');
     }
     if (usedNames.has(name)) throw invalidArgValue('options.name', name, 'is already used by a live supervisor');
     this.#grace = checkGrace(options.grace, 2000);
     const max = options.maxConcurrent ?? Infinity;
-    if (typeof max !== 'number' || !(max >= 1) || (max !== Infinity && !Number.isInteger(max))) {
-      throw invalidArgValue('options.maxConcurrent', max, 'must be an integer >= 1');
+    if (typeof max !== 'number') throw invalidArgType('options.maxConcurrent', 'number', max);
+    if (!(max >= 1) || (max !== Infinity && !Number.isInteger(max))) {
+      throw outOfRange('options.maxConcurrent', 'an integer >= 1 or Infinity', max);
     }
     this.#maxConcurrent = max;
     this.#jobBuffer = checkBytes(options.jobBuffer, 'options.jobBuffer', DEFAULT_JOB_BUFFER);
+    const handleSignals = checkBoolean(options.handleSignals, 'options.handleSignals');
     this.#name = name;
     usedNames.add(name);
     const suffix = threadId === 0 ? '' : `-w${threadId}`;
@@ -86,7 +87,7 @@ export class Supervisor extends EventEmitter {
     this.group = name === 'default' ? `${prefix}${suffix}` : `${prefix}-${name}${suffix}`;
     installExitHook();
     this.#owner = this.#makeOwner();
-    if (options.handleSignals) this.#installSignalHandlers();
+    if (handleSignals) this.#installSignalHandlers();
   }
 
   /** Calls not yet closed, queued ones included. */
@@ -109,9 +110,17 @@ export class Supervisor extends EventEmitter {
 
   run(file: string, args?: readonly string[], options?: RunOptions & { encoding?: BufferEncoding }): Promise<RunResult<string>>;
   run(file: string, args: readonly string[], options: RunOptions & { encoding: 'buffer' }): Promise<RunResult<Buffer>>;
-  run(file: string, args?: readonly string[], options?: RunOptions): Promise<RunResult<string | Buffer>> {
+  run(file: string, options?: RunOptions & { encoding?: BufferEncoding }): Promise<RunResult<string>>;
+  run(file: string, options: RunOptions & { encoding: 'buffer' }): Promise<RunResult<Buffer>>;
+  run(file: string, args?: readonly string[] | RunOptions, options?: RunOptions): Promise<RunResult<string | Buffer>> {
     try {
       this.#checkOpen();
+      // run(file, options) is run(file, [], options), as spawn's arguments are
+      // read: run's own options (input, encoding) must come from there too.
+      if (args != null && typeof args === 'object' && !Array.isArray(args)) {
+        options = args as RunOptions;
+        args = undefined;
+      }
       const resolved = resolveSpawn(file, args, options, { grace: this.#grace, jobBuffer: this.#jobBuffer, where: 'run' });
       const call = this.#track(new ToolCall(resolved, this.#owner, resolveRun(options)));
       // A failed start is delivered as the rejection.
@@ -136,7 +145,7 @@ export class Supervisor extends EventEmitter {
     if (typeof id !== 'string') throw invalidArgType('id', 'string', id);
     const job = this.#jobs.get(id);
     if (!job) {
-      throw Object.assign(new Error(`No job ${JSON.stringify(id)} in supervisor ${this.#name}`), { code: 'ERR_PROCTREE_UNKNOWN_JOB' });
+      throw proctreeError('ERR_PROCTREE_UNKNOWN_JOB', `No job ${JSON.stringify(id)} in supervisor ${this.#name}`);
     }
     return job;
   }
@@ -151,9 +160,7 @@ export class Supervisor extends EventEmitter {
     this.#closed = true;
     this.#removeSignalHandlers();
     usedNames.delete(this.#name);
-    const closed = Object.assign(new Error('The supervisor was shut down before the call started'), {
-      code: 'ERR_PROCTREE_SUPERVISOR_CLOSED',
-    });
+    const closed = proctreeError('ERR_PROCTREE_SUPERVISOR_CLOSED', 'The supervisor was shut down before the call started');
     for (const { call } of this.#queue.splice(0)) call[dropQueued](closed);
     const running = [...this.#calls].filter((c) => c.started);
     return ToolCall[terminateMany](running, 'shutdown', grace);
@@ -165,7 +172,7 @@ export class Supervisor extends EventEmitter {
 
   #checkOpen(): void {
     if (this.#closed) {
-      throw Object.assign(new Error('The supervisor was shut down'), { code: 'ERR_PROCTREE_SUPERVISOR_CLOSED' });
+      throw proctreeError('ERR_PROCTREE_SUPERVISOR_CLOSED', 'The supervisor was shut down');
     }
   }
 
@@ -180,9 +187,7 @@ export class Supervisor extends EventEmitter {
       group: this.group,
       admit: (call, start, background) => {
         if (this.#closed) {
-          call[dropQueued](
-            Object.assign(new Error('The supervisor was shut down'), { code: 'ERR_PROCTREE_SUPERVISOR_CLOSED' }),
-          );
+          call[dropQueued](proctreeError('ERR_PROCTREE_SUPERVISOR_CLOSED', 'The supervisor was shut down'));
           return;
         }
         if (background) {
@@ -203,8 +208,8 @@ export class Supervisor extends EventEmitter {
         this.#calls.delete(call);
         this.#freeSlot(call);
       },
-      adoptJob: (call, ring) => {
-        const job = new Job(call.jobId as string, call, ring, () => call[callPhase](), Date.now());
+      adoptJob: (call, ring, startedAt) => {
+        const job = new Job(call.jobId as string, call, ring, () => call[callPhase](), startedAt);
         this.#jobs.add(job);
         this.#freeSlot(call);
         this.emit('job', job, call);

@@ -1,15 +1,11 @@
 // Which probes each confinement tier needs, and so which tier 'auto' picks:
 // one table, used by capabilities() and by `proctree doctor`. Pure data, so
 // doctor can use it even where the addon does not load.
+import type { NativeProbe } from './native';
 import type { Confinement } from './types';
 
-/** One probe: whether it worked, and if not the errno (and syscall) seen. */
-export interface Probe {
-  ok: boolean;
-  errno?: string;
-  syscall?: string;
-  detail?: string;
-}
+/** One probe: whether it worked, and if not the errno (and syscall) seen (as the binding reports it). */
+export type Probe = NativeProbe;
 
 export interface Probes {
   /** A cgroup2 mount that shows the harness's own cgroup. */
@@ -45,14 +41,11 @@ export interface Probes {
   none: Probe;
 }
 
-/** The tiers, strongest first. */
-export const tiers: readonly Confinement[] = ['cgroup', 'systemd', 'pidns', 'subreaper', 'pgroup', 'none'];
-
 // Every tier addresses processes only by pidfd and waits with waitid(P_PIDFD):
 // without those none can run safely (signalling by number races with pid reuse).
 const pidfds = ['pidfd', 'pidfdSendSignal', 'waitidPidfd'] as const;
 
-/** The probes each tier needs, in the order they are checked. */
+/** The probes each tier needs, in the order they are checked; the tiers strongest first. */
 export const needs: Readonly<Record<Confinement, ReadonlyArray<keyof Probes>>> = {
   cgroup: ['cgroup2', 'delegation', ...pidfds],
   // Reached only when delegation failed (the cgroup tier would have been
@@ -67,6 +60,9 @@ export const needs: Readonly<Record<Confinement, ReadonlyArray<keyof Probes>>> =
 // The portable binding (lib/portable.ts) signals by pid through
 // child_process: its pgroup and none tiers need no pidfds (and are not
 // race-free for it; verified is 'none').
+/** The tiers, strongest first: the one list, the keys of `needs` (string keys keep their order). */
+export const tiers = Object.keys(needs) as readonly Confinement[];
+
 const portableNeeds: Readonly<Record<Confinement, ReadonlyArray<keyof Probes>>> = { ...needs, pgroup: ['pgroup'] };
 
 function describeProbe(name: string, p: Probe): string {

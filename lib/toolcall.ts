@@ -45,18 +45,33 @@ export interface CallOwner {
   cleanup(call: ToolCall, report: CleanupReport): void;
   /** An 'error' the call has no listener for. */
   unhandledError(call: ToolCall, err: Error): void;
-  /** The call is a job now (its id is set): list it, and free its slot. */
-  adoptJob(call: ToolCall, ring: ByteTail): void;
+  /** The call is a job now (its id is set): list it, and free its slot. `startedAt`: when the call started (ms since the epoch). */
+  adoptJob(call: ToolCall, ring: ByteTail, startedAt: number): void;
 }
 
-/** Runs the ladder with a reason other than 'terminate' (supervisor shutdown). @internal */
-export const terminateFor = Symbol('proctree.terminateFor');
 /** Runs the ladder on many calls at once (ToolCall[terminateMany]). @internal */
 export const terminateMany = Symbol('proctree.terminateMany');
 /** Ends a call that is still queued, quietly: it never starts. @internal */
 export const dropQueued = Symbol('proctree.dropQueued');
 /** Whether the ladder runs and whether the call closed, for its job's state. @internal */
 export const callPhase = Symbol('proctree.callPhase');
+/** What remains of a kept call's tree and what it used so far: its result's `remaining` and `usage`. @internal */
+export const jobOutcome = Symbol('proctree.jobOutcome');
+/** The encoding of the call's result (`done`): set before it settles (the server's bytes). @internal */
+export const resultEncoding = Symbol('proctree.resultEncoding');
+/** The result `done` settled with, once it has: read synchronously at 'close', or when the call became a job. @internal */
+export const settledResult = Symbol('proctree.settledResult');
+
+/**
+ * Runs `fn` once the pipes have had one more whole poll phase, so output
+ * already in them at a main process's exit has been read: a check phase
+ * later, and another, since 'exit' may be delivered inside a poll phase
+ * after the pipes were polled (or before their reading started). When a
+ * kept call's result (and the server's job event) is made. @internal
+ */
+export function afterPipesPolled(fn: () => void): void {
+  setImmediate(() => setImmediate(fn));
+}
 
 export interface ToolCallEvents {
   spawn: [];
@@ -149,6 +164,12 @@ class CallExtras {
   usage: ResourceUsage | null = null;
   /** What a job's command left running when it exited; null until then. */
   remaining: ProcessInfo[] | null = null;
+  /** Why the ladder was asked for: what its report says even when the tree was gone before it ran. */
+  ladderReason: CleanupReason = 'terminate';
+  /** The result `done` settled with, once it has. */
+  settled: RunResult<string | Buffer> | null = null;
+  /** When a call that can become a job started, in ms since the epoch: the job's startedAt, however much later it became one. */
+  startedAtEpoch = 0;
 }
 
 /**
@@ -352,6 +373,24 @@ export class ToolCall extends EventEmitter {
   set #usage(v: ResourceUsage | null) {
     if (v !== null || this.#x) this.#extras().usage = v;
   }
+  get #ladderReason(): CleanupReason {
+    return this.#x?.ladderReason ?? 'terminate';
+  }
+  set #ladderReason(v: CleanupReason) {
+    if (v !== 'terminate' || this.#x) this.#extras().ladderReason = v;
+  }
+  get #settled(): RunResult<string | Buffer> | null {
+    return this.#x?.settled ?? null;
+  }
+  set #settled(v: RunResult<string | Buffer> | null) {
+    if (v !== null || this.#x) this.#extras().settled = v;
+  }
+  get #startedAtEpoch(): number {
+    return this.#x?.startedAtEpoch ?? 0;
+  }
+  set #startedAtEpoch(v: number) {
+    this.#extras().startedAtEpoch = v;
+  }
   get #remaining(): ProcessInfo[] | null {
     return this.#x?.remaining ?? null;
   }
@@ -459,7 +498,8 @@ export class ToolCall extends EventEmitter {
     if (opts.idleTimeout > 0) this.#out().subscribe(() => this.#idleTimer?.refresh());
     if (run) this.#feedInput(run);
     // A call that can become a job takes its result when it does.
-    if (run || opts.background || opts.leftovers === 'keep') this.#donePromise(run?.encoding ?? 'utf8');
+    if (run) this.#doneEncoding = run.encoding;
+    if (run || opts.background || opts.leftovers === 'keep') this.#donePromise();
     // run() reads the streams itself (nobody else can) and wants the result.
     if (run) {
       this.#out().resultWanted();
@@ -522,6 +562,8 @@ export class ToolCall extends EventEmitter {
     this.#startedAt = performance.now();
     const opts = this.#launch as ResolvedSpawn;
     this.#launch = null;
+    // A job's startedAt, in ms since the epoch (only a call with a ring can become one).
+    if (this.#ring) this.#startedAtEpoch = Date.now();
     let res;
     try {
       helper ??= helperPath();
@@ -577,7 +619,7 @@ export class ToolCall extends EventEmitter {
     if (this.jobId !== null || !this.#ring) return;
     this.jobId = `c${this.#id}`;
     this.#out().flowAlways();
-    this.#owner.adoptJob(this, this.#ring);
+    this.#owner.adoptJob(this, this.#ring, this.#startedAtEpoch);
   }
 
   #onTimeout(): void {
@@ -612,7 +654,7 @@ export class ToolCall extends EventEmitter {
     process.nextTick(() => {
       this.#owner.release(this);
       if (emitError) this.#emitError(err);
-      if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport('terminate', this.confinement, this.#verified));
+      if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport(this.#ladderReason, this.confinement, this.#verified));
       this.#empty = true;
       this.#flushOutput();
       this.#maybeClose();
@@ -676,11 +718,6 @@ export class ToolCall extends EventEmitter {
   resize(cols: number, rows: number): void {
     if (!this.pty) throw noTerminal();
     this.pty.resize(cols, rows);
-  }
-
-  /** @internal */
-  [terminateFor](reason: CleanupReason, grace: number): Promise<CleanupReport> {
-    return this.#ladderFor(reason, grace);
   }
 
   /** `using call = spawn(…)`: stops the whole tree when the scope ends, unless it was already signalled. */
@@ -754,7 +791,7 @@ export class ToolCall extends EventEmitter {
     // Reading the result reads the streams, as collecting them always did.
     this.#out().resultWanted();
     this.#flushOutput();
-    return this.#donePromise('utf8') as Promise<RunResult>;
+    return this.#donePromise() as Promise<RunResult>;
   }
 
   /** What the whole tree used; null until it is empty ('empty', then 'close'). */
@@ -780,6 +817,24 @@ export class ToolCall extends EventEmitter {
   }
 
   /** @internal */
+  [resultEncoding](encoding: BufferEncoding | 'buffer'): void {
+    this.#doneEncoding = encoding;
+  }
+
+  /** @internal */
+  [settledResult](): RunResult<string | Buffer> | null {
+    // A call that closed settles `done` at 'close'; nobody made it yet: it is made now, as it would have been then.
+    if (!this.#settled && this.#closed && !this.#done && !this.#spawnError) this.#donePromise();
+    return this.#settled;
+  }
+
+  /** @internal */
+  [jobOutcome](): { remaining: ProcessInfo[]; usage: ResourceUsage } {
+    const remaining = this.#remaining ?? [];
+    return { remaining, usage: this.#usage ?? usageSoFar(this.cgroup, Math.max(1, remaining.length)) };
+  }
+
+  /** @internal */
   [callPhase](): CallPhase {
     return { stopping: this.#ladder !== null && this.#report === null, empty: this.#empty, closed: this.#closed };
   }
@@ -787,7 +842,7 @@ export class ToolCall extends EventEmitter {
   #ladderFor(reason: CleanupReason, grace: number): Promise<CleanupReport> {
     if (!this.#started) {
       // Still queued: it will never start, and that is no error.
-      this[dropQueued](Object.assign(new Error('The call was stopped before it started'), { code: 'ABORT_ERR' }));
+      this[dropQueued](new AbortError('The call was stopped before it started'));
       return Promise.resolve(emptyReport(reason, this.confinement, this.#verified));
     }
     this.#startLadder(reason, grace, reason !== 'leftovers');
@@ -796,14 +851,15 @@ export class ToolCall extends EventEmitter {
 
   /** Starts the ladder once; returns whether it will signal a live tree. */
   #startLadder(reason: CleanupReason, grace: number, kills: boolean): boolean {
-    if (!this.#prepareLadder()) return false;
+    if (!this.#prepareLadder(reason)) return false;
     return this.#ladderStarted(native.terminate(this.#id, grace, this.#opts.killSignal, reason), reason, kills);
   }
 
   /** Whether a ladder may start now; if so, its promise exists from here. */
-  #prepareLadder(): boolean {
+  #prepareLadder(reason: CleanupReason): boolean {
     if (this.#report || this.#ladder) return false;
     if (!this.#id || this.#empty || this.#spawnError) return false;
+    this.#ladderReason = reason;
     this.#ladder = new Promise((resolve) => {
       this.#resolveLadder = resolve;
     });
@@ -829,7 +885,7 @@ export class ToolCall extends EventEmitter {
     const ready: ToolCall[] = [];
     for (const c of calls) {
       if (!c.#started) continue;
-      if (c.#prepareLadder()) ready.push(c);
+      if (c.#prepareLadder(reason)) ready.push(c);
     }
     const reporting = ready.length
       ? native.terminateGroup(ready.map((c) => c.#id), ready.map((c) => c.#opts.killSignal), grace, reason)
@@ -884,10 +940,8 @@ export class ToolCall extends EventEmitter {
     if (infos.length > 0 && this.#opts.leftovers === 'keep') {
       // What the command left running is a job now, not part of the
       // command's time: its timers stop (a background call's bound the job
-      // from the start, and keep running). The result comes after one more
-      // whole poll phase, so output already in the pipes is in it: a check
-      // phase later, and another, since 'exit' may be delivered inside a poll
-      // phase after the pipes were polled (or before their reading started).
+      // from the start, and keep running). The result comes once output
+      // already in the pipes has been read.
       this.#remaining = infos;
       if (!this.#opts.background) {
         for (const t of [this.#timer, this.#idleTimer]) if (t) clearTimeout(t);
@@ -895,15 +949,13 @@ export class ToolCall extends EventEmitter {
         this.#idleTimer = null;
       }
       this.#becomeJob();
-      setImmediate(() =>
-        setImmediate(() => {
-          if (!this.#resolveDone) return;
-          // Read again: a process caught between fork and exec at 'exit' shows its command by now.
-          const now = this.#empty ? [] : native.processInfo(native.members(this.#id));
-          if (now.length > 0) this.#remaining = now;
-          this.#settle();
-        }),
-      );
+      afterPipesPolled(() => {
+        if (!this.#resolveDone) return;
+        // Read again: a process caught between fork and exec at 'exit' shows its command by now.
+        const now = this.#empty ? [] : native.processInfo(native.members(this.#id));
+        if (now.length > 0) this.#remaining = now;
+        this.#settle();
+      });
     }
     if (infos.length > 0) this.emit('leftover', infos);
     if (this.#opts.leftovers === 'kill') this.#startLadder('leftovers', this.#opts.grace, false);
@@ -934,7 +986,7 @@ export class ToolCall extends EventEmitter {
       this.#timer = null;
     }
     // A ladder asked for while the empty event was on its way.
-    if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport('terminate', this.confinement, this.#verified));
+    if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport(this.#ladderReason, this.confinement, this.#verified));
     this.stdin?.destroy();
     this.emit('empty');
     this.pty?.[ptyTreeEmpty]();
@@ -1009,9 +1061,8 @@ export class ToolCall extends EventEmitter {
   }
 
   /** `done`, made on first use: settled already when the call failed or closed before. */
-  #donePromise(encoding: BufferEncoding | 'buffer'): Promise<RunResult<string | Buffer>> {
+  #donePromise(): Promise<RunResult<string | Buffer>> {
     if (this.#done) return this.#done;
-    this.#doneEncoding = encoding;
     let done: Promise<RunResult<string | Buffer>>;
     if (this.#spawnError) {
       done = Promise.reject(this.#spawnError);
@@ -1055,13 +1106,13 @@ export class ToolCall extends EventEmitter {
         pid: this.pid,
         cgroup: this.cgroup,
         confinement: this.confinement,
-        usage: this.#usage ?? usageSoFar(this.cgroup, Math.max(1, this.#remaining?.length ?? 0)),
+        ...this[jobOutcome](),
         jobId: this.jobId,
-        remaining: this.#remaining ?? [],
       },
       output,
       this.#doneEncoding,
     );
+    this.#settled = result;
     // Delivered: what comes later is the job's (its ring), not the result's.
     output.stopCollecting();
     return result;

@@ -1,4 +1,5 @@
 // The public types: read these as the documentation of the API.
+import type { NativeTier } from './native';
 
 /**
  * How a call is confined, strongest first (see docs/tiers.md):
@@ -19,7 +20,7 @@
  *   main process and its descendants as the process table shows them, each
  *   signalled by pid; no group, nothing confined.
  */
-export type Confinement = 'cgroup' | 'systemd' | 'pidns' | 'subreaper' | 'pgroup' | 'none';
+export type Confinement = NativeTier;
 
 /** How a CleanupReport proved the tree empty. */
 export type Verification = 'cgroup.events' | 'pidns' | 'subreaper' | 'none';

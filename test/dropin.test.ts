@@ -8,7 +8,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
 import { getDefaultSupervisor, run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
 import { cgroupExists, liveWith, token, waitForLive } from './helpers';
@@ -16,6 +16,27 @@ import { cgroupExists, liveWith, token, waitForLive } from './helpers';
 const root = path.resolve(__dirname, '..');
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-dropin-'));
 afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+// Every token a test starts processes with: what still carries one after the
+// test (it failed before its own cleanup) was started by this file, and is
+// killed by pid; its call then ends and removes its cgroup.
+const tokens: string[] = [];
+function newToken(): string {
+  const t = token();
+  tokens.push(t);
+  return t;
+}
+afterEach(() => {
+  for (const t of tokens.splice(0)) {
+    for (const pid of liveWith(t)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone
+      }
+    }
+  }
+});
 
 /** Rejects when `p` has not settled within `ms`: a hang fails the test instead of the run. */
 function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
@@ -139,10 +160,10 @@ describe('2. a call that cannot start: error, then close with the negative errno
 
 describe('3. AbortSignal as in Node', () => {
   it('abort: AbortError with cause, killed, the tree stopped; listener removed at exit', async () => {
-    const t = token();
+    const t = newToken();
     const controller = new AbortController();
     const call = spawn('bash', ['-c', `setsid sleep ${t} & sleep ${t}`], { signal: controller.signal, stdio: 'ignore' });
-    await waitForLive(t, 2, 'sleep');
+    expect(await waitForLive(t, 2, 'sleep')).toHaveLength(2);
     expect(getEventListeners(controller.signal, 'abort')).toHaveLength(1);
     const events = eventsUntilClose(call);
     const reason = new Error('boom');
@@ -280,21 +301,22 @@ describe('4. (cont.) a stream handed to another call', () => {
 
 describe('5. Symbol.dispose and Symbol.asyncDispose', () => {
   it('asyncDispose stops the whole tree and waits for close', async () => {
-    const t = token();
+    const t = newToken();
     const call = spawn('bash', ['-c', `setsid sleep ${t} & sleep ${t}`], { stdio: 'ignore' });
-    await waitForLive(t, 2, 'sleep');
+    expect(await waitForLive(t, 2, 'sleep')).toHaveLength(2);
     await within(call[Symbol.asyncDispose](), 10_000, 'asyncDispose');
     expect(liveWith(t)).toEqual([]);
     expect(cgroupExists(call.cgroup)).toBe(false);
   });
 
   it('dispose starts stopping the whole tree', async () => {
-    const t = token();
+    const t = newToken();
     const call = spawn('bash', ['-c', `setsid sleep ${t} & sleep ${t}`], { stdio: 'ignore' });
-    await waitForLive(t, 2, 'sleep');
+    expect(await waitForLive(t, 2, 'sleep')).toHaveLength(2);
     call[Symbol.dispose]();
     await within(new Promise((r) => call.on('close', r)), 10_000, 'close');
     expect(liveWith(t)).toEqual([]);
+    expect(cgroupExists(call.cgroup)).toBe(false);
   });
 });
 
@@ -443,9 +465,9 @@ describe('10. options nobody reads are reported; Node-only options accepted', ()
     };
     process.on('warning', onWarning);
     try {
-      const t = token();
+      const t = newToken();
       const call = spawn('sleep', [t], { detached: true, windowsHide: true, windowsVerbatimArguments: false, serialization: 'advanced', stdio: 'ignore' });
-      await waitForLive(t, 1, 'sleep');
+      expect(await waitForLive(t, 1, 'sleep')).toHaveLength(1);
       // detached: still confined and stoppable.
       const report = await call.terminate({ grace: 500 });
       expect(report.signaled).toBe(1);
@@ -485,9 +507,9 @@ describe('12. a script without #! runs through /bin/sh, as execvp does', () => {
 
 describe('13. kill() and timeout keep reaching the whole tree', () => {
   it('kill(signal) reaches every process, escapees included; names in any case as Node', async () => {
-    const t = token();
+    const t = newToken();
     const call = spawn('bash', ['-c', `setsid sleep ${t} & sleep ${t}`], { stdio: 'ignore' });
-    await waitForLive(t, 2, 'sleep');
+    expect(await waitForLive(t, 2, 'sleep')).toHaveLength(2);
     expect(call.kill('sigterm' as NodeJS.Signals)).toBe(true);
     expect(call.killed).toBe(true);
     await within(new Promise((r) => call.on('close', r)), 5000, 'close');
@@ -497,7 +519,7 @@ describe('13. kill() and timeout keep reaching the whole tree', () => {
   });
 
   it('timeout: killSignal to the whole tree, then SIGKILL after grace', async () => {
-    const t = token();
+    const t = newToken();
     const call = spawn('bash', ['-c', `trap '' TERM; setsid bash -c "trap '' TERM; sleep ${t}" & sleep ${t}`], {
       stdio: 'ignore',
       timeout: 300,
@@ -582,7 +604,7 @@ describe('hardening (issue 18, JS side)', () => {
     'for i in $(seq 250); do read -r _ _ _ _ _ sid _ < /proc/$p/stat && [ "$sid" = "$p" ] && break; sleep 0.02; done;';
 
   it('12. pgroup: an escaped daemon holding stdout cannot hang run(); pipes released after grace', async () => {
-    const t = token();
+    const t = newToken();
     try {
       const started = Date.now();
       const r = await within(
@@ -608,7 +630,7 @@ describe('hardening (issue 18, JS side)', () => {
   });
 
   it('12. pgroup: the timeout still ends the wait when it comes before grace', async () => {
-    const t = token();
+    const t = newToken();
     try {
       const r = await within(
         run('bash', ['-c', `setsid sleep ${t} & echo started`], { confinement: 'pgroup', timeout: 300, grace: 20_000 }),
@@ -624,39 +646,46 @@ describe('hardening (issue 18, JS side)', () => {
 
   it('23. an aborted queued call never starts; terminate() and shutdown() of queued calls raise no error', async () => {
     const sup = new Supervisor({ name: `queue-${process.pid}`, maxConcurrent: 1 });
-    const supErrors: Error[] = [];
-    sup.on('error', (e) => supErrors.push(e));
-    const t = token();
-    const blocker = sup.spawn('sleep', ['0.5'], { stdio: 'ignore' });
-    const controller = new AbortController();
-    const aborted = sup.spawn('sleep', [t], { signal: controller.signal, stdio: 'ignore' });
-    const seen = eventsUntilClose(aborted);
-    controller.abort();
-    const events = await within(seen, 5000, 'close of the aborted call');
-    expect(events.map((e) => e[0])).toEqual(['error', 'close']);
-    expect(events[0][1]).toMatchObject({ name: 'AbortError' });
-    await new Promise((r) => blocker.on('close', r));
-    await new Promise((r) => setTimeout(r, 200));
-    // It never ran, not even once the slot was free.
-    expect(liveWith(t)).toEqual([]);
-    expect(aborted.pid).toBeUndefined();
+    try {
+      const supErrors: Error[] = [];
+      sup.on('error', (e) => supErrors.push(e));
+      const t = newToken();
+      const blocker = sup.spawn('sleep', ['0.5'], { stdio: 'ignore' });
+      const controller = new AbortController();
+      const aborted = sup.spawn('sleep', [t], { signal: controller.signal, stdio: 'ignore' });
+      const seen = eventsUntilClose(aborted);
+      controller.abort();
+      const events = await within(seen, 5000, 'close of the aborted call');
+      expect(events.map((e) => e[0])).toEqual(['error', 'close']);
+      expect(events[0][1]).toMatchObject({ name: 'AbortError' });
+      await new Promise((r) => blocker.on('close', r));
+      // The queue is first in, first out: once a call queued after it has run
+      // in the freed slot, the aborted one would have started before it.
+      const probe = await within(sup.run('echo', ['after']), 5000, 'a call after the aborted one');
+      expect(probe.stdout).toBe('after\n');
+      // It never ran, not even once the slot was free.
+      expect(liveWith(t)).toEqual([]);
+      expect(aborted.pid).toBeUndefined();
 
-    const blocker2 = sup.spawn('sleep', ['5'], { stdio: 'ignore' });
-    const queued = sup.spawn('sleep', [t], { stdio: 'ignore' });
-    const queuedRun = sup.run('sleep', [t]).catch((e: unknown) => Promise.reject(e));
-    const queuedRunSettled = queuedRun.then(
-      () => null,
-      (e: unknown) => e,
-    );
-    const report = await queued.terminate();
-    expect(report).toMatchObject({ signaled: 0, leftovers: [] });
-    await within(new Promise((r) => queued.on('close', r)), 5000, 'close of the terminated queued call');
-    const reports = await sup.shutdown({ grace: 500 });
-    expect(await queuedRunSettled).toMatchObject({ code: 'ERR_PROCTREE_SUPERVISOR_CLOSED' });
-    expect(reports).toHaveLength(1);
-    await new Promise((r) => blocker2.on('close', r));
-    expect(supErrors).toEqual([]);
-    expect(liveWith(t)).toEqual([]);
+      const blocker2 = sup.spawn('sleep', ['5'], { stdio: 'ignore' });
+      const queued = sup.spawn('sleep', [t], { stdio: 'ignore' });
+      const queuedRun = sup.run('sleep', [t]).catch((e: unknown) => Promise.reject(e));
+      const queuedRunSettled = queuedRun.then(
+        () => null,
+        (e: unknown) => e,
+      );
+      const report = await queued.terminate();
+      expect(report).toMatchObject({ signaled: 0, leftovers: [] });
+      await within(new Promise((r) => queued.on('close', r)), 5000, 'close of the terminated queued call');
+      const reports = await sup.shutdown({ grace: 500 });
+      expect(await queuedRunSettled).toMatchObject({ code: 'ERR_PROCTREE_SUPERVISOR_CLOSED' });
+      expect(reports).toHaveLength(1);
+      await new Promise((r) => blocker2.on('close', r));
+      expect(supErrors).toEqual([]);
+      expect(liveWith(t)).toEqual([]);
+    } finally {
+      await sup.shutdown({ grace: 100 });
+    }
   });
 
   it('24. the default supervisor is exported: errors of module-level calls can be listened to', async () => {
@@ -679,24 +708,41 @@ describe('hardening (issue 18, JS side)', () => {
 // Each row of the README's "Differences from child_process" table, checked.
 describe('differences from child_process (README table)', () => {
   it('kill() after the main process exited still reaches what is left of the tree', async () => {
-    const t = token();
+    const t = newToken();
     const call = spawn('bash', ['-c', `setsid sleep ${t} & exit 0`], { stdio: 'ignore', leftovers: 'wait' });
     await new Promise((r) => call.on('exit', r));
-    await waitForLive(t, 1, 'sleep');
+    expect(await waitForLive(t, 1, 'sleep')).toHaveLength(1);
     expect(call.kill('SIGKILL')).toBe(true);
     await within(new Promise((r) => call.on('close', r)), 5000, 'close');
     expect(liveWith(t)).toEqual([]);
   });
 
   it('a detached call is still stopped when the harness exits', () => {
-    const t = token();
+    const t = newToken();
     const script = `
       const { spawn } = require(${JSON.stringify(path.join(root, 'dist/cjs/index.js'))});
+      const fs = require('node:fs');
       const call = spawn('sleep', ['${t}'], { detached: true, stdio: 'ignore' });
       call.unref();
-      call.on('spawn', () => setTimeout(() => process.exit(0), 200));
+      // Exits once the sleep runs (its argv in /proc), at most 5 s later.
+      const deadline = Date.now() + 5000;
+      const exitOnceRunning = () => {
+        let running = false;
+        try {
+          running = fs.readFileSync('/proc/' + call.pid + '/cmdline', 'utf8').includes('${t}');
+        } catch {}
+        if (running) {
+          console.log('running ' + call.pid);
+          process.exit(0);
+        }
+        if (Date.now() > deadline) process.exit(3);
+        setTimeout(exitOnceRunning, 10);
+      };
+      call.on('spawn', exitOnceRunning);
     `;
     const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 20_000 });
+    // The sleep was running when the harness exited (else nothing proves it was stopped).
+    expect(r.stdout).toMatch(/^running \d+\n$/);
     expect(r.status).toBe(0);
     expect(liveWith(t)).toEqual([]);
   });
@@ -737,6 +783,7 @@ describe('differences from child_process (README table)', () => {
   });
 
   it("pid is a number at 'spawn' in every tier (pidns/subreaper may set it only then)", async () => {
+    const ran: string[] = [];
     for (const confinement of ['cgroup', 'subreaper', 'pgroup'] as const) {
       let call: ToolCall;
       try {
@@ -747,7 +794,10 @@ describe('differences from child_process (README table)', () => {
       const pidAtSpawn = await new Promise<number | undefined>((r) => call.on('spawn', () => r(call.pid)));
       expect(typeof pidAtSpawn).toBe('number');
       await new Promise((r) => call.on('close', r));
+      ran.push(confinement);
     }
+    // Not vacuous: pgroup runs on every Linux host, so at least it was checked.
+    expect(ran).toContain('pgroup');
   });
 
   it('a timeout beyond 2^31-1 ms means "not in this run", not 1 ms as Node', async () => {

@@ -34,6 +34,16 @@ export function liveWith(needle: string, comm?: string): number[] {
   return found.filter((pid) => pid !== process.pid);
 }
 
+/** Whether pid is a running process now (not gone, not a zombie). */
+export function running(pid: number): boolean {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat[stat.lastIndexOf(')') + 2] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
 /** Waits until the /proc scan for `needle` finds at least `count` processes. */
 export async function waitForLive(needle: string, count: number, comm?: string, timeoutMs = 5000): Promise<number[]> {
   const deadline = Date.now() + timeoutMs;
@@ -153,4 +163,45 @@ export function httpGet(port: number, file: string): Promise<{ status: number; b
       })
       .on('error', reject);
   });
+}
+
+const syscallNumbers: Record<string, { read: number; write: number }> = { x64: { read: 0, write: 1 }, arm64: { read: 63, write: 64 } };
+
+/**
+ * True while `pid` sleeps in read(2) or write(2) on descriptor `fd`, by the
+ * kernel's account (/proc/<pid>/syscall: "<nr> <fd as hex> ..."; "running"
+ * when it is not in a system call). What a test waits for instead of
+ * sleeping: the program got as far as reading its input, or is held by a
+ * full pipe or terminal.
+ */
+export function blockedIn(pid: number, call: 'read' | 'write', fd: number): boolean {
+  const nr = syscallNumbers[process.arch]?.[call];
+  if (nr === undefined) throw new Error(`no ${call} system call number for ${process.arch}`);
+  try {
+    const fields = fs.readFileSync(`/proc/${pid}/syscall`, 'utf8').split(' ');
+    return Number(fields[0]) === nr && Number(fields[1]) === fd;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * A python3 program that writes each [fd, text] in turn, and before the next
+ * one waits (at most 10 s, else exit 9) until the reader has taken every byte
+ * from the pipe (FIONREAD on it is 0): the reader then gets the pieces in
+ * this order whatever its scheduling, where `echo a; echo b >&2` on two
+ * pipes can be read in either order.
+ */
+export function drainedWriter(pieces: [1 | 2, string][]): [string, string[]] {
+  const program = [
+    'import fcntl, os, struct, sys, termios, time',
+    `for fd, text in ${JSON.stringify(pieces)}:`,
+    '    os.write(fd, text.encode())',
+    '    deadline = time.monotonic() + 10',
+    "    while struct.unpack('i', fcntl.ioctl(fd, termios.FIONREAD, b'\\0\\0\\0\\0'))[0] > 0:",
+    '        if time.monotonic() > deadline:',
+    '            sys.exit(9)',
+    '        time.sleep(0.002)',
+  ].join('\n');
+  return ['python3', ['-c', program]];
 }

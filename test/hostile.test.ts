@@ -4,6 +4,7 @@
 import { type ChildProcess, spawn as cpSpawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 
 import { afterAll, describe, expect, it } from 'vitest';
@@ -179,19 +180,22 @@ describe('the weaker tiers', () => {
     const call = track(spawn('bash', ['-c', `setsid sleep ${t} & exec sleep ${t}`], { stdio: 'ignore', confinement: 'subreaper' }));
     const errors: Array<Error & { code?: string }> = [];
     call.on('error', (e) => errors.push(e));
-    await once(call, 'spawn');
-    await waitForLive(t, 2, 'sleep');
-    const stat = fs.readFileSync(`/proc/${call.pid}/stat`, 'utf8');
-    const shim = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-    // The shim is a process this test started (through the library).
-    process.kill(shim, 'SIGKILL');
-    // (events.once would reject on the 'error' this test waits for.)
-    await new Promise((resolve) => call.once('close', resolve));
-    expect(errors.map((e) => e.code)).toContain('ECHILD');
-    // Its tree went to init, alive: exactly why the call must not look clean.
-    const orphans = liveWith(t, 'sleep');
-    expect(orphans.length).toBe(2);
-    for (const pid of orphans) process.kill(pid, 'SIGKILL');
+    try {
+      await once(call, 'spawn');
+      expect(await waitForLive(t, 2, 'sleep')).toHaveLength(2);
+      const stat = fs.readFileSync(`/proc/${call.pid}/stat`, 'utf8');
+      const shim = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      // The shim is a process this test started (through the library).
+      process.kill(shim, 'SIGKILL');
+      // (events.once would reject on the 'error' this test waits for.)
+      await new Promise((resolve) => call.once('close', resolve));
+      expect(errors.map((e) => e.code)).toContain('ECHILD');
+      // Its tree went to init, alive: exactly why the call must not look clean.
+      expect(liveWith(t, 'sleep')).toHaveLength(2);
+    } finally {
+      // The orphans are this test's (its unique token): killed by pid, pass or fail.
+      for (const pid of liveWith(t, 'sleep')) process.kill(pid, 'SIGKILL');
+    }
   });
 
   it('pgroup: a new process that gets the main pid and calls setsid() is never taken for a member', () => {
@@ -219,33 +223,38 @@ describe('the weaker tiers', () => {
 describe('out of inotify watches (ENOSPC)', () => {
   it('a call whose tree outlives its main process still ran, is still watched (polled) and ends, and leaves no zombie', () => {
     const t = token();
-    const dir = fs.mkdtempSync('/tmp/proctree-enospc-');
-    const code = `
-      const fs = require('node:fs');
-      const { run, spawn } = require(${JSON.stringify(path.resolve(__dirname, '../dist/cjs/index.js'))});
-      (async () => {
-        // Every call of this harness gets its inotify watch refused.
-        const waited = await run('bash', ['-c', 'echo ran > ${dir}/waited; setsid sleep 0.3 & exit 0'], { leftovers: 'wait' });
-        const killed = await run('bash', ['-c', 'echo ran > ${dir}/killed; setsid sleep ${t} & exit 0'], { grace: 300 });
-        const zombies = fs.readdirSync('/proc').filter((p) => /^\\d+$/.test(p)).filter((p) => {
-          try { const s = fs.readFileSync('/proc/' + p + '/stat', 'utf8'); const f = s.slice(s.lastIndexOf(')') + 2).split(' '); return f[0] === 'Z' && Number(f[1]) === process.pid; } catch { return false; }
-        });
-        console.log(JSON.stringify({ waited: { code: waited.exitCode, cleanup: waited.cleanup }, killed: { code: killed.exitCode, reason: killed.cleanup && killed.cleanup.reason, leftovers: killed.cleanup && killed.cleanup.leftovers.length }, zombies }));
-      })();`;
-    // A user namespace of our own, whose inotify watch limit we may lower
-    // (per user namespace since Linux 5.11) without touching the host's.
-    const r = spawnSync('unshare', ['-U', '--map-root-user', 'sh', '-c', 'echo 0 > /proc/sys/user/max_inotify_watches && exec "$0" -e "$1"', process.execPath, code], {
-      encoding: 'utf8',
-      timeout: 30_000,
-    });
-    expect(r.stderr).toBe('');
-    const out = JSON.parse(r.stdout);
-    expect(fs.readFileSync(path.join(dir, 'waited'), 'utf8')).toBe('ran\n');
-    expect(fs.readFileSync(path.join(dir, 'killed'), 'utf8')).toBe('ran\n');
-    expect(out.waited).toEqual({ code: 0, cleanup: null });
-    expect(out.killed).toEqual({ code: 0, reason: 'leftovers', leftovers: 0 });
-    expect(out.zombies).toEqual([]);
-    expect(liveWith(t, 'sleep')).toEqual([]);
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-enospc-'));
+    try {
+      const code = `
+        const fs = require('node:fs');
+        const { run, spawn } = require(${JSON.stringify(path.resolve(__dirname, '../dist/cjs/index.js'))});
+        (async () => {
+          // Every call of this harness gets its inotify watch refused.
+          const waited = await run('bash', ['-c', 'echo ran > ${dir}/waited; setsid sleep 0.3 & exit 0'], { leftovers: 'wait' });
+          const killed = await run('bash', ['-c', 'echo ran > ${dir}/killed; setsid sleep ${t} & exit 0'], { grace: 300 });
+          const zombies = fs.readdirSync('/proc').filter((p) => /^\\d+$/.test(p)).filter((p) => {
+            try { const s = fs.readFileSync('/proc/' + p + '/stat', 'utf8'); const f = s.slice(s.lastIndexOf(')') + 2).split(' '); return f[0] === 'Z' && Number(f[1]) === process.pid; } catch { return false; }
+          });
+          console.log(JSON.stringify({ waited: { code: waited.exitCode, cleanup: waited.cleanup }, killed: { code: killed.exitCode, reason: killed.cleanup && killed.cleanup.reason, leftovers: killed.cleanup && killed.cleanup.leftovers.length }, zombies }));
+        })();`;
+      // A user namespace of our own, whose inotify watch limit we may lower
+      // (per user namespace since Linux 5.11) without touching the host's.
+      const r = spawnSync('unshare', ['-U', '--map-root-user', 'sh', '-c', 'echo 0 > /proc/sys/user/max_inotify_watches && exec "$0" -e "$1"', process.execPath, code], {
+        encoding: 'utf8',
+        timeout: 30_000,
+      });
+      expect(r.stderr).toBe('');
+      const out = JSON.parse(r.stdout);
+      expect(fs.readFileSync(path.join(dir, 'waited'), 'utf8')).toBe('ran\n');
+      expect(fs.readFileSync(path.join(dir, 'killed'), 'utf8')).toBe('ran\n');
+      expect(out.waited).toEqual({ code: 0, cleanup: null });
+      expect(out.killed).toEqual({ code: 0, reason: 'leftovers', leftovers: 0 });
+      expect(out.zombies).toEqual([]);
+      expect(liveWith(t, 'sleep')).toEqual([]);
+    } finally {
+      for (const pid of liveWith(t, 'sleep')) process.kill(pid, 'SIGKILL');
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
@@ -299,13 +308,24 @@ describe('kill()', () => {
   it('kill(0) asks whether the tree lives and changes nothing: no freeze, no thaw', async () => {
     const t = token();
     const call = track(spawn('bash', ['-c', `sleep ${t}`], { stdio: 'ignore' }));
-    await waitForLive(t, 1, 'sleep');
+    expect(await waitForLive(t, 1, 'sleep')).toHaveLength(1);
     const changes: string[] = [];
     const watcher = fs.watch(`${call.cgroup}/cgroup.events`, () => changes.push(fs.readFileSync(`${call.cgroup}/cgroup.events`, 'utf8')));
-    for (let i = 0; i < 20; i++) expect(call.kill(0)).toBe(true);
-    await new Promise((r) => setTimeout(r, 100));
-    watcher.close();
-    expect(changes).toEqual([]);
+    try {
+      for (let i = 0; i < 20; i++) expect(call.kill(0)).toBe(true);
+      // The window in which a freeze or thaw would have been seen (the
+      // kernel notifies at most every 10 ms), not a wait for an outcome.
+      await new Promise((r) => setTimeout(r, 100));
+      expect(changes).toEqual([]);
+      // The positive control: this watch does see a freeze of this cgroup
+      // (the test's own call), so the empty list above means none happened.
+      fs.writeFileSync(`${call.cgroup}/cgroup.freeze`, '1');
+      await waitUntil(() => changes.some((c) => c.includes('frozen 1')), 5000);
+      expect(changes.some((c) => c.includes('frozen 1'))).toBe(true);
+      fs.writeFileSync(`${call.cgroup}/cgroup.freeze`, '0');
+    } finally {
+      watcher.close();
+    }
     await call.terminate({ grace: 0 });
     expect(call.kill(0)).toBe(false);
   });
@@ -330,24 +350,30 @@ describe('a call that traces the harness', () => {
 describe('a harness that closed its own stdin, stdout and stderr', () => {
   it('still runs calls in every tier, and nothing it opens lands on 0..2 of the command', () => {
     const t = token();
-    const out = path.join(fs.mkdtempSync('/tmp/proctree-closed-'), 'out.json');
-    const code = `
-      const fs = require('node:fs');
-      const { run } = require(${JSON.stringify(path.resolve(__dirname, '../dist/cjs/index.js'))});
-      (async () => {
-        const results = {};
-        for (const tier of ['cgroup', 'pidns', 'subreaper', 'pgroup']) {
-          const r = await run('sh', ['-c', 'ls -l /proc/self/fd/0 /proc/self/fd/1 2>&1 | wc -l; sleep ${t} & exit 4'], { confinement: tier, grace: 200 });
-          results[tier] = { code: r.exitCode, out: r.stdout.trim(), left: r.cleanup && r.cleanup.leftovers.length };
-        }
-        fs.writeFileSync(${JSON.stringify(out)}, JSON.stringify(results));
-      })();`;
-    const r = spawnSync('bash', ['-c', `exec ${JSON.stringify(process.execPath)} -e "$1" <&- >&- 2>&-`, 'x', code], { timeout: 30_000 });
-    expect(r.status).toBe(0);
-    const results = JSON.parse(fs.readFileSync(out, 'utf8'));
-    for (const tier of ['cgroup', 'pidns', 'subreaper', 'pgroup']) {
-      expect(results[tier], tier).toEqual({ code: 4, out: '2', left: 0 });
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-closed-'));
+    const out = path.join(dir, 'out.json');
+    try {
+      const code = `
+        const fs = require('node:fs');
+        const { run } = require(${JSON.stringify(path.resolve(__dirname, '../dist/cjs/index.js'))});
+        (async () => {
+          const results = {};
+          for (const tier of ['cgroup', 'pidns', 'subreaper', 'pgroup']) {
+            const r = await run('sh', ['-c', 'ls -l /proc/self/fd/0 /proc/self/fd/1 2>&1 | wc -l; sleep ${t} & exit 4'], { confinement: tier, grace: 200 });
+            results[tier] = { code: r.exitCode, out: r.stdout.trim(), left: r.cleanup && r.cleanup.leftovers.length };
+          }
+          fs.writeFileSync(${JSON.stringify(out)}, JSON.stringify(results));
+        })();`;
+      const r = spawnSync('bash', ['-c', `exec ${JSON.stringify(process.execPath)} -e "$1" <&- >&- 2>&-`, 'x', code], { timeout: 30_000 });
+      expect(r.status).toBe(0);
+      const results = JSON.parse(fs.readFileSync(out, 'utf8'));
+      for (const tier of ['cgroup', 'pidns', 'subreaper', 'pgroup']) {
+        expect(results[tier], tier).toEqual({ code: 4, out: '2', left: 0 });
+      }
+      expect(liveWith(t, 'sleep')).toEqual([]);
+    } finally {
+      for (const pid of liveWith(t, 'sleep')) process.kill(pid, 'SIGKILL');
+      fs.rmSync(dir, { recursive: true, force: true });
     }
-    expect(liveWith(t, 'sleep')).toEqual([]);
   });
 });

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { type Confinement, job, jobs, run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
-import { cgroupExists, cgroupMembers, httpGet as get, killCgroup, liveWith, serverDir as tokenDir, token, waitForLive, waitUntil } from './helpers';
+import { cgroupExists, cgroupMembers, httpGet as get, killCgroup, liveWith, running, serverDir as tokenDir, token, waitForLive, waitUntil } from './helpers';
 
 const root = path.resolve(__dirname, '..');
 const cgroups: string[] = [];
@@ -53,8 +53,11 @@ describe("leftovers: 'keep'", () => {
     expect(r.jobId).toMatch(/^c\d+$/);
     expect(path.basename(r.cgroup)).toBe(r.jobId);
     expect(r.remaining.length).toBeGreaterThanOrEqual(1);
-    // What remained when run() settled is in the job's cgroup (unless it already exited: a launcher's helper).
-    for (const p of r.remaining) if (fs.existsSync(`/proc/${p.pid}`)) expect(cgroupMembers(r.cgroup)).toContain(p.pid);
+    // What remained when run() settled is in the job's cgroup (unless it
+    // already exited: a launcher's helper). Members first, then who runs: a
+    // process that exits between the two reads is not held against it.
+    const remainingNow = cgroupMembers(r.cgroup);
+    for (const p of r.remaining) if (!remainingNow.includes(p.pid)) expect(running(p.pid)).toBe(false);
     expect(r.usage.source).toBe('cgroup');
 
     const port = Number((await untilOutput(r.jobId as string, /Serving HTTP on 127\.0\.0\.1 port (\d+)/))[1]);
@@ -64,7 +67,7 @@ describe("leftovers: 'keep'", () => {
     const serverPids = await waitForLive(needle, 1);
     expect(serverPids.length).toBeGreaterThanOrEqual(1);
     const members = cgroupMembers(r.cgroup);
-    for (const pid of serverPids) if (fs.existsSync(`/proc/${pid}`)) expect(members).toContain(pid);
+    for (const pid of serverPids) if (!members.includes(pid)) expect(running(pid)).toBe(false);
 
     const res = await get(port, 'hello.txt');
     expect(res).toEqual({ status: 200, body: 'hello from the job\n' });
@@ -108,32 +111,46 @@ describe("leftovers: 'keep'", () => {
       stdio: ['ignore', 'pipe', 'inherit'],
       env: { ...process.env, JOB_DIR: dir },
     });
-    const line = await new Promise<string>((resolve, reject) => {
-      let out = '';
-      harness.stdout.on('data', (d: Buffer) => {
-        out += d.toString();
-        if (out.includes('\n')) resolve(out.split('\n')[0]);
+    const harnessExited = new Promise<void>((resolve) => harness.once('exit', () => resolve()));
+    try {
+      const line = await new Promise<string>((resolve, reject) => {
+        let out = '';
+        harness.stdout.on('data', (d: Buffer) => {
+          out += d.toString();
+          if (out.includes('\n')) resolve(out.split('\n')[0]);
+        });
+        harness.on('exit', (code) => reject(new Error(`harness exited with ${code}`)));
       });
-      harness.on('exit', (code) => reject(new Error(`harness exited with ${code}`)));
-    });
-    const info = JSON.parse(line) as { jobId: string; cgroup: string; port: number };
-    cgroups.push(info.cgroup);
-    expect((await get(info.port, 'hello.txt')).status).toBe(200);
-    const pids = liveWith(needle);
-    expect(pids.length).toBeGreaterThanOrEqual(1);
-    for (const pid of pids) expect(cgroupMembers(info.cgroup)).toContain(pid);
+      const info = JSON.parse(line) as { jobId: string; cgroup: string; port: number };
+      cgroups.push(info.cgroup);
+      expect((await get(info.port, 'hello.txt')).status).toBe(200);
+      const pids = liveWith(needle);
+      expect(pids.length).toBeGreaterThanOrEqual(1);
+      for (const pid of pids) expect(cgroupMembers(info.cgroup)).toContain(pid);
 
-    harness.kill('SIGKILL');
-    await waitUntil(() => liveWith(needle).length === 0, 2000);
-    expect(liveWith(needle)).toEqual([]);
-    await waitUntil(() => !cgroupExists(info.cgroup), 2000);
-    expect(cgroupExists(info.cgroup)).toBe(false);
+      harness.kill('SIGKILL');
+      await harnessExited;
+      await waitUntil(() => liveWith(needle).length === 0, 2000);
+      expect(liveWith(needle)).toEqual([]);
+      await waitUntil(() => !cgroupExists(info.cgroup), 2000);
+      expect(cgroupExists(info.cgroup)).toBe(false);
+    } finally {
+      // A failed check must not leave the harness (and the job it keeps) running.
+      if (harness.exitCode === null && harness.signalCode === null) {
+        harness.kill('SIGKILL');
+        await harnessExited;
+      }
+    }
   });
 
   it('with nothing left behind, run() is an ordinary run: no job', async () => {
     const r = await run('sh', ['-c', 'echo done'], { leftovers: 'keep' });
+    cgroups.push(r.cgroup);
     expect(r).toMatchObject({ exitCode: 0, stdout: 'done\n', jobId: null, remaining: [] });
     expect(jobs().some((j) => j.cgroup === r.cgroup)).toBe(false);
+    // The kernel's view: the call's cgroup is gone (no job holds it).
+    expect(r.cgroup).not.toBe('');
+    expect(cgroupExists(r.cgroup)).toBe(false);
   });
 
   it('spawn(): the call stays open as a job; done settles at the exit, close when the job ends', async () => {
@@ -144,19 +161,25 @@ describe("leftovers: 'keep'", () => {
     const seen: string[] = [];
     call.on('leftover', () => seen.push(`leftover:${call.jobId}`));
     call.on('close', () => seen.push('close'));
+    // Listened for from the start: 'close' may come before stop() resolves.
+    const closed = new Promise((resolve) => call.once('close', resolve));
     const r = await call.done;
     expect(r.jobId).toBe(call.jobId);
     expect(seen).toEqual([`leftover:${call.jobId}`]);
     // One process: the fork of bash that becomes the sleep (it may not have exec'd yet).
     expect(r.remaining).toHaveLength(1);
-    expect(await waitForLive(t, 1, 'sleep')).toEqual(cgroupMembers(call.cgroup as string));
+    // Both empty would also be equal: the sleep must have been found first.
+    const sleeps = await waitForLive(t, 1, 'sleep');
+    expect(sleeps).toHaveLength(1);
+    expect(cgroupMembers(call.cgroup as string)).toEqual(sleeps);
     expect(jobs().find((j) => j.id === call.jobId)?.processes.map((p) => p.cmdline)).toEqual([`sleep ${t}`]);
     const report = await job(call.jobId as string).stop();
     expect(report.leftovers).toEqual([]);
-    await new Promise((resolve) => call.once('close', resolve));
+    await closed;
     expect(seen).toEqual([`leftover:${call.jobId}`, 'close']);
     expect(call.usage?.source).toBe('cgroup');
     expect(liveWith(t)).toEqual([]);
+    expect(cgroupExists(call.cgroup)).toBe(false);
   });
 
   it("timeout and idleTimeout bound the command, not the job it left", async () => {
@@ -165,10 +188,14 @@ describe("leftovers: 'keep'", () => {
     const r = await run('bash', ['-c', `sleep ${t} & echo left`], { leftovers: 'keep', timeout: 300, idleTimeout: 300 });
     cgroups.push(r.cgroup);
     await new Promise((resolve) => setTimeout(resolve, 700));
-    expect(liveWith(t).length).toBe(1);
+    // Past both bounds, the sleep still runs, in the job's cgroup.
+    const alive = liveWith(t, 'sleep');
+    expect(alive).toHaveLength(1);
+    expect(cgroupMembers(r.cgroup)).toEqual(alive);
     expect(job(r.jobId as string).info().state).toBe('running');
     await job(r.jobId as string).stop();
     expect(liveWith(t)).toEqual([]);
+    expect(cgroupExists(r.cgroup)).toBe(false);
   });
 });
 
@@ -180,7 +207,9 @@ describe('background: true', () => {
     cgroups.push(r.cgroup);
     expect(r.jobId).toBe(path.basename(r.cgroup));
     expect(r.exitCode).toBeNull();
-    expect(await waitForLive(t, 1)).toEqual(cgroupMembers(r.cgroup));
+    const sleeps = await waitForLive(t, 1);
+    expect(sleeps).toHaveLength(1);
+    expect(cgroupMembers(r.cgroup)).toEqual(sleeps);
     const info = jobs().find((j) => j.id === r.jobId);
     expect(info).toMatchObject({ state: 'running', members: 1, pid: r.pid, command: `sleep ${t}` });
     const report = await job(r.jobId as string).stop({ grace: 500 });
@@ -201,6 +230,7 @@ describe('background: true', () => {
     expect(final.exitCode).toBe(0);
     expect(final.cleanup).toMatchObject({ reason: 'timeout', leftovers: [] });
     expect(liveWith(t)).toEqual([]);
+    expect(cgroupExists(r.cgroup)).toBe(false);
   });
 
   it("output keeps flowing to the ring when nobody reads: 9 MB through 64 KiB pipes, the job exits by itself", async () => {
@@ -210,9 +240,11 @@ describe('background: true', () => {
       { background: true },
     );
     expect(call.jobId).toMatch(/^c\d+$/);
+    cgroups.push(call.cgroup as string);
     const j = job(call.jobId as string);
     const final = await j.wait();
     expect(final.state).toBe('exited');
+    expect(cgroupExists(call.cgroup)).toBe(false);
     expect(final.exitCode).toBe(0);
     expect(final.output.capacity).toBe(1024 * 1024);
     expect(final.output.total).toBeGreaterThan(5_000_000);
@@ -229,25 +261,33 @@ describe('background: true', () => {
 
   it('does not wait for a maxConcurrent slot, and a kept job frees its slot', async () => {
     const sup = new Supervisor({ name: `jobs-slots-${process.pid}`, maxConcurrent: 1 });
-    const t = token();
-    tokens.push(t);
-    const kept = await sup.run('bash', ['-c', `sleep ${t} & exit 0`], { leftovers: 'keep' });
-    cgroups.push(kept.cgroup);
-    const bg = await sup.run('sleep', [t], { background: true });
-    cgroups.push(bg.cgroup);
-    // Both jobs run, and an ordinary call still gets the one slot.
-    const r = await sup.run('echo', ['still runs']);
-    expect(r.stdout).toBe('still runs\n');
-    expect(r.queuedMs).toBeLessThan(1000);
-    expect(sup.jobs().map((j) => j.id)).toEqual([kept.jobId, bg.jobId]);
-    expect(liveWith(t).length).toBe(2);
-    // shutdown() stops the jobs too.
-    const reports = await sup.shutdown({ grace: 500 });
-    expect(reports.every((rep) => rep.reason === 'shutdown' && rep.leftovers.length === 0)).toBe(true);
-    await Promise.all([sup.job(kept.jobId as string).wait(), sup.job(bg.jobId as string).wait()]);
-    expect(liveWith(t)).toEqual([]);
-    expect(sup.jobs().map((j) => j.state)).toEqual(['stopped', 'stopped']);
-    expect(cgroupExists(kept.cgroup) || cgroupExists(bg.cgroup)).toBe(false);
+    try {
+      const t = token();
+      tokens.push(t);
+      const kept = await sup.run('bash', ['-c', `sleep ${t} & exit 0`], { leftovers: 'keep' });
+      cgroups.push(kept.cgroup);
+      const bg = await sup.run('sleep', [t], { background: true });
+      cgroups.push(bg.cgroup);
+      // Both jobs run, and an ordinary call still gets the one slot.
+      const r = await sup.run('echo', ['still runs']);
+      expect(r.stdout).toBe('still runs\n');
+      expect(r.queuedMs).toBeLessThan(1000);
+      expect(sup.jobs().map((j) => j.id)).toEqual([kept.jobId, bg.jobId]);
+      // The kernel's view: one sleep in each job's cgroup.
+      const sleeps = await waitForLive(t, 2, 'sleep');
+      expect(sleeps).toHaveLength(2);
+      expect([...cgroupMembers(kept.cgroup), ...cgroupMembers(bg.cgroup)].sort()).toEqual([...sleeps].sort());
+      // shutdown() stops the jobs too: one report for each.
+      const reports = await sup.shutdown({ grace: 500 });
+      expect(reports).toHaveLength(2);
+      for (const rep of reports) expect(rep).toMatchObject({ reason: 'shutdown', leftovers: [] });
+      await Promise.all([sup.job(kept.jobId as string).wait(), sup.job(bg.jobId as string).wait()]);
+      expect(liveWith(t)).toEqual([]);
+      expect(sup.jobs().map((j) => j.state)).toEqual(['stopped', 'stopped']);
+      expect(cgroupExists(kept.cgroup) || cgroupExists(bg.cgroup)).toBe(false);
+    } finally {
+      await sup.shutdown({ grace: 100 });
+    }
   });
 });
 
@@ -298,10 +338,12 @@ describe.each(['pidns', 'subreaper', 'pgroup'] as Confinement[])('a kept job in 
     expect(r.jobId).toMatch(/^c\d+$/);
     expect(r.cgroup).toBe('');
     expect(r.stdout.startsWith('main\n') || r.stdout.startsWith('from-the-job\n'), JSON.stringify(r.stdout)).toBe(true);
-    expect(await waitForLive(t, 1, 'sleep')).toHaveLength(1);
+    const sleeps = await waitForLive(t, 1, 'sleep');
+    expect(sleeps).toHaveLength(1);
     const listed = jobs().find((j) => j.id === r.jobId);
     expect(listed?.confinement).toBe(tier);
-    expect(listed?.processes.some((p) => p.cmdline === `sleep ${t}`)).toBe(true);
+    // The listing agrees with /proc: the sleep it shows is the one running.
+    expect(listed?.processes.find((p) => p.cmdline === `sleep ${t}`)?.pid).toBe(sleeps[0]);
     await untilOutput(r.jobId as string, /from-the-job/);
     const report = await job(r.jobId as string).stop({ grace: 500 });
     expect(report.leftovers).toEqual([]);

@@ -195,6 +195,10 @@ export interface ScenarioResult {
   detail: string;
   ms: number;
   survivors?: number;
+  /** How many of the scenario's processes a /proc scan saw running before the stop (the positive control). */
+  alive?: number;
+  /** The tier said it cannot run here: nothing was started. */
+  unavailable?: boolean;
   confinement?: string;
   report?: Record<string, unknown>;
   processes?: number;
@@ -227,4 +231,17 @@ export function parseScenarioOutput(text: string): { env: ScenarioEnv | null; re
     }
   }
   return { env, results };
+}
+
+/**
+ * A scenario's outcome is proof only if its tree was seen running before the
+ * stop (alive > 0) and a number of survivors was counted after it (0): "no
+ * survivors" of a tree that never started would pass by itself. A tier that
+ * said it is unavailable started nothing, and has neither.
+ */
+export function expectStoppedAfterRunning(r: ScenarioResult | undefined, output: string): void {
+  if (!r) throw new Error(`no result:\n${output}`);
+  if (r.unavailable) return;
+  if (!(typeof r.alive === 'number' && r.alive > 0)) throw new Error(`${r.name}: its tree was never seen running (alive ${r.alive}): ${r.detail}`);
+  if (r.survivors !== 0) throw new Error(`${r.name}: survivors ${r.survivors}: ${r.detail}`);
 }

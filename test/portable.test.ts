@@ -350,7 +350,7 @@ describe('run() and spawn() on the portable binding', () => {
   });
 
   it('maxConcurrent queues calls; a queued call has its streams and output from the first byte', async () => {
-    const sup = new pt.Supervisor({ name: `portable-${process.pid}`, maxConcurrent: 1 });
+    await using sup = new pt.Supervisor({ name: `portable-${process.pid}`, maxConcurrent: 1 });
     const first = sup.run('bash', ['-c', 'sleep 0.3; echo first']);
     const second = sup.spawn('bash', ['-c', 'cat; echo second'], {});
     expect(second.pid).toBeUndefined();
@@ -364,7 +364,7 @@ describe('run() and spawn() on the portable binding', () => {
   });
 
   it("jobs: leftovers 'keep' makes a job of what stays in the group; background jobs start at once; stop() leaves nothing", async () => {
-    const sup = new pt.Supervisor({ name: `portable-jobs-${process.pid}` });
+    await using sup = new pt.Supervisor({ name: `portable-jobs-${process.pid}` });
     const t = tok();
     const r = await sup.run('bash', ['-c', `(echo from-job; exec sleep ${t}) & echo started`], { leftovers: 'keep' });
     // The job's line may come before the shell's exit or after: the result has the shell's.

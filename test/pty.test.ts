@@ -146,16 +146,20 @@ describe('what the command sees', () => {
   it('the default window is 80x24; a size set while queued is the one it starts with; Supervisor#spawn and #run', async () => {
     expect((await run('stty', ['size'], { pty: true })).stdout).toBe('24 80\r\n');
     const sup = new Supervisor({ name: `ptyq-${process.pid}`, maxConcurrent: 1 });
-    const first = sup.spawn('sleep', ['0.3'], { stdio: 'ignore' });
-    const queued = track(sup.spawn('stty', ['size'], { pty: true }));
-    expect(queued.started).toBe(false);
-    queued.resize(90, 10);
-    const screen = new Screen(queued);
-    await closed(queued);
-    expect(screen.text).toBe('10 90\r\n');
-    const r = await sup.run('sh', ['-c', 'tty; stty size'], { pty: { cols: 40, rows: 5 } });
-    expect(r.stdout).toMatch(/^\/dev\/pts\/\d+\r\n5 40\r\n$/);
-    await sup.shutdown();
+    try {
+      const first = track(sup.spawn('sleep', ['0.3'], { stdio: 'ignore' }));
+      const queued = track(sup.spawn('stty', ['size'], { pty: true }));
+      expect(first.started).toBe(true);
+      expect(queued.started).toBe(false);
+      queued.resize(90, 10);
+      const screen = new Screen(queued);
+      await closed(queued);
+      expect(screen.text).toBe('10 90\r\n');
+      const r = await sup.run('sh', ['-c', 'tty; stty size'], { pty: { cols: 40, rows: 5 } });
+      expect(r.stdout).toMatch(/^\/dev\/pts\/\d+\r\n5 40\r\n$/);
+    } finally {
+      await sup.shutdown();
+    }
   });
 
   it('a program that reads a line from the terminal gets what write() sent', async () => {
@@ -188,8 +192,11 @@ describe('what the command sees', () => {
     expect(call.pty?.foreground()).toMatchObject({ pid: call.pid, comm: 'bash' });
     call.pty?.write('echo $((6 * 7))\r');
     await screen.take(new RegExp(`^echo \\$\\(\\(6 \\* 7\\)\\)\\r\\n42\\r\\n${prompt.source}`));
-    call.pty?.write('sleep 30\r');
-    await screen.take(/sleep 30\r\n/);
+    // A duration unique to this test: its sleep is found by it alone.
+    const t = token(30);
+    tokens.push(t);
+    call.pty?.write(`sleep ${t}\r`);
+    await screen.take(new RegExp(`sleep ${t.replace('.', '\\.')}\r\n`));
     await waitUntil(() => call.pty?.foreground()?.comm === 'sleep', 5000);
     const fg = call.pty?.foreground();
     expect(fg?.comm).toBe('sleep');
@@ -335,7 +342,9 @@ describe('output and its end', () => {
   });
 
   it('destroying call.pty hangs the terminal up (SIGHUP to the session): the call still ends and closes', async () => {
-    const call = track(spawn('sleep', ['30'], { pty: true }));
+    const t = token(30);
+    tokens.push(t);
+    const call = track(spawn('sleep', [t], { pty: true }));
     await new Promise((r) => call.once('spawn', r));
     call.pty?.destroy();
     const [code, signal] = await closed(call);
@@ -411,9 +420,12 @@ describe.each(tiers)('confinement %s', (tier) => {
     // setsid's sleep, tmux's pane sleep and the main sleep; the tmux server.
     const sleeps = tmuxRuns ? 3 : 2;
     expect((await waitForLive(t, sleeps, 'sleep')).length).toBe(sleeps);
+    const sleepPids = liveWith(t, 'sleep');
+    expect(sleepPids).toHaveLength(sleeps);
     const server = tmuxRuns ? await waitForLive(t, 1, 'tmux: server') : [];
     expect(server.length).toBe(tmuxRuns ? 1 : 0);
-    if (tier === 'cgroup') expect(cgroupMembers(call.cgroup as string)).toEqual(expect.arrayContaining(server));
+    // The sleeps (never an empty list) and the tmux server are members of the call's cgroup.
+    if (tier === 'cgroup') expect(cgroupMembers(call.cgroup as string)).toEqual(expect.arrayContaining([...sleepPids, ...server]));
     const report = await call.terminate({ grace: 1000 });
     await closed(call);
     expect(report.leftovers).toEqual([]);
@@ -505,8 +517,13 @@ describe('resources', () => {
   it('200 terminal calls leave no fd, no /dev/pts entry, no zombie and no cgroup', async () => {
     const first = await run('true', [], { pty: true });
     const subtree = path.dirname(first.cgroup);
-    await new Promise((r) => setTimeout(r, 50));
+    // Its terminal closed before the count starts.
+    await waitUntil(() => ptyFds().length === 0, 5000);
+    expect(ptyFds()).toEqual([]);
     const fdsBefore = openFdCount();
+    // Durations unique to this test: its sleeps are found by it alone.
+    const t = token(30);
+    tokens.push(t);
     const ptsBefore = ptsEntries();
     const used = new Set<string>();
     for (let batch = 0; batch < 20; batch++) {
@@ -520,7 +537,7 @@ describe('resources', () => {
             }
             case 1: {
               // Stopped by the ladder, with a daemon holding the terminal.
-              const call = track(spawn('sh', ['-c', 'setsid sleep 30 & echo up; sleep 30'], { pty: true, grace: 100 }));
+              const call = track(spawn('sh', ['-c', `setsid sleep ${t} & echo up; sleep ${t}`], { pty: true, grace: 100 }));
               const screen = new Screen(call);
               await screen.take(/up/);
               used.add(call.pty?.path ?? '');
@@ -530,7 +547,7 @@ describe('resources', () => {
             }
             case 2: {
               // The harness hangs up first.
-              const call = track(spawn('sleep', ['30'], { pty: true, grace: 100 }));
+              const call = track(spawn('sleep', [t], { pty: true, grace: 100 }));
               await new Promise((r) => call.once('spawn', r));
               call.pty?.destroy();
               await closed(call);
@@ -547,13 +564,15 @@ describe('resources', () => {
         }),
       );
     }
-    await new Promise((r) => setTimeout(r, 100));
+    // Every terminal the calls had is gone from /dev/pts, unless it was there before.
+    const left = (): string[] => [...ptsEntries()].filter((n) => !ptsBefore.has(n) && used.has(`/dev/pts/${n}`));
+    // Closing descriptors and reaping take a turn or two after the last close: polled, bounded.
+    await waitUntil(() => ptyFds().length === 0 && openFdCount() <= fdsBefore && zombieChildren().length === 0 && left().length === 0, 5000);
     expect(ptyFds()).toEqual([]);
     expect(openFdCount()).toBeLessThanOrEqual(fdsBefore);
     expect(zombieChildren()).toEqual([]);
-    // Every terminal the calls had is gone from /dev/pts, unless it was there before.
-    const left = [...ptsEntries()].filter((n) => !ptsBefore.has(n) && used.has(`/dev/pts/${n}`));
-    expect(left).toEqual([]);
+    expect(left()).toEqual([]);
+    expect(liveWith(t)).toEqual([]);
     const leaves = fs.existsSync(subtree) ? fs.readdirSync(subtree).filter((n) => /^c\d+$/.test(n)) : [];
     expect(leaves).toEqual([]);
   });

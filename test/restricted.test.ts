@@ -25,7 +25,7 @@ import path from 'node:path';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { ownCgroupDir, parseScenarioOutput, removeCgroupTree, requireOldhosts, root, type ScenarioEnv, type ScenarioResult } from './oldhosts';
+import { expectStoppedAfterRunning, ownCgroupDir, parseScenarioOutput, removeCgroupTree, requireOldhosts, root, type ScenarioEnv, type ScenarioResult } from './oldhosts';
 
 // Docker's default capabilities (moby's oci/caps/defaults.go), as setpriv names them.
 const DOCKER_CAPS = [
@@ -153,6 +153,8 @@ describe.skipIf(why !== null && !requireOldhosts)('in a restricted container (ro
       const r = run.results.get(name);
       expect(r, `no result for ${name}:\n${run.output}`).toBeDefined();
       expect(r?.ok, r?.detail).toBe(true);
+      // Seen running first (the positive control), then none left.
+      expectStoppedAfterRunning(r, run.output);
       if (r?.confinement) expect(r.confinement).toBe('subreaper');
     });
   });
@@ -194,6 +196,7 @@ describe.skipIf(why !== null && !requireOldhosts)('in a restricted container (ro
       expect(res, `no outcome (hang?):\n${r?.output}`).toBeDefined();
       expect(res?.ok, res?.detail).toBe(true);
       expect(res?.detail).toMatch(reason);
+      expectStoppedAfterRunning(res, r?.output ?? '');
     });
 
     it.each(['timeout-call', 'terminate-settles'])('%s with confinement auto: settles, and either refuses or stops the whole tree', (name) => {
@@ -201,6 +204,7 @@ describe.skipIf(why !== null && !requireOldhosts)('in a restricted container (ro
       const res = r?.results.get(name);
       expect(res, `no outcome within 12 s (the harness hung and was killed):\n${r?.output.slice(-3000)}`).toBeDefined();
       expect(res?.ok, res?.detail).toBe(true);
+      expectStoppedAfterRunning(res, r?.output ?? '');
     });
   });
 });

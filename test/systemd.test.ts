@@ -240,7 +240,8 @@ describe.skipIf(unavailable !== '' && !required)(`the systemd tier on a real sys
       return { out: inSession<CheckOutput>(options, [checkInside, helperInside, tok, mode], mode === 'exit'), tok };
     }
 
-    function expectScopeLayout(out: CheckOutput): void {
+    /** `calls`: how many calls the check made (its loop below must not pass over an empty list). */
+    function expectScopeLayout(out: CheckOutput, calls: number): void {
       expect(out.probe).toMatchObject({ ok: true, detail: '/run/user/1500/systemd/private' });
       expect(out.ready, out.error).toBe(true);
       expect(out.unit).toMatch(/^proctree-\d+-[0-9a-f]{12}\.scope$/);
@@ -249,6 +250,7 @@ describe.skipIf(unavailable !== '' && !required)(`the systemd tier on a real sys
       expect(out.scope).toBe(`/sys/fs/cgroup/user.slice/user-1500.slice/user@1500.service/app.slice/${out.unit}`);
       expect(out.brokerLeafMembers).toBe(1);
       expect(out.cgroupKill).toBe(true);
+      expect(out.calls).toHaveLength(calls);
       for (const call of out.calls ?? []) {
         expect(call.leaf.startsWith(`${out.scope}/call-`)).toBe(true);
         // The main process was born in the leaf (clone3 into it), and so were its escapees.
@@ -259,7 +261,7 @@ describe.skipIf(unavailable !== '' && !required)(`the systemd tier on a real sys
 
     it.skipIf(skipCheck)('starts through systemd-run from the session; the harness runs the ladder on the leaf itself', async () => {
       const { out, tok } = check([], 'exit');
-      expectScopeLayout(out);
+      expectScopeLayout(out, 1);
       const call = out.calls?.[0];
       // freeze, cgroup.procs, cgroup.kill, rmdir: all by the harness (errno 0).
       expect(call).toMatchObject({ freeze: 0, frozenMembers: 3, kill: 0, exitSignal: 9, rmdir: 0 });
@@ -273,15 +275,14 @@ describe.skipIf(unavailable !== '' && !required)(`the systemd tier on a real sys
 
     it.skipIf(skipCheck)('under the seccomp filter (no user namespaces, no clone3) too', () => {
       const { out, tok } = check(['--seccomp-no-userns'], 'exit');
-      expectScopeLayout(out);
+      expectScopeLayout(out, 1);
       expect(out.calls?.[0]).toMatchObject({ frozenMembers: 3, kill: 0, rmdir: 0 });
       expect(liveWith(tok)).toEqual([]);
     });
 
     it.skipIf(skipCheck)('the harness SIGKILLed: every call and the scope are gone within a second', async () => {
       const { out, tok } = check([], 'sigkill');
-      expectScopeLayout(out);
-      expect(out.calls).toHaveLength(2);
+      expectScopeLayout(out, 2);
       const scope = hostPath(out.scope as string);
       const start = Date.now();
       await waitUntil(() => liveWith(tok).length === 0 && !fs.existsSync(scope), 1000);
@@ -401,10 +402,14 @@ describe.skipIf(unavailable !== '' && !required)(`the systemd tier on a real sys
     expect(out.uid).toBe(1501);
     // As today: no writable cgroup, user namespaces allowed: pidns.
     expect(out.caps.tier).toBe('pidns');
+    // All four escape scenarios ran (the loop below checks each).
+    expect(Object.keys(out.results).sort()).toEqual(['TERM trapped', 'double fork + setsid', 'main exits leaving a daemon', 'nohup + disown']);
     for (const [scenario, r] of Object.entries(out.results)) {
       expect(r.confinement, scenario).toBe('pidns');
       expect(r.report?.verified, scenario).toBe('pidns');
       expect(r.report?.leftovers, scenario).toBe(0);
+      // Seen running first (the positive control), then none left.
+      expect(r.seen, scenario).toBeGreaterThan(0);
       expect(r.survivors, scenario).toBe(0);
     }
 

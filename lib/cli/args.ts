@@ -73,6 +73,15 @@ export function splitCommand(args: string[], withValue: ReadonlySet<string>): { 
   return { own: args, command: [] };
 }
 
+let version: string | undefined;
+
+/** The package's version (`proctree --version`, the server's capabilities answer), read once. */
+export function packageVersion(): string {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  version ??= (require('../../../package.json') as { version: string }).version;
+  return version;
+}
+
 export function flagString(flags: Flags, name: string): string | undefined {
   const v = flags[name];
   return typeof v === 'string' ? v : undefined;

@@ -1,7 +1,7 @@
 // The `proctree` command: dispatches to run, doctor, ps and serve. Each is a
 // thin face over the public API; a usage error is one line on stderr and
 // exit status 2 everywhere.
-import { EXIT_USAGE, UsageError } from './args';
+import { EXIT_USAGE, packageVersion, UsageError } from './args';
 
 export const mainHelp = `Usage: proctree <command> [options]
 
@@ -29,11 +29,6 @@ const commands: Record<string, () => Promise<Command>> = {
   serve: () => import('./serve').then((m) => ({ exec: m.serveCommand, help: m.serveHelp })),
 };
 
-function version(): string {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  return (require('../../../package.json') as { version: string }).version;
-}
-
 export async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
   try {
@@ -43,7 +38,7 @@ export async function main(argv: string[]): Promise<number> {
       return name === undefined ? EXIT_USAGE : 0;
     }
     if (name === '--version' || name === '-V') {
-      process.stdout.write(`${version()}\n`);
+      process.stdout.write(`${packageVersion()}\n`);
       return 0;
     }
     if (!Object.hasOwn(commands, name)) throw new UsageError(`unknown command '${name}' (try 'proctree --help')`);

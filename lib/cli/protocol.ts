@@ -53,14 +53,6 @@ export interface CollectedOutput {
   allOmitted?: number;
 }
 
-/** A call's terminal, as the spawn answer describes it. */
-export interface TerminalInfo {
-  path: string | null;
-  cols: number;
-  rows: number;
-  term: string;
-}
-
 export type Request =
   | { rid: Rid; op: 'spawn'; id: string; file: string; args?: string[]; options?: SpawnRequestOptions }
   | { rid: Rid; op: 'write'; id: string; data: string }
@@ -79,9 +71,6 @@ export type Request =
   | { rid: Rid; op: 'jobTail'; job: string; bytes?: number }
   | { rid: Rid; op: 'jobStop'; job: string; grace?: number }
   | { rid: Rid; op: 'jobWait'; job: string };
-
-export type Op = Request['op'];
-
 
 export interface ProtocolError {
   code: string;

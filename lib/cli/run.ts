@@ -3,9 +3,10 @@
 import { constants as osConstants } from 'node:os';
 
 import { spawn } from '../spawn';
+import { tiers } from '../tiers';
 import type { ToolCall } from '../toolcall';
 import type { CleanupReport, ResourceUsage, RunResult, SpawnOptions } from '../types';
-import { EXIT_USAGE, flagString, parseDuration, parseFlags, parseSize, splitCommand, UsageError } from './args';
+import { flagString, parseDuration, parseFlags, parseSize, splitCommand, UsageError } from './args';
 import { attachTerminal, terminalOptions } from './terminal';
 
 export const runHelp = `Usage: proctree run [options] [--] COMMAND [ARG...]
@@ -18,7 +19,7 @@ Options:
   --timeout DURATION    stop the whole tree after DURATION (0 = never; default 0)
   --grace DURATION      from the graceful signal to SIGKILL (default 2s)
   --signal SIG          the graceful signal (default SIGTERM)
-  --confinement TIER    auto | cgroup | systemd | pidns | subreaper | pgroup | none (default auto;
+  --confinement TIER    ${['auto', ...tiers].join(' | ')} (default auto;
                         the library rejects the tiers this host or version lacks)
   --leftovers MODE      when COMMAND exits with descendants alive: kill (default)
                         runs the ladder on them; wait keeps going until they end
@@ -134,11 +135,9 @@ export function planRun(argv: string[]): RunPlan | 'help' {
   const maxOutput = flagString(flags, 'max-output');
   const keep = flagString(flags, 'keep');
   if (keep !== undefined && maxOutput === undefined) throw new UsageError('--keep: only with --max-output');
-  if (keep !== undefined && keep !== 'head' && keep !== 'tail' && keep !== 'both') {
-    throw new UsageError(`--keep: '${keep}' is not head, tail or both`);
-  }
   if (maxOutput !== undefined) {
     options.maxBuffer = parseSize(maxOutput, '--max-output');
+    // Validated by the library with the other options (a usage error then, as for --confinement).
     options.keep = (keep ?? 'both') as SpawnOptions['keep'];
     options.marker = true;
   }
@@ -238,5 +237,3 @@ export async function runCommand(argv: string[]): Promise<number> {
     for (const s of stopSignals) process.off(s, stopTree);
   }
 }
-
-export { EXIT_USAGE };

@@ -8,15 +8,14 @@
 import type { Readable, Writable } from 'node:stream';
 
 import { capabilities } from '../capabilities';
-import { invalidArgValue } from '../errors';
-import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, keptValue, OutputCollector, type OutputStream } from '../output';
+import { invalidArgValue, proctreeError as fail } from '../errors';
+import { DEFAULT_MAX_BUFFER } from '../output';
 import { noTerminal, typeEndOfInput } from '../pty';
-import { usageSoFar } from '../result';
 import { spawn } from '../spawn';
 import { job, jobs } from '../supervisor';
-import type { ToolCall } from '../toolcall';
-import type { CleanupReport, ProcessInfo, SpawnOptions } from '../types';
-import { parseFlags } from './args';
+import { afterPipesPolled, jobOutcome, resultEncoding, settledResult, type ToolCall } from '../toolcall';
+import type { CleanupReport, RunResult, SpawnOptions } from '../types';
+import { packageVersion, parseFlags } from './args';
 import {
   type CollectedOutput,
   type Event,
@@ -26,7 +25,6 @@ import {
   type Request,
   RequestValidator,
   type Response,
-  type SpawnRequestOptions,
 } from './protocol';
 
 export const serveHelp = `Usage: proctree serve
@@ -62,49 +60,19 @@ interface LiveCall {
 const READ_ONLY = new Set<Request['op']>(['list', 'capabilities', 'jobs', 'jobRead', 'jobTail', 'jobWait', 'foreground']);
 
 /**
- * The output of a call spawned with `collect`, kept as run() keeps it (the
- * library's collectors: maxBuffer bytes a stream, head, tail or both, never
- * cutting a character in text) and sent as the `result` of its job or close
- * event. The server collects it itself, from the chunks in arrival order:
- * `call.done` decodes as UTF-8 only, and the protocol carries bytes too.
+ * The result of a call spawned with `collect`, as the protocol carries it:
+ * the library collected it as run() does (maxBuffer bytes a stream, head,
+ * tail or both, never cutting a character in text) in bytes or UTF-8 text,
+ * and bytes go as base64.
  */
-class Collection {
-  readonly #stdout: OutputCollector;
-  readonly #stderr: OutputCollector;
-  readonly #all: OutputCollector | null;
-  readonly #encoding: 'utf8' | 'buffer';
-  readonly #marker: string | null;
-
-  constructor(o: SpawnRequestOptions) {
-    const max = o.maxBuffer ?? DEFAULT_MAX_BUFFER;
-    const keep: Keep = o.keep ?? 'head';
-    this.#stdout = new OutputCollector(max, keep);
-    this.#stderr = new OutputCollector(max, keep);
-    this.#all = o.all ? new OutputCollector(max, keep) : null;
-    this.#encoding = o.encoding === 'utf8' ? 'utf8' : 'buffer';
-    this.#marker = o.marker === true ? DEFAULT_MARKER : typeof o.marker === 'string' ? o.marker : null;
+function collectedOutput(r: RunResult<string | Buffer>): CollectedOutput {
+  const wire = (v: string | Buffer): string => (typeof v === 'string' ? v : v.toString('base64'));
+  const out: CollectedOutput = { stdout: wire(r.stdout), stderr: wire(r.stderr), stdoutOmitted: r.stdoutOmitted, stderrOmitted: r.stderrOmitted };
+  if (r.all !== undefined) {
+    out.all = wire(r.all);
+    out.allOmitted = r.allOmitted ?? 0;
   }
-
-  write(chunk: Buffer, stream: OutputStream): void {
-    (stream === 'stdout' ? this.#stdout : this.#stderr).write(chunk);
-    this.#all?.write(chunk);
-  }
-
-  result(): CollectedOutput {
-    const wire = (c: OutputCollector): { value: string; omitted: number } => {
-      const { value, omitted } = keptValue(c, this.#encoding, this.#marker);
-      return { value: typeof value === 'string' ? value : value.toString('base64'), omitted };
-    };
-    const out = wire(this.#stdout);
-    const err = wire(this.#stderr);
-    const result: CollectedOutput = { stdout: out.value, stderr: err.value, stdoutOmitted: out.omitted, stderrOmitted: err.omitted };
-    if (this.#all) {
-      const all = wire(this.#all);
-      result.all = all.value;
-      result.allOmitted = all.omitted;
-    }
-    return result;
-  }
+  return out;
 }
 
 /** The options that shape a collected result: refused without `collect`. */
@@ -165,10 +133,6 @@ function errorOf(err: unknown): ProtocolError {
   };
   if (Array.isArray(e?.leftovers)) out.leftovers = e.leftovers as ProtocolError['leftovers'];
   return out;
-}
-
-function fail(code: string, message: string): Error & { code: string } {
-  return Object.assign(new Error(message), { code });
 }
 
 export interface ServerIo {
@@ -429,16 +393,20 @@ export class ProtocolServer {
     }
     // Which tiers exist is the library's call; it rejects the ones it lacks.
     if (confinement !== undefined) options.confinement = confinement as SpawnOptions['confinement'];
-    // With collect: the output kept for the result, until it is sent. Every
-    // chunk in arrival order (stdout and stderr interleaved as `all` needs).
-    let collection = collect ? new Collection({ maxBuffer, keep, marker, all, encoding }) : null;
-    if (collection) options.onOutput = (chunk, stream) => collection?.write(chunk, stream);
-    const takeResult = (): CollectedOutput | undefined => {
-      const result = collection?.result();
-      collection = null;
-      return result;
-    };
+    // With collect, the call's own result is sent: the library keeps
+    // maxBuffer bytes a stream from the first byte (as run() does), until the
+    // call is a job or closes.
+    if (collect) Object.assign(options, { maxBuffer: maxBuffer ?? DEFAULT_MAX_BUFFER, keep, marker, all });
     const call = spawn(req.file, req.args ?? [], options);
+    if (collect) call[resultEncoding](encoding === 'utf8' ? 'utf8' : 'buffer');
+    let resultSent = !collect;
+    // Once: with the job event, or else with the close event.
+    const takeResult = (): CollectedOutput | undefined => {
+      const result = resultSent ? null : call[settledResult]();
+      if (!result) return undefined;
+      resultSent = true;
+      return collectedOutput(result);
+    };
     if (!call.started) {
       // It could not start: the error arrives on the next tick.
       return new Promise<never>((_, reject) => call.once('error', reject));
@@ -447,7 +415,7 @@ export class ProtocolServer {
     let resolveClosed!: () => void;
     const streams = call.pty ? [call.pty] : [call.stdout, call.stderr].filter((s): s is Readable => s !== null);
     const flow = new OutputFlow(streams);
-    flow.events = collection === null;
+    flow.events = !collect;
     const live: LiveCall = {
       call,
       startedAt: performance.now(),
@@ -479,26 +447,21 @@ export class ProtocolServer {
       if (held) held.push(event);
       else this.#send(event);
     };
-    const sendJob = (remaining: ProcessInfo[]): void => {
+    const sendJob = (): void => {
       if (live.jobSent || live.closeSent || call.jobId === null) return;
       live.jobSent = true;
       const result = takeResult();
       // From now on the output is the job's: it flows to its ring buffer.
       flow.events = false;
       flow.apply();
-      emit({
-        event: 'job',
-        id,
-        jobId: call.jobId,
-        remaining,
-        usage: usageSoFar(call.cgroup, Math.max(1, remaining.length)),
-        ...(result ? { result } : {}),
-      });
+      // What the call's own result says: the same remaining and usage.
+      const { remaining, usage } = call[jobOutcome]();
+      emit({ event: 'job', id, jobId: call.jobId, remaining, usage, ...(result ? { result } : {}) });
     };
     const spawned = (): void => {
       emit({ event: 'spawn', id, pid: call.pid as number });
       // A background call is a job from its start.
-      if (call.jobId !== null) sendJob([]);
+      if (call.jobId !== null) sendJob();
     };
     let pending: Promise<Record<string, unknown>> | null = null;
     if (call.pid === undefined) {
@@ -555,15 +518,9 @@ export class ProtocolServer {
     call.on('leftover', (processes) => {
       emit({ event: 'leftover', id, processes });
       if (call.jobId === null || live.jobSent) return;
-      // What the command left is a job now. As run() does, the job event
-      // comes after one more poll phase, so output already in the pipes is
-      // in its result, and with what remains then (a process caught between
-      // fork and exec at 'exit' shows its command by now).
-      const jobId = call.jobId;
-      setImmediate(() => {
-        const now = job(jobId).info().processes;
-        sendJob(now.length > 0 ? now : processes);
-      });
+      // What the command left is a job now. When the call's own result is
+      // made (output already in the pipes is in it), with what remains then.
+      afterPipesPolled(sendJob);
     });
     call.on('cleanup', (report) => {
       live.report = report;
@@ -582,7 +539,7 @@ export class ProtocolServer {
         id,
         code,
         signal,
-        timedOut: live.report?.reason === 'timeout',
+        timedOut: call.timedOut,
         durationMs: performance.now() - live.startedAt,
         cleanup: live.report,
         usage: call.usage,
@@ -623,15 +580,6 @@ export class ProtocolServer {
     );
     return this.#stopping;
   }
-}
-
-let version: string | undefined;
-function packageVersion(): string {
-  if (version === undefined) {
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
-    version = (require('../../../package.json') as { version: string }).version;
-  }
-  return version;
 }
 
 export async function serveCommand(argv: string[]): Promise<number> {

@@ -5,12 +5,10 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -22,6 +20,7 @@
 
 #include "kernel/broker_protocol.h"
 #include "kernel/cgroup.h"
+#include "kernel/cgroup_sweep.h"
 #include "kernel/fd.h"
 #include "kernel/pidfd.h"
 #include "kernel/procfs.h"
@@ -33,12 +32,6 @@ namespace {
 
 using broker::Header;
 using broker::SpawnMessage;
-
-uint64_t now_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
-}
 
 struct Broker {
   std::string scope;   // absolute path of the delegated scope
@@ -216,43 +209,15 @@ std::vector<std::string> leaves_of(const std::string& scope) {
   return out;
 }
 
-bool any_populated(const std::vector<CgroupDir>& dirs) {
-  for (const CgroupDir& d : dirs) {
-    CgroupEvents ev;
-    if (!d.read_events(&ev) && ev.populated) return true;
-  }
-  return false;
-}
-
-// The harness is gone: nothing it started may outlive it. One kill round per
-// leaf (cgroup.kill; before Linux 5.14 freeze, SIGKILL each member, thaw),
-// repeated until every leaf is empty, then the leaves are removed.
+// The harness is gone: nothing it started may outlive it. Every leaf is
+// killed until empty, then removed.
 void kill_every_leaf(Broker& b) {
   std::vector<CgroupDir> dirs;
   for (const std::string& path : leaves_of(b.scope)) {
     CgroupDir d;
     if (!CgroupDir::open_existing(path, &d)) dirs.push_back(std::move(d));
   }
-  Fd ino(inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
-  for (CgroupDir& d : dirs) {
-    if (ino) inotify_add_watch(ino.get(), (d.path() + "/cgroup.events").c_str(), IN_MODIFY);
-    d.kill_round();
-  }
-  uint64_t deadline = now_ms() + 5000;
-  while (any_populated(dirs) && now_ms() < deadline) {
-    reap(b, false);
-    pollfd p{ino ? ino.get() : -1, POLLIN, 0};
-    poll(&p, 1, b.has_cgroup_kill ? 50 : 5);
-    char drain[4096];
-    while (ino && read(ino.get(), drain, sizeof drain) > 0) {
-    }
-    // Without cgroup.kill a member forked between two rounds needs another.
-    if (!b.has_cgroup_kill) {
-      for (CgroupDir& d : dirs) d.kill_round();
-    }
-  }
-  reap(b, false);
-  for (CgroupDir& d : dirs) d.remove();
+  sweep_cgroups(&dirs, 5000, [&b] { reap(b, false); });
 }
 
 SysError setup(Broker* b, int argc, char** argv) {

@@ -3,15 +3,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/inotify.h>
 #include <sys/prctl.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <vector>
 
 #include "kernel/cgroup.h"
+#include "kernel/cgroup_sweep.h"
 #include "kernel/fd.h"
 
 namespace proctree {
@@ -19,19 +18,11 @@ namespace {
 
 // The harness's pidfd, inherited at this fd when the kernel has pidfds.
 constexpr int kHarnessPidfd = 3;
-// Between SIGKILL rounds on kernels without cgroup.kill.
-constexpr int kRoundMs = 20;
 
 bool matches_prefix(const char* name, const std::string& prefix) {
   size_t n = prefix.size();
   if (strncmp(name, prefix.c_str(), n) != 0) return false;
   return name[n] == '\0' || name[n] == '-';
-}
-
-uint64_t now_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
 }
 
 }  // namespace
@@ -48,43 +39,7 @@ int kill_and_remove_subtrees(const std::string& dir, const std::string& prefix, 
   closedir(d);
   if (subtrees.empty()) return 0;
 
-  // One cgroup.kill per subtree kills every call inside it, whatever it
-  // forks; without cgroup.kill (< 5.14), freeze + SIGKILL rounds (the same
-  // routine the ladder uses) until nothing is left.
-  Fd ino(inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
-  for (CgroupDir& cg : subtrees) {
-    if (ino) inotify_add_watch(ino.get(), (cg.path() + "/cgroup.events").c_str(), IN_MODIFY);
-  }
-  uint64_t deadline = now_ms() + static_cast<uint64_t>(wait_ms);
-  bool one_shot = true;
-  for (CgroupDir& cg : subtrees) {
-    one_shot = one_shot && cg.has_kill();
-    cg.kill_round();
-  }
-  for (;;) {
-    bool populated = false;
-    for (CgroupDir& cg : subtrees) {
-      CgroupEvents ev;
-      if (!cg.read_events(&ev) && ev.populated) populated = true;
-    }
-    uint64_t now = now_ms();
-    if (!populated || now >= deadline) break;
-    int wait = static_cast<int>(deadline - now);
-    if (!one_shot && wait > kRoundMs) wait = kRoundMs;
-    pollfd pfd{ino.get(), POLLIN, 0};
-    poll(&pfd, ino ? 1 : 0, wait);
-    char buf[4096];
-    while (ino && read(ino.get(), buf, sizeof buf) > 0) {
-    }
-    if (!one_shot) {
-      for (CgroupDir& cg : subtrees) cg.kill_round();
-    }
-  }
-  int removed = 0;
-  for (CgroupDir& cg : subtrees) {
-    if (!cg.remove()) ++removed;
-  }
-  return removed;
+  return sweep_cgroups(&subtrees, wait_ms);
 }
 
 int guardian_main(const char* cgroup_dir, const char* prefix) {

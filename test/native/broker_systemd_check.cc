@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "fixtures.h"
 #include "kernel/broker_client.h"
 #include "kernel/cgroup.h"
 #include "kernel/systemd_probe.h"
@@ -60,17 +61,10 @@ size_t members(const std::string& leaf) {
   return pids.size();
 }
 
-// The cgroup2 path of a process ("0::" in /proc/<pid>/cgroup), relative to the hierarchy.
+// The cgroup2 path of a process, relative to the hierarchy (empty when it is gone).
 std::string cgroup_of(pid_t pid) {
-  proctree::Fd fd(open(("/proc/" + std::to_string(pid) + "/cgroup").c_str(), O_RDONLY | O_CLOEXEC));
-  char buf[4096];
-  ssize_t n = fd ? read(fd.get(), buf, sizeof buf - 1) : -1;
-  if (n <= 0) return {};
-  buf[n] = '\0';
-  const char* p = strstr(buf, "0::");
-  if (!p || (p != buf && p[-1] != '\n')) return {};
-  const char* end = strchr(p, '\n');
-  return std::string(p + 3, end ? end : p + strlen(p));
+  std::string rel;
+  return fixtures::pid_cgroup(pid, &rel) ? rel : std::string();
 }
 
 void print(const std::string& s) {

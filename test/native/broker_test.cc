@@ -58,38 +58,6 @@ std::string token() {
   return "300." + std::to_string(getpid()) + std::to_string(ts.tv_nsec % 1000000);
 }
 
-// Live processes (zombies excluded) whose argv has `tok` as an argument.
-std::vector<pid_t> live_with(const std::string& tok) {
-  std::vector<pid_t> out;
-  DIR* d = opendir("/proc");
-  if (!d) return out;
-  while (dirent* e = readdir(d)) {
-    pid_t pid = static_cast<pid_t>(atoi(e->d_name));
-    if (pid <= 0) continue;
-    std::string base = std::string("/proc/") + e->d_name;
-    proctree::Fd fd(open((base + "/cmdline").c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) continue;
-    char buf[4096];
-    ssize_t n = read(fd.get(), buf, sizeof buf - 1);
-    if (n <= 0) continue;
-    buf[n] = '\0';
-    bool match = false;
-    for (ssize_t i = 0; i < n; i += static_cast<ssize_t>(strlen(buf + i)) + 1) {
-      if (tok == buf + i) match = true;
-    }
-    if (!match) continue;
-    proctree::Fd st(open((base + "/stat").c_str(), O_RDONLY | O_CLOEXEC));
-    char sb[512];
-    ssize_t m = st ? read(st.get(), sb, sizeof sb - 1) : -1;
-    if (m <= 0) continue;
-    sb[m] = '\0';
-    const char* p = strrchr(sb, ')');
-    if (p && p[2] != 'Z') out.push_back(pid);
-  }
-  closedir(d);
-  return out;
-}
-
 bool wait_until(bool (*cond)(const void*), const void* arg, int timeout_ms) {
   for (int waited = 0; waited <= timeout_ms; waited += 10) {
     if (cond(arg)) return true;
@@ -111,19 +79,6 @@ bool contains(const std::vector<pid_t>& v, pid_t pid) {
     if (p == pid) return true;
   }
   return false;
-}
-
-// The cgroup2 path of a process ("0::" in /proc/<pid>/cgroup), relative to the hierarchy.
-std::string cgroup_of(pid_t pid) {
-  proctree::Fd fd(open(("/proc/" + std::to_string(pid) + "/cgroup").c_str(), O_RDONLY | O_CLOEXEC));
-  char buf[4096];
-  ssize_t n = fd ? read(fd.get(), buf, sizeof buf - 1) : -1;
-  if (n <= 0) return {};
-  buf[n] = '\0';
-  const char* p = strstr(buf, "0::");
-  if (!p || (p != buf && p[-1] != '\n')) return {};
-  const char* end = strchr(p, '\n');
-  return std::string(p + 3, end ? end : p + strlen(p));
 }
 
 bool exists(const std::string& path) {
@@ -268,12 +223,13 @@ TEST(a_call_starts_in_its_leaf_its_pidfd_works_and_its_exit_comes_back) {
   CHECK(ev.pidfd.valid());
   // In the leaf from its first instruction, by the kernel's account.
   CHECK(procs_of(ev.path) == std::vector<pid_t>{ev.pid});
-  std::string cg = cgroup_of(ev.pid);
+  std::string cg;
+  CHECK(fixtures::pid_cgroup(ev.pid, &cg));
   CHECK(ev.path.size() > cg.size() && ev.path.compare(ev.path.size() - cg.size(), cg.size(), cg) == 0);
   // Its argv shows in /proc once exec has set up the new image, a moment
   // after the vfork parent resumed.
-  for (int i = 0; i < 100 && !contains(live_with(tok), ev.pid); ++i) usleep(10 * 1000);
-  CHECK(contains(live_with(tok), ev.pid));
+  for (int i = 0; i < 100 && !contains(fixtures::live_with(tok), ev.pid); ++i) usleep(10 * 1000);
+  CHECK(contains(fixtures::live_with(tok), ev.pid));
   // The pidfd passed over the socket addresses the call.
   CHECK_EQ(proctree::pidfd_signal(ev.pidfd.get(), SIGTERM), 0);
   BrokerEvent exit = next_event(c);
@@ -509,7 +465,7 @@ int harness_that_dies(const DeathCase& dc, int report_fd) {
   // Wait until all six sleepers run, so the kill has something to do
   // (exit 20 + how many there were, if they do not).
   size_t seen = 0;
-  for (int i = 0; i < 1000 && (seen = live_with(dc.tok).size()) < 6; ++i) usleep(10 * 1000);
+  for (int i = 0; i < 1000 && (seen = fixtures::live_with(dc.tok).size()) < 6; ++i) usleep(10 * 1000);
   if (seen < 6) return 20 + static_cast<int>(seen);
   raise(SIGKILL);
   return 18;
@@ -546,7 +502,7 @@ void harness_death_case(bool no_cgroup_kill) {
   CHECK_EQ(n, static_cast<ssize_t>(sizeof broker));
   // Every call, escapees included, and the broker itself: gone.
   CHECK(wait_until(scope_empty, &scope.path, 3000));
-  CHECK(live_with(dc.tok).empty());
+  CHECK(fixtures::live_with(dc.tok).empty());
   // The broker removed the leaves (its own is left for systemd, which
   // removes the whole scope once it is empty).
   CHECK(!exists(scope.path + "/one"));
@@ -570,13 +526,13 @@ TEST(harness_closes_the_socket_leftovers_are_killed) {
   uint64_t id;
   CHECK_EQ(c.send_spawn(command({"/bin/sh", "-c", "(setsid sleep " + tok + " &); exec sleep " + tok}), &id).err, 0);
   CHECK_EQ(next_event(c).kind, BrokerEvent::kSpawned);
-  for (int i = 0; i < 500 && live_with(tok).size() < 2; ++i) usleep(10 * 1000);
-  CHECK_EQ(live_with(tok).size(), size_t{2});
+  for (int i = 0; i < 500 && fixtures::live_with(tok).size() < 2; ++i) usleep(10 * 1000);
+  CHECK_EQ(fixtures::live_with(tok).size(), size_t{2});
   c.close();
   proctree::ExitStatus st = fixtures::wait_exit(c.process_pidfd());
   CHECK(st.done);
   CHECK_EQ(st.code, 0);
-  CHECK(live_with(tok).empty());
+  CHECK(fixtures::live_with(tok).empty());
   CHECK(scope_empty(&scope.path));
   CHECK(!exists(scope.path + "/call-1"));
 }

@@ -33,20 +33,6 @@ std::string slurp(const std::string& path) {
 
 bool exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
-// A child that waits in pause() until killed.
-pid_t start_sleeper() {
-  pid_t pid = fork();
-  if (pid == 0) {
-    for (;;) pause();
-  }
-  return pid;
-}
-
-void stop(pid_t pid) {
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-}
-
 // Moves pid into the cgroup at path.
 SysError place(const std::string& path, pid_t pid) {
   CgroupDir d;
@@ -154,6 +140,8 @@ TEST(events_and_members_follow_the_processes_in_it) {
   std::string why;
   std::string path = fixtures::make_test_cgroup(&dir, &why);
   if (path.empty()) SKIP(why);
+  fixtures::CgroupGuard guard(&dir);
+  fixtures::Children children;
   CgroupEvents ev;
   CHECK(!dir.read_events(&ev));
   CHECK(!ev.populated);
@@ -164,8 +152,9 @@ TEST(events_and_members_follow_the_processes_in_it) {
   CHECK(dir.has_file("cgroup.kill"));
   CHECK(!dir.has_file("no-such-file"));
 
-  pid_t a = start_sleeper();
-  pid_t b = start_sleeper();
+  pid_t a = children.add(fixtures::start_sleeper());
+  pid_t b = children.add(fixtures::start_sleeper());
+  CHECK(a > 0 && b > 0);
   // A command may nest cgroups of its own: their members are the call's too.
   CgroupDir nested;
   SysError ne = CgroupDir::create(path + "/inner", false, &nested);
@@ -178,13 +167,11 @@ TEST(events_and_members_follow_the_processes_in_it) {
   // cgroup.kill reaches the nested member too.
   SysError k = dir.write_file("cgroup.kill", "1");
   int sa = 0, sb = 0;
-  waitpid(a, &sa, 0);
-  waitpid(b, &sb, 0);
+  bool reaped = children.reap(a, &sa) && children.reap(b, &sb);
   bool emptied = wait_populated(dir, false);
   nested.close();
   SysError rm = dir.remove();  // EBUSY at first: inner must go before it
   bool gone = !exists(path);
-  if (!gone) fixtures::destroy_test_cgroup(&dir);
 
   CHECK_EQ(ne.err, 0);
   CHECK_EQ(wa.err, 0);
@@ -193,6 +180,7 @@ TEST(events_and_members_follow_the_processes_in_it) {
   std::vector<pid_t> want{std::min(a, b), std::max(a, b)};
   CHECK(members == want);
   CHECK_EQ(k.err, 0);
+  CHECK(reaped);
   CHECK(WIFSIGNALED(sa) && WTERMSIG(sa) == SIGKILL);
   CHECK(WIFSIGNALED(sb) && WTERMSIG(sb) == SIGKILL);
   CHECK(emptied);
@@ -205,8 +193,11 @@ TEST(freeze_shows_in_events) {
   std::string why;
   std::string path = fixtures::make_test_cgroup(&dir, &why);
   if (path.empty()) SKIP(why);
-  pid_t a = start_sleeper();
-  dir.write_file("cgroup.procs", std::to_string(a).c_str());
+  fixtures::CgroupGuard guard(&dir);
+  fixtures::Children children;
+  pid_t a = children.add(fixtures::start_sleeper());
+  CHECK(a > 0);
+  SysError p = dir.write_file("cgroup.procs", std::to_string(a).c_str());
   SysError f = dir.write_file("cgroup.freeze", "1");
   bool frozen = false;
   for (int i = 0; i < 300 && !frozen; ++i) {
@@ -215,8 +206,9 @@ TEST(freeze_shows_in_events) {
     if (!frozen) usleep(10 * 1000);
   }
   dir.write_file("cgroup.freeze", "0");
-  stop(a);
+  children.stop({a});
   fixtures::destroy_test_cgroup(&dir);
+  CHECK_EQ(p.err, 0);
   CHECK_EQ(f.err, 0);
   CHECK(frozen);
   CHECK(!exists(path));
@@ -227,6 +219,7 @@ TEST(remove_of_gone_directory_is_not_an_error) {
   std::string why;
   std::string path = fixtures::make_test_cgroup(&dir, &why);
   if (path.empty()) SKIP(why);
+  fixtures::CgroupGuard guard(&dir);
   CHECK_EQ(rmdir(path.c_str()), 0);
   CHECK_EQ(dir.remove().err, 0);
 }
@@ -239,14 +232,17 @@ TEST(members_deep_below_and_in_hidden_cgroups_are_found_and_removed) {
   std::string why;
   std::string path = fixtures::make_test_cgroup(&dir, &why);
   if (path.empty()) SKIP(why);
+  fixtures::CgroupGuard guard(&dir);
+  fixtures::Children children;
   std::string deepest = make_chain(path, "n", 60);
   std::string hidden = path + "/.x";
   bool made_hidden = mkdir(hidden.c_str(), 0755) == 0;
   std::string hidden_deep = made_hidden ? make_chain(hidden, ".y", 3) : std::string();
-  pid_t a = start_sleeper();
-  pid_t b = start_sleeper();
-  pid_t c = start_sleeper();
-  pid_t d = start_sleeper();
+  pid_t a = children.add(fixtures::start_sleeper());
+  pid_t b = children.add(fixtures::start_sleeper());
+  pid_t c = children.add(fixtures::start_sleeper());
+  pid_t d = children.add(fixtures::start_sleeper());
+  CHECK(a > 0 && b > 0 && c > 0 && d > 0);
   SysError pa = deepest.empty() ? SysError::of(ENOENT, "mkdir") : place(deepest, a);
   SysError pb = made_hidden ? place(hidden, b) : SysError::of(ENOENT, "mkdir");
   SysError pc = place(path, c);
@@ -262,11 +258,11 @@ TEST(members_deep_below_and_in_hidden_cgroups_are_found_and_removed) {
   bool read_where = fixtures::pid_cgroup(a, &where);
 
   SysError k = dir.write_file("cgroup.kill", "1");
-  for (pid_t p : {a, b, c, d}) waitpid(p, nullptr, 0);
+  bool reaped = true;
+  for (pid_t p : {a, b, c, d}) reaped = children.reap(p) && reaped;
   bool emptied = wait_populated(dir, false);
   SysError rm = dir.remove();
   bool gone = !exists(path);
-  if (!gone) fixtures::destroy_test_cgroup(&dir);
 
   CHECK(!deepest.empty());
   CHECK(made_hidden);
@@ -283,6 +279,7 @@ TEST(members_deep_below_and_in_hidden_cgroups_are_found_and_removed) {
   CHECK(read_where);
   CHECK(where.size() > 60 * 2 && where.compare(where.size() - 4, 4, "/n/n") == 0);
   CHECK_EQ(k.err, 0);
+  CHECK(reaped);
   CHECK(emptied);
   CHECK_EQ(rm.err, 0);
   CHECK(gone);
@@ -295,10 +292,12 @@ TEST(tree_walk_works_under_a_low_descriptor_limit) {
   std::string why;
   std::string path = fixtures::make_test_cgroup(&dir, &why);
   if (path.empty()) SKIP(why);
+  fixtures::CgroupGuard guard(&dir);
+  fixtures::Children children;
   std::string deepest = make_chain(path, "n", 60);
   std::string side = make_chain(path, ".x", 30);
-  pid_t a = start_sleeper();
-  pid_t b = start_sleeper();
+  pid_t a = children.add(fixtures::start_sleeper());
+  pid_t b = children.add(fixtures::start_sleeper());
   bool placed = !deepest.empty() && !side.empty() && !place(deepest, a) && !place(side, b);
   int rc = fixtures::run_forked([&]() -> int {
     if (open_fd_count() > 14) return 2;  // the limit below must leave room
@@ -316,11 +315,10 @@ TEST(tree_walk_works_under_a_low_descriptor_limit) {
     if (SysError e = dir.remove()) return 8;
     return 0;
   });
-  waitpid(a, nullptr, 0);
-  waitpid(b, nullptr, 0);
+  bool reaped = children.reap(a) && children.reap(b);
   bool gone = !exists(path);
-  if (!gone) fixtures::destroy_test_cgroup(&dir);
   CHECK(placed);
+  CHECK(reaped);
   CHECK_EQ(rc, 0);
   CHECK(gone);
 }
@@ -336,6 +334,7 @@ SCENARIO(kill_rounds_without_cgroup_kill) {
     std::printf("     skip: %s\n", why.c_str());
     return 77;
   }
+  fixtures::CgroupGuard guard(&dir);
   if (dir.has_kill()) return 2;
   CgroupDir inner;
   if (CgroupDir::create(path + "/inner", false, &inner)) return 3;
@@ -390,10 +389,15 @@ SCENARIO(kill_rounds_without_cgroup_kill) {
     }
   }
   int status = 0;
-  // Whatever went wrong, the forker is ours to stop (it is in the cgroup,
-  // which destroy_test_cgroup kills too, unless rc is 5).
+  // Whatever went wrong, the forker is ours to stop (its tree is in the
+  // cgroup, which the guard kills, unless rc is 5): a bounded wait, then
+  // SIGKILL, so rounds that failed to kill it cannot hang the test.
   if (rc) kill(forker, SIGKILL);
-  waitpid(forker, &status, 0);
+  if (!fixtures::reap_within(forker, &status, rc ? 10000 : 2000)) {
+    kill(forker, SIGKILL);
+    waitpid(forker, nullptr, 0);
+    if (!rc) rc = 12;
+  }
   std::printf("     %zu members when the rounds began, empty after %d round(s)\n", members.size(), rounds);
   if (!rc && !emptied) rc = 9;
   if (!rc && !(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)) rc = 10;
@@ -421,10 +425,12 @@ SCENARIO(kill_rounds_under_a_low_descriptor_limit) {
     std::printf("     skip: %s\n", why.c_str());
     return 77;
   }
+  fixtures::CgroupGuard guard(&dir);
+  fixtures::Children children;
   if (dir.has_kill()) return 2;
   std::vector<pid_t> pids;
   for (int i = 0; i < 100; ++i) {
-    pid_t p = start_sleeper();
+    pid_t p = children.add(fixtures::start_sleeper());
     if (p < 0) break;
     pids.push_back(p);
     dir.write_file("cgroup.procs", std::to_string(p).c_str());
@@ -454,7 +460,9 @@ SCENARIO(kill_rounds_under_a_low_descriptor_limit) {
   std::printf("     %zu of 100 left after %d round(s); first error: %s errno %d\n", left.size(), rounds,
               first.syscall, first.err);
   fixtures::destroy_test_cgroup(&dir);
-  for (pid_t p : pids) waitpid(p, nullptr, 0);
+  for (pid_t p : pids) {
+    if (!children.reap(p) && !rc) rc = 8;
+  }
   if (!rc && !emptied) rc = 6;
   if (!rc && first) rc = 7;
   return rc;

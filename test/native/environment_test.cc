@@ -6,7 +6,6 @@
 // the test too). The pgroup tier (no cgroup) runs the same way.
 #include "loop/environment.h"
 
-#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <uv.h>
@@ -32,24 +31,6 @@ namespace {
 std::string unique_token() {
   std::random_device rd;
   return "100." + std::to_string(getpid()) + std::to_string(rd() % 1000000);
-}
-
-// Live processes whose cmdline contains needle, by a /proc scan.
-std::vector<pid_t> live_with(const std::string& needle) {
-  std::vector<pid_t> out;
-  DIR* proc = opendir("/proc");
-  if (!proc) return out;
-  while (dirent* ent = readdir(proc)) {
-    pid_t pid = static_cast<pid_t>(atoi(ent->d_name));
-    if (pid <= 0 || pid == getpid()) continue;
-    proctree::ProcessInfo info;
-    if (proctree::read_process_info(pid, &info) && info.state != 'Z' &&
-        info.cmdline.find(needle) != std::string::npos) {
-      out.push_back(pid);
-    }
-  }
-  closedir(proc);
-  return out;
 }
 
 bool exists(const std::string& path) {
@@ -124,28 +105,62 @@ proctree::SpawnOptions cgroup_tier(const std::string& group) {
   return o;
 }
 
-void close_environment(Environment* env, Loop* loop, bool* closed) {
-  env->close_handles([](void* p) { *static_cast<bool*>(p) = true; }, closed);
-  uv_run(&loop->loop, UV_RUN_DEFAULT);
-}
+// One environment on its own loop, torn down on every way out of a test
+// (a SKIP, a failed CHECK, the end): what the call left is killed (its
+// cgroup; the token's processes in its session), the handles are closed, the
+// loop is closed. A test that checks the teardown calls it itself first.
+struct Harness {
+  Loop loop;
+  Recorder rec;
+  Environment* env;
+  std::string tok = unique_token();
+  std::string cgroup;  // the call's leaf, once spawned
+  std::string group;   // the call's subtree, below our own cgroup
+  pid_t session = 0;   // the pgroup tier's call: its session
+  bool closed = false;
+  int loop_rc = -1;
+
+  Harness() : env(new Environment(&loop.loop, &rec)) { rec.environment = env; }
+  Harness(const Harness&) = delete;
+  Harness& operator=(const Harness&) = delete;
+  ~Harness() { teardown(); }
+
+  // Only what this test made: its call's cgroup (the only place the cgroup
+  // tier's processes can be, unless the code under test let one out, which
+  // the test reports), and in the pgroup tier the token's processes in the
+  // call's session.
+  void stop_leftovers() {
+    if (!cgroup.empty()) kill_cgroup(cgroup);
+    if (session > 0) {
+      for (pid_t p : fixtures::live_mentioning(tok)) {
+        if (getsid(p) == session) kill(p, SIGKILL);
+      }
+    }
+  }
+
+  void teardown() {
+    if (!env) return;
+    // A CHECK or SKIP that ended the test early may leave a call running:
+    // end it the way the harness's exit does before closing the handles.
+    if (check::current().failed || check::current().skipped) env->shutdown_sync(2000);
+    stop_leftovers();
+    env->close_handles([](void* p) { *static_cast<bool*>(p) = true; }, &closed);
+    uv_run(&loop.loop, UV_RUN_DEFAULT);
+    delete env;
+    env = nullptr;
+    loop_rc = loop.close();
+    if (!group.empty()) rmdir(group.c_str());  // after a failure; gone already otherwise
+  }
+};
 
 }  // namespace
 
 // The whole life of one call whose escaped child outlives the main process.
 void escape_scenario() {
-  Loop loop;
-  Recorder rec;
-  auto* env = new Environment(&loop.loop, &rec);
-  rec.environment = env;
+  Harness h;
   proctree::CgroupLocation loc;
-  if (SysError e = env->location(&loc)) {
-    bool closed = false;
-    close_environment(env, &loop, &closed);
-    delete env;
-    loop.close();
-    SKIP(std::string("no cgroup2: ") + e.syscall);
-  }
-  std::string tok = unique_token();
+  if (SysError e = h.env->location(&loc)) SKIP(std::string("no cgroup2: ") + e.syscall);
+  const std::string& tok = h.tok;
   std::string group = "proctree-unit-" + std::to_string(getpid());
   proctree::PreparedStdio io;
   // The escape killpg misses: a double fork into a new session, then the
@@ -155,15 +170,11 @@ void escape_scenario() {
   SpawnRequest req =
       shell("x=$(setsid sh -c 'echo up; exec sleep " + tok + " >/dev/null 2>&1' &); exit 0", &io);
   SpawnedCall call;
-  SysError e = env->spawn(cgroup_tier(group), req, &call);
+  SysError e = h.env->spawn(cgroup_tier(group), req, &call);
   for (auto& fd : io.child) fd.reset();
-  if (e.err == EACCES || e.err == EROFS || e.err == EPERM) {
-    bool closed = false;
-    close_environment(env, &loop, &closed);
-    delete env;
-    loop.close();
-    SKIP("cgroup2 is not writable here");
-  }
+  h.cgroup = call.cgroup;
+  h.group = loc.own_path + "/" + group;
+  if (e.err == EACCES || e.err == EROFS || e.err == EPERM) SKIP("cgroup2 is not writable here");
   CHECK_EQ(e.err, 0);
   std::printf("     clone method: %s\n", proctree::clone_method_name(call.method));
   CHECK(exists(call.cgroup));
@@ -172,42 +183,39 @@ void escape_scenario() {
   CHECK(call.pid > 0);
   CHECK_EQ(call.guardian_error.err, ENOENT);
 
-  uv_run(&loop.loop, UV_RUN_DEFAULT);
-  std::vector<pid_t> survivors = live_with(tok);
-  if (!survivors.empty()) kill_cgroup(call.cgroup);
+  uv_run(&h.loop.loop, UV_RUN_DEFAULT);
+  std::vector<pid_t> survivors = fixtures::live_mentioning(tok);
   bool cgroup_gone = !exists(call.cgroup);
   // The idle subtree lingers for a moment (its timer does not hold the loop):
   // keep the loop alive a little longer than that and it is gone.
   uv_timer_t linger;
-  uv_timer_init(&loop.loop, &linger);
+  uv_timer_init(&h.loop.loop, &linger);
   uv_timer_start(&linger, [](uv_timer_t*) {}, proctree::Subtrees::kLingerMs + 300, 0);
-  uv_run(&loop.loop, UV_RUN_DEFAULT);
+  uv_run(&h.loop.loop, UV_RUN_DEFAULT);
   uv_close(reinterpret_cast<uv_handle_t*>(&linger), nullptr);
-  uv_run(&loop.loop, UV_RUN_DEFAULT);
-  bool group_gone = !exists(loc.own_path + "/" + group);
-  bool closed = false;
-  close_environment(env, &loop, &closed);
-  delete env;
-  int loop_rc = loop.close();
+  uv_run(&h.loop.loop, UV_RUN_DEFAULT);
+  bool group_gone = !exists(h.group);
+  h.teardown();
 
-  CHECK(!loop.timed_out);
+  CHECK(!h.loop.timed_out);
   CHECK(survivors.empty());
-  CHECK_EQ(rec.events.size(), size_t{3});
-  CHECK_EQ(rec.events[0].kind, CallEvent::kExit);
-  CHECK_EQ(rec.events[0].call_id, call.id);
-  CHECK_EQ(rec.events[0].exit.code, 0);
-  CHECK_EQ(rec.events[1].kind, CallEvent::kCleanup);
-  const proctree::CleanupReport& report = rec.events[1].report;
+  const std::vector<CallEvent>& events = h.rec.events;
+  CHECK_EQ(events.size(), size_t{3});
+  CHECK_EQ(events[0].kind, CallEvent::kExit);
+  CHECK_EQ(events[0].call_id, call.id);
+  CHECK_EQ(events[0].exit.code, 0);
+  CHECK_EQ(events[1].kind, CallEvent::kCleanup);
+  const proctree::CleanupReport& report = events[1].report;
   CHECK_EQ(report.reason, std::string("leftovers"));
   CHECK_EQ(report.signaled, 1);
   CHECK_EQ(report.escaped, 1);
   CHECK_EQ(report.killed, 0);
   CHECK(report.leftovers.empty());
-  CHECK_EQ(rec.events[2].kind, CallEvent::kEmpty);
+  CHECK_EQ(events[2].kind, CallEvent::kEmpty);
   CHECK(cgroup_gone);
   CHECK(group_gone);
-  CHECK(closed);
-  CHECK_EQ(loop_rc, 0);
+  CHECK(h.closed);
+  CHECK_EQ(h.loop_rc, 0);
 }
 
 TEST(escaped_sleeper_is_stopped_after_main_exits) { escape_scenario(); }
@@ -227,108 +235,81 @@ TEST(escaped_sleeper_is_stopped_when_clone3_is_enosys) {
 }
 
 TEST(shutdown_kills_live_calls_and_removes_their_directories) {
-  Loop loop;
-  Recorder rec;
-  auto* env = new Environment(&loop.loop, &rec);
-  rec.environment = env;
+  Harness h;
   proctree::CgroupLocation loc;
-  if (env->location(&loc)) {
-    bool closed = false;
-    close_environment(env, &loop, &closed);
-    delete env;
-    loop.close();
-    SKIP("no cgroup2");
-  }
-  std::string tok = unique_token();
+  if (h.env->location(&loc)) SKIP("no cgroup2");
+  const std::string& tok = h.tok;
   std::string group = "proctree-unit-" + std::to_string(getpid()) + "-shutdown";
   proctree::PreparedStdio io;
   SpawnRequest req = shell("setsid sleep " + tok + " & sleep " + tok, &io);
   SpawnedCall call;
-  SysError e = env->spawn(cgroup_tier(group), req, &call);
+  SysError e = h.env->spawn(cgroup_tier(group), req, &call);
   for (auto& fd : io.child) fd.reset();
-  if (e.err == EACCES || e.err == EROFS || e.err == EPERM) {
-    bool closed = false;
-    close_environment(env, &loop, &closed);
-    delete env;
-    loop.close();
-    SKIP("cgroup2 is not writable here");
-  }
+  h.cgroup = call.cgroup;
+  h.group = loc.own_path + "/" + group;
+  if (e.err == EACCES || e.err == EROFS || e.err == EPERM) SKIP("cgroup2 is not writable here");
   CHECK_EQ(e.err, 0);
-  // Both sleepers are running (sh itself carries the token too) before the
-  // harness "exits".
-  for (int i = 0; i < 500 && live_with(tok).size() < 2; ++i) usleep(10 * 1000);
-  size_t started = live_with(tok).size();
+  // Both sleeps are running before the harness "exits": the program sleep
+  // with the token as its argument (not sh, whose script names it, nor
+  // setsid before its exec).
+  size_t started = fixtures::wait_live_with(tok, "sleep", 2);
 
-  env->shutdown_sync(2000);
-  std::vector<pid_t> survivors = live_with(tok);
-  if (!survivors.empty()) kill_cgroup(call.cgroup);
+  h.env->shutdown_sync(2000);
+  std::vector<pid_t> survivors = fixtures::live_mentioning(tok);
   bool cgroup_gone = !exists(call.cgroup);
-  bool group_gone = !exists(loc.own_path + "/" + group);
-  bool closed = false;
-  close_environment(env, &loop, &closed);
-  delete env;
-  int loop_rc = loop.close();
+  bool group_gone = !exists(h.group);
+  h.teardown();
 
-  CHECK(started >= 2);
+  CHECK_EQ(started, size_t{2});
   CHECK(survivors.empty());
   CHECK(cgroup_gone);
   CHECK(group_gone);
-  CHECK(closed);
-  CHECK_EQ(loop_rc, 0);
+  CHECK(h.closed);
+  CHECK_EQ(h.loop_rc, 0);
 }
 
 // The pgroup tier (no cgroup, no helper): the command leads a new session;
 // a member of that session that outlives the command gets the graceful
 // signal once, and the call's events come in the same order.
 TEST(pgroup_tier_stops_a_session_member_after_main_exits) {
-  Loop loop;
-  Recorder rec;
-  auto* env = new Environment(&loop.loop, &rec);
-  rec.environment = env;
-  std::string tok = unique_token();
+  Harness h;
+  const std::string& tok = h.tok;
   proctree::PreparedStdio io;
   // The background sleep stays in the command's session and group.
   SpawnRequest req = shell("sleep " + tok + " >/dev/null 2>&1 & exit 0", &io);
   proctree::SpawnOptions opts;
   opts.tier = proctree::Tier::kPgroup;
   SpawnedCall call;
-  SysError e = env->spawn(opts, req, &call);
+  SysError e = h.env->spawn(opts, req, &call);
   for (auto& fd : io.child) fd.reset();
   CHECK_EQ(e.err, 0);
   CHECK(call.pid > 0);
-  CHECK(call.cgroup.empty());
   // The session's members are looked up by its id, the command's pid (kept
-  // a zombie by the call until the session is empty).
-  pid_t session = call.pid;
-  uv_run(&loop.loop, UV_RUN_DEFAULT);
-  std::vector<pid_t> survivors = live_with(tok);
-  std::vector<pid_t> in_session;
-  for (pid_t p : survivors) {
-    if (getsid(p) == session) in_session.push_back(p);
-  }
-  // Only what is in the command's session (which this test made) is killed.
-  for (pid_t p : in_session) kill(p, SIGKILL);
-  bool closed = false;
-  close_environment(env, &loop, &closed);
-  delete env;
-  int loop_rc = loop.close();
+  // a zombie by the call until the session is empty). Only what is in the
+  // command's session (which this test made) is killed at teardown.
+  h.session = call.pid;
+  CHECK(call.cgroup.empty());
+  uv_run(&h.loop.loop, UV_RUN_DEFAULT);
+  std::vector<pid_t> survivors = fixtures::live_mentioning(tok);
+  h.teardown();
 
-  CHECK(!loop.timed_out);
+  CHECK(!h.loop.timed_out);
   CHECK(survivors.empty());
-  CHECK_EQ(rec.events.size(), size_t{3});
-  CHECK_EQ(rec.events[0].kind, CallEvent::kExit);
-  CHECK_EQ(rec.events[0].exit.code, 0);
-  CHECK_EQ(rec.events[1].kind, CallEvent::kCleanup);
-  const proctree::CleanupReport& report = rec.events[1].report;
+  const std::vector<CallEvent>& events = h.rec.events;
+  CHECK_EQ(events.size(), size_t{3});
+  CHECK_EQ(events[0].kind, CallEvent::kExit);
+  CHECK_EQ(events[0].exit.code, 0);
+  CHECK_EQ(events[1].kind, CallEvent::kCleanup);
+  const proctree::CleanupReport& report = events[1].report;
   CHECK_EQ(report.reason, std::string("leftovers"));
   CHECK_EQ(report.verified, std::string("none"));
   CHECK_EQ(report.signaled, 1);
   CHECK_EQ(report.escaped, 0);
   CHECK_EQ(report.killed, 0);
   CHECK(report.leftovers.empty());
-  CHECK_EQ(rec.events[2].kind, CallEvent::kEmpty);
-  CHECK(closed);
-  CHECK_EQ(loop_rc, 0);
+  CHECK_EQ(events[2].kind, CallEvent::kEmpty);
+  CHECK(h.closed);
+  CHECK_EQ(h.loop_rc, 0);
 }
 
 CHECK_MAIN()

@@ -25,33 +25,13 @@ using proctree::SysError;
 
 namespace {
 
-// n children that wait in pause() until killed.
-std::vector<pid_t> start_sleepers(int n) {
-  std::vector<pid_t> out;
-  for (int i = 0; i < n; ++i) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      for (;;) pause();
-    }
-    if (pid < 0) break;
-    out.push_back(pid);
-  }
-  return out;
-}
-
-// SIGKILLs and reaps them.
-void stop_all(const std::vector<pid_t>& pids) {
-  for (pid_t p : pids) kill(p, SIGKILL);
-  for (pid_t p : pids) waitpid(p, nullptr, 0);
-}
-
-// How many of pids exited by SIGKILL, reaping all of them (each must have
-// exited already, or the wait blocks: callers kill first).
-int reap_killed(const std::vector<pid_t>& pids) {
+// How many of pids exited by SIGKILL, reaping each that ends within the
+// (bounded) wait; one that was not killed stays for the guard to stop.
+int reap_killed(fixtures::Children* children, const std::vector<pid_t>& pids) {
   int n = 0;
   for (pid_t p : pids) {
     int status = 0;
-    if (waitpid(p, &status, 0) == p && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ++n;
+    if (children->reap(p, &status, 5000) && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ++n;
   }
   return n;
 }
@@ -70,7 +50,8 @@ int lowest_free_fd() {
 }  // namespace
 
 TEST(confirm_decides_who_is_handled) {
-  std::vector<pid_t> pids = start_sleepers(10);
+  fixtures::Children children;
+  std::vector<pid_t> pids = children.start_sleepers(10);
   CHECK_EQ(pids.size(), size_t{10});
   std::set<pid_t> dropped(pids.begin(), pids.begin() + 4);
   std::vector<pid_t> handled;
@@ -92,8 +73,8 @@ TEST(confirm_decides_who_is_handled) {
   std::vector<bool> running;
   for (pid_t p : pids) running.push_back(still_running(p));
   std::vector<pid_t> handled_pids(pids.begin() + 4, pids.end());
-  int killed = reap_killed(handled_pids);
-  stop_all(std::vector<pid_t>(pids.begin(), pids.begin() + 4));
+  int killed = reap_killed(&children, handled_pids);
+  children.stop(std::vector<pid_t>(pids.begin(), pids.begin() + 4));
   CHECK_EQ(e.err, 0);
   CHECK_EQ(confirms, 1);
   std::sort(handled.begin(), handled.end());
@@ -105,15 +86,15 @@ TEST(confirm_decides_who_is_handled) {
 }
 
 TEST(gone_processes_are_skipped_without_error) {
-  std::vector<pid_t> pids = start_sleepers(3);
+  fixtures::Children children;
+  std::vector<pid_t> pids = children.start_sleepers(3);
   CHECK_EQ(pids.size(), size_t{3});
   // The middle one exits and is reaped: its number names no process now.
-  kill(pids[1], SIGKILL);
-  waitpid(pids[1], nullptr, 0);
+  children.stop({pids[1]});
   std::vector<pid_t> handled;
   SysError e = proctree::for_each_confirmed(
       pids, [](std::vector<Held>*) { return SysError::none(); }, [&](Held& h) { handled.push_back(h.pid); });
-  stop_all({pids[0], pids[2]});
+  children.stop({pids[0], pids[2]});
   CHECK_EQ(e.err, 0);
   CHECK_EQ(handled.size(), size_t{2});
   CHECK_EQ(handled[0], pids[0]);
@@ -121,25 +102,27 @@ TEST(gone_processes_are_skipped_without_error) {
 }
 
 TEST(confirm_error_is_returned) {
-  std::vector<pid_t> pids = start_sleepers(2);
+  fixtures::Children children;
+  std::vector<pid_t> pids = children.start_sleepers(2);
   int handled = 0;
   SysError e = proctree::for_each_confirmed(
       pids, [](std::vector<Held>*) { return SysError::of(EIO, "read", "cgroup.procs"); },
       [&](Held&) { ++handled; });
-  stop_all(pids);
+  children.stop(pids);
   CHECK_EQ(e.err, EIO);
   CHECK_EQ(std::string(e.syscall), std::string("read"));
   CHECK_EQ(handled, 0);
 }
 
 TEST(keep_listed_keeps_only_listed) {
-  std::vector<pid_t> pids = start_sleepers(3);
+  fixtures::Children children;
+  std::vector<pid_t> pids = children.start_sleepers(3);
   CHECK_EQ(pids.size(), size_t{3});
   std::vector<Held> held;
   for (pid_t p : pids) held.push_back(Held{p, proctree::pidfd_open(p)});
   std::vector<pid_t> listed = {pids[2], 1, pids[0]};
   proctree::keep_listed(&held, &listed);
-  stop_all(pids);
+  children.stop(pids);
   CHECK_EQ(held.size(), size_t{2});
   CHECK_EQ(held[0].pid, pids[0]);
   CHECK_EQ(held[1].pid, pids[2]);
@@ -150,13 +133,14 @@ TEST(keep_listed_keeps_only_listed) {
 // once (each dies of the SIGKILL sent through its pidfd).
 TEST(many_members_under_a_low_descriptor_limit) {
   int rc = fixtures::run_forked([]() -> int {
-    std::vector<pid_t> pids = start_sleepers(200);
+    fixtures::Children children;
+    std::vector<pid_t> pids = children.start_sleepers(200);
     if (pids.size() != 200) {
-      stop_all(pids);
+      children.stop(pids);
       return 2;
     }
     if (lowest_free_fd() > 8) {
-      stop_all(pids);
+      children.stop(pids);
       return 3;
     }
     rlimit lim{};
@@ -178,7 +162,7 @@ TEST(many_members_under_a_low_descriptor_limit) {
           seen.insert(h.pid);
           proctree::pidfd_signal(h.pidfd.get(), SIGKILL);
         });
-    int killed = reap_killed(pids);
+    int killed = reap_killed(&children, pids);
     std::printf("     %d members handled in %d batches of at most %zu\n", calls, confirms, max_batch);
     if (e) return 5;
     if (calls != 200 || seen.size() != 200) return 6;
@@ -194,9 +178,10 @@ TEST(many_members_under_a_low_descriptor_limit) {
 // A batch that took every free descriptor leaves it none.
 TEST(many_members_under_a_low_descriptor_limit_when_confirm_opens_files) {
   int rc = fixtures::run_forked([]() -> int {
-    std::vector<pid_t> pids = start_sleepers(200);
+    fixtures::Children children;
+    std::vector<pid_t> pids = children.start_sleepers(200);
     if (pids.size() != 200) {
-      stop_all(pids);
+      children.stop(pids);
       return 2;
     }
     rlimit lim{};
@@ -221,7 +206,7 @@ TEST(many_members_under_a_low_descriptor_limit_when_confirm_opens_files) {
     // What was not killed is killed here, so the reap cannot block.
     for (pid_t p : pids) kill(p, SIGKILL);
     int killed_before = calls;
-    reap_killed(pids);
+    reap_killed(&children, pids);
     std::printf("     %d of 200 members handled (error: %s errno %d)\n", killed_before, e.syscall, e.err);
     if (calls != 200) return 6;
     if (e) return 5;
@@ -235,9 +220,10 @@ TEST(many_members_under_a_low_descriptor_limit_when_confirm_opens_files) {
 // members".
 TEST(no_free_descriptor_is_emfile) {
   int rc = fixtures::run_forked([]() -> int {
-    std::vector<pid_t> pids = start_sleepers(5);
+    fixtures::Children children;
+    std::vector<pid_t> pids = children.start_sleepers(5);
     if (pids.size() != 5) {
-      stop_all(pids);
+      children.stop(pids);
       return 2;
     }
     rlimit lim{};
@@ -254,7 +240,7 @@ TEST(no_free_descriptor_is_emfile) {
         [&](Held&) { ++calls; });
     bool all_running = true;
     for (pid_t p : pids) all_running = all_running && still_running(p);
-    stop_all(pids);
+    children.stop(pids);
     if (e.err != EMFILE) return 5;
     if (std::string(e.syscall) != "pidfd_open") return 6;
     if (calls != 0 || confirms != 0) return 7;

@@ -382,6 +382,22 @@ TEST(script_without_shebang_runs_through_bin_sh) {
   CHECK_EQ(st.code, 5);
 }
 
+// Polls /proc/<pid>/syscall (up to timeout_ms) until the process is
+// blocked in read(0, ...): "<nr> 0x0 ..." while it sleeps in a system call,
+// "running" otherwise.
+static bool waits_in_read_of_fd0(pid_t pid, int timeout_ms) {
+  const std::string want = std::to_string(__NR_read) + " 0x0 ";
+  const std::string path = "/proc/" + std::to_string(pid) + "/syscall";
+  for (int waited = 0; waited <= timeout_ms; waited += 5) {
+    proctree::Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    char buf[256];
+    ssize_t n = fd ? read(fd.get(), buf, sizeof buf - 1) : -1;
+    if (n > 0 && std::string(buf, static_cast<size_t>(n)).compare(0, want.size(), want) == 0) return true;
+    usleep(5 * 1000);
+  }
+  return false;
+}
+
 // Node makes some descriptors non-blocking; a command handed one would fail
 // its reads with EAGAIN. The child puts 0..2 in blocking mode, as libuv does.
 TEST(stdin_is_blocking_in_the_command_though_ours_was_not) {
@@ -392,13 +408,15 @@ TEST(stdin_is_blocking_in_the_command_though_ours_was_not) {
   Started s = start(request({"/bin/sh", "-c", "grep '^flags' /proc/$$/fdinfo/0; read x; echo got:$x"}), spec);
   close(in[0]);
   CHECK_EQ(s.error.err, 0);
-  // Written only once the shell waits in read: non-blocking, it would have
-  // got EAGAIN and printed "got:" already.
-  usleep(100 * 1000);
+  // Written only once the shell waits in read on fd 0 (the kernel's account,
+  // /proc/<pid>/syscall): non-blocking, it would have got EAGAIN and printed
+  // "got:" already.
+  bool waiting = waits_in_read_of_fd0(s.result.pid, 10000);
   bool wrote = write(in[1], "hello\n", 6) == 6;
   close(in[1]);
   std::string out = read_all(s.io.parent[1].get());
   proctree::ExitStatus st = fixtures::wait_exit(s.result.pidfd.get());
+  CHECK(waiting);
   CHECK(wrote);
   CHECK_EQ(st.code, 0);
   unsigned long flags = 0;

@@ -11,7 +11,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, List, Tuple
 
 TESTS = Path(__file__).resolve().parent
 CLIENT = TESTS.parent
@@ -108,3 +108,23 @@ def zombie_or_gone(pid: int) -> bool:
     except OSError:
         return True
     return stat[stat.rindex(")") + 2] == "Z"
+
+
+_DRAINED_WRITER = """
+import fcntl, os, struct, sys, termios, time
+for fd, text in PIECES:
+    os.write(fd, text.encode())
+    deadline = time.monotonic() + 10
+    while struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\\0\\0\\0\\0"))[0] > 0:
+        if time.monotonic() > deadline:
+            sys.exit(9)
+        time.sleep(0.002)
+"""
+
+
+def drained_writer(pieces: List[Tuple[int, str]]) -> List[str]:
+    """A command that writes each (fd, text) in turn and, before the next,
+    waits (at most 10 s, else exit 9) until the reader took every byte from
+    the pipe (FIONREAD 0): the pieces then arrive in this order, where
+    ``echo a; echo b >&2`` on two pipes can be read either way round."""
+    return [sys.executable, "-c", _DRAINED_WRITER.replace("PIECES", repr(pieces))]

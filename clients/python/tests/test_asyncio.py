@@ -16,7 +16,7 @@ import tempfile
 import unittest
 from typing import List
 
-from support import cgroup_procs, kill_tokens, live_with, server_command, token, wait_until
+from support import cgroup_procs, drained_writer, kill_tokens, live_with, server_command, token, wait_until
 
 import proctree
 from proctree import ProcTree, ProcTreeError
@@ -156,7 +156,10 @@ class AsyncTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(live_with(t), [])
 
     async def test_streams_lines_merge_and_communicate(self) -> None:
-        call = await self.pt.spawn(["sh", "-c", "echo one; echo two >&2; sleep 0.2; printf 'three\\r\\nfour'"], merge=True)
+        # Each piece is taken from its pipe before the next is written, so the
+        # merged order is the order of writing (two pipes written back to
+        # back can arrive either way round).
+        call = await self.pt.spawn(drained_writer([(1, "one\n"), (2, "two\n"), (1, "three\r\nfour")]), merge=True)
         self.assertIsNone(call.stderr)
         self.assertEqual([line async for line in call.lines()], ["one", "two", "three", "four"])
         self.assertEqual(await call.wait(), 0)
@@ -170,7 +173,7 @@ class AsyncTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(await call.communicate(b"hello\n"), (b"HELLO\n", b"done\n"))
         self.assertEqual(call.returncode, 0)
 
-        r = await self.pt.run(["sh", "-c", "echo 1; sleep 0.2; echo 2 >&2; sleep 0.2; echo 3"], merge=True, text=True)
+        r = await self.pt.run(drained_writer([(1, "1\n"), (2, "2\n"), (1, "3\n")]), merge=True, text=True)
         self.assertEqual((r.stdout, r.stderr), ("1\n2\n3\n", ""))
         r = await self.pt.run(["tr", "a-z", "A-Z"], input="abc", text=True)
         self.assertEqual(r.stdout, "ABC")
