@@ -211,18 +211,24 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     napi_fatal_exception(env_, exc);
   }
 
-  // A chunk of an output pipe as a Buffer, or null at its end.
+  // A chunk of an output pipe as a Buffer, or null at its end. Raw napi
+  // calls, checked: while a worker is being terminated they fail, and the
+  // wrappers would turn that into a fatal error.
   void deliver_output(const CallEvent& ev) {
     auto it = pipe_callbacks_.find(ev.call_id);
     if (it == pipe_callbacks_.end()) return;
     Napi::HandleScope scope(env_);
-    Napi::Function fn = it->second.Value();
-    napi_value arg = ev.kind == CallEvent::kOutput ? Napi::Buffer<char>::Copy(env_, ev.data.data(), ev.data.size())
-                                                   : env_.Null();
+    napi_value fn = it->second.Value();
+    napi_value arg = nullptr;
+    napi_value recv = nullptr;
+    napi_status st = ev.kind == CallEvent::kOutput
+                         ? napi_create_buffer_copy(env_, ev.data.size(), ev.data.data(), nullptr, &arg)
+                         : napi_get_null(env_, &arg);
+    if (st == napi_ok) st = napi_create_object(env_, &recv);
     if (ev.kind == CallEvent::kOutputEnd) pipe_callbacks_.erase(it);
-    Napi::Object recv = Napi::Object::New(env_);
+    if (st != napi_ok) return;
     napi_value result;
-    napi_status st = napi_make_callback(env_, async_context_, recv, fn, 1, &arg, &result);
+    st = napi_make_callback(env_, async_context_, recv, fn, 1, &arg, &result);
     // The next chunk may be read once this one is JavaScript's.
     if (ev.kind == CallEvent::kOutput && env_state_) env_state_->output_pipes().delivered(ev.call_id);
     if (st == napi_pending_exception) rethrow_uncaught();
