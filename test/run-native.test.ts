@@ -113,6 +113,25 @@ describe('run() output read by the addon', () => {
     if (r.cgroup) expect(cgroupExists(r.cgroup)).toBe(false);
   });
 
+  it('pipes at EOF do not settle the call while the tree still runs (leftovers: wait)', async () => {
+    // A sleep of 1.x seconds whose unique duration finds it in /proc.
+    const t = token(1);
+    // The background process closes its copies of the pipes at once: both
+    // pipes reach EOF when the shell exits, long before the tree is empty.
+    const p = run('sh', ['-c', `(exec >/dev/null 2>&1; exec sleep ${t}) & echo hi`], { leftovers: 'wait' });
+    let settled = false;
+    void p.then(() => (settled = true));
+    await waitUntil(() => liveWith(t, 'sleep').length === 1, 2000);
+    await new Promise((r) => setTimeout(r, 200));
+    // The sleeper is alive (the kernel says so) and the result has not come.
+    expect(liveWith(t, 'sleep')).toHaveLength(1);
+    expect(settled).toBe(false);
+    const r = await p;
+    expect(r.stdout).toBe('hi\n');
+    expect(liveWith(t, 'sleep')).toEqual([]);
+    if (r.cgroup) expect(cgroupExists(r.cgroup)).toBe(false);
+  });
+
   it('a call killed mid-output (timeout) settles with what it wrote, whole lines of it', async () => {
     const r = await run('sh', ['-c', 'while :; do echo 0123456789; done'], { timeout: 300, maxBuffer: 1 << 20, keep: 'head' });
     if (r.cgroup) cgroups.push(r.cgroup);
