@@ -167,6 +167,14 @@ export interface NativeBinding {
   processInfo(pids: readonly number[]): NativeProcessInfo[];
   shutdown(waitMs: number): void;
   pipe(): [number, number];
+  /**
+   * A pipe whose read end the addon reads itself (run()'s stdout and
+   * stderr, see native/loop/output_pipes.h): [its id, the child's write
+   * end]. `onChunk` gets each chunk as it is read, then null once at its end.
+   */
+  outputPipe(onChunk: (chunk: Buffer | null) => void): [number, number];
+  /** Stops waiting for EOF: what the pipe holds now still comes, then the end (on a later turn). */
+  endOutputPipe(id: number): void;
   setRef(id: number, ref: boolean): void;
   closeFd(fd: number): void;
   ptyResize(masterFd: number, cols: number, rows: number): void;

@@ -629,6 +629,12 @@ class PortableBinding implements NativeBinding {
     throw sysError('ENOSYS', 'pipe2', undefined, 'the portable binding makes no pipes of its own');
   }
 
+  outputPipe(): [number, number] {
+    throw sysError('ENOSYS', 'pipe2', undefined, 'the portable binding makes no pipes of its own');
+  }
+
+  endOutputPipe(): void {}
+
   closeFd(fd: number): void {
     fs.closeSync(fd);
   }

@@ -1,5 +1,6 @@
 // A call's stdio: the pipes made for it and our ends as streams. What the
 // call wrote is collected in output.ts.
+import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import { PassThrough, type Readable, type Writable } from 'node:stream';
 
@@ -18,6 +19,77 @@ const kStdio = Symbol('proctree.stdio');
 
 // EPIPE once the command is gone is not fatal, as with ChildProcess.
 function ignoreError(): void {}
+
+/** A call started by run(): its caller never sees its streams, only the result. */
+export interface RunStdio {
+  /** run() was given `input`: stdin stays a pipe (else the command reads /dev/null). */
+  input: boolean;
+}
+
+/**
+ * run()'s stdout or stderr, read by the addon (native/loop/output_pipes.h)
+ * instead of a net.Socket, which costs about 100 µs and a dozen system calls
+ * per stream. Nobody but the call's output collector ever reads it, so it
+ * has only what CallOutput and CallStdio use of a Readable: push() once per
+ * chunk (where CallOutput taps it; 'data', then 'end' at EOF), 'close' after
+ * the last push, destroy(); it never pauses (the output always flows, as
+ * run() always resumed its sockets).
+ */
+class OutputPipeReader extends EventEmitter {
+  readable = true;
+  destroyed = false;
+  /** The child's write end, until the call's stdio closes it. */
+  readonly childEnd: number;
+  readonly #id: number;
+  #ending = false;
+
+  constructor() {
+    super();
+    [this.#id, this.childEnd] = native.outputPipe((chunk) => this.#onChunk(chunk));
+  }
+
+  #onChunk(chunk: Buffer | null): void {
+    if (chunk !== null) {
+      this.push(chunk);
+      return;
+    }
+    this.readable = false;
+    this.destroyed = true;
+    try {
+      this.push(null);
+    } finally {
+      // Even after a throwing listener: 'close' of the call waits for this.
+      this.emit('close');
+    }
+  }
+
+  push(chunk: Buffer | null): boolean {
+    if (chunk === null) this.emit('end');
+    else this.emit('data', chunk);
+    return true;
+  }
+
+  resume(): this {
+    return this;
+  }
+
+  pause(): this {
+    return this;
+  }
+
+  isPaused(): boolean {
+    return false;
+  }
+
+  /** Stops waiting for EOF: what the pipe holds now still arrives, then 'close'. */
+  destroy(): this {
+    if (this.readable && !this.#ending) {
+      this.#ending = true;
+      native.endOutputPipe(this.#id);
+    }
+    return this;
+  }
+}
 
 /**
  * The pipes of one call. They exist from the start, so a queued call already
@@ -45,8 +117,10 @@ export class CallStdio {
   /**
    * `onDrained` runs each time the last open readable stream closes. Throws
    * (EMFILE…) only after closing every pipe it had made: all or nothing.
+   * `run`: the call was started by run(), whose stdout and stderr the addon
+   * reads itself and whose stdin is /dev/null unless it has input.
    */
-  constructor(entries: readonly StdioEntry[], onDrained: () => void) {
+  constructor(entries: readonly StdioEntry[], onDrained: () => void, run?: RunStdio) {
     this.#onDrained = onDrained;
     this.streams = [];
     this.forChild = [];
@@ -65,6 +139,20 @@ export class CallStdio {
           (this.#portablePipes ??= []).push(pipe);
           this.forChild.push(pipe);
           this.streams.push(pipe.stream);
+          continue;
+        }
+        if (run && i === 0 && !run.input) {
+          // Nothing will ever be written: EOF at the first read, as the
+          // closed pipe was, without a pipe and a stream to close.
+          this.streams.push(null);
+          this.forChild.push('ignore');
+          continue;
+        }
+        if (run && (i === 1 || i === 2)) {
+          const reader = new OutputPipeReader();
+          (this.#childEnds ??= []).push(reader.childEnd);
+          this.forChild.push(reader.childEnd);
+          this.streams.push(this.#track(reader as unknown as Readable, true));
           continue;
         }
         const [readFd, writeFd] = native.pipe();
@@ -162,7 +250,7 @@ export class CallStdio {
     stdio.#onDrained();
   };
 
-  #track<S extends net.Socket | PassThrough>(sock: S, readable: boolean): S {
+  #track<S extends net.Socket | PassThrough | Readable>(sock: S, readable: boolean): S {
     if (!readable) {
       // Like ChildProcess, 'close' does not wait for stdin.
       sock.on('error', ignoreError);

@@ -475,7 +475,7 @@ export class ToolCall extends EventEmitter {
 
     let stdioError: NativeErrorShape | null = null;
     try {
-      this.#pipes = new CallStdio(opts.stdio, () => this.#maybeClose());
+      this.#pipes = new CallStdio(opts.stdio, () => this.#maybeClose(), run && !opts.pty ? { input: run.input !== undefined } : undefined);
     } catch (err) {
       // Out of fds (EMFILE) while making the pipes: as Node, an 'error', not a throw.
       stdioError = err as NativeErrorShape;

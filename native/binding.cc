@@ -122,6 +122,8 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
                              InstanceMethod("processInfo", &Addon::ProcessInfoOf),
                              InstanceMethod("shutdown", &Addon::Shutdown),
                              InstanceMethod("pipe", &Addon::Pipe),
+                             InstanceMethod("outputPipe", &Addon::OutputPipe),
+                             InstanceMethod("endOutputPipe", &Addon::EndOutputPipe),
                              InstanceMethod("setRef", &Addon::SetRef),
                              InstanceMethod("closeFd", &Addon::CloseFd),
                              InstanceMethod("ptyResize", &Addon::PtyResize),
@@ -151,6 +153,10 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
   }
 
   void deliver(const CallEvent& ev) override {
+    if (ev.kind == CallEvent::kOutput || ev.kind == CallEvent::kOutputEnd) {
+      deliver_output(ev);
+      return;
+    }
     auto it = callbacks_.find(ev.call_id);
     if (it == callbacks_.end()) return;
     Napi::HandleScope scope(env_);
@@ -185,21 +191,49 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
         args.push_back(u);
         break;
       }
+      case CallEvent::kOutput:
+      case CallEvent::kOutputEnd:
+        return;  // deliver_output()
     }
     Napi::Object recv = Napi::Object::New(env_);
     napi_value result;
     napi_status st = napi_make_callback(env_, async_context_, recv, fn, args.size(), args.data(), &result);
     if (ev.kind == CallEvent::kEmpty) callbacks_.erase(ev.call_id);
-    if (st == napi_pending_exception) {
-      // A listener threw: that is an uncaught exception of the harness, as
-      // it would be for a ChildProcess listener, never swallowed here.
-      napi_value exc;
-      napi_get_and_clear_last_exception(env_, &exc);
-      napi_fatal_exception(env_, exc);
-    }
+    if (st == napi_pending_exception) rethrow_uncaught();
   }
 
  private:
+  // A listener threw: that is an uncaught exception of the harness, as it
+  // would be for a ChildProcess listener, never swallowed here.
+  void rethrow_uncaught() {
+    napi_value exc;
+    napi_get_and_clear_last_exception(env_, &exc);
+    napi_fatal_exception(env_, exc);
+  }
+
+  // A chunk of an output pipe as a Buffer, or null at its end. Raw napi
+  // calls, checked: while a worker is being terminated they fail, and the
+  // wrappers would turn that into a fatal error.
+  void deliver_output(const CallEvent& ev) {
+    auto it = pipe_callbacks_.find(ev.call_id);
+    if (it == pipe_callbacks_.end()) return;
+    Napi::HandleScope scope(env_);
+    napi_value fn = it->second.Value();
+    napi_value arg = nullptr;
+    napi_value recv = nullptr;
+    napi_status st = ev.kind == CallEvent::kOutput
+                         ? napi_create_buffer_copy(env_, ev.data.size(), ev.data.data(), nullptr, &arg)
+                         : napi_get_null(env_, &arg);
+    if (st == napi_ok) st = napi_create_object(env_, &recv);
+    if (ev.kind == CallEvent::kOutputEnd) pipe_callbacks_.erase(it);
+    if (st != napi_ok) return;
+    napi_value result;
+    st = napi_make_callback(env_, async_context_, recv, fn, 1, &arg, &result);
+    // The next chunk may be read once this one is JavaScript's.
+    if (ev.kind == CallEvent::kOutput && env_state_) env_state_->output_pipes().delivered(ev.call_id);
+    if (st == napi_pending_exception) rethrow_uncaught();
+  }
+
   static void SyncCleanup(void* arg) {
     Addon* self = static_cast<Addon*>(arg);
     if (self->env_state_) self->env_state_->shutdown_sync(2000);
@@ -210,6 +244,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     Environment* reg = self->env_state_;
     self->env_state_ = nullptr;
     self->callbacks_.clear();
+    self->pipe_callbacks_.clear();
     napi_async_destroy(self->env_, self->async_context_);
     if (!reg) {
       napi_remove_async_cleanup_hook(handle);
@@ -425,6 +460,32 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     return a;
   }
 
+  // outputPipe(onChunk) -> [id, writeFd]: a pipe whose read end the addon
+  // reads (loop/output_pipes.h); onChunk(buffer) per chunk, onChunk(null)
+  // once at its end. The write end (close-on-exec) is the child's stdio entry.
+  Napi::Value OutputPipe(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 1 || !info[0].IsFunction()) return ThrowType(env, "outputPipe(onChunk)");
+    if (!env_state_) return ThrowSys(env, SysError::of(ECANCELED, "pipe2"));
+    uint64_t id = 0;
+    Fd write_end;
+    if (SysError e = env_state_->output_pipes().open(&id, &write_end)) return ThrowSys(env, e);
+    pipe_callbacks_[id] = Napi::Persistent(info[0].As<Napi::Function>());
+    Napi::Array a = Napi::Array::New(env, 2);
+    a.Set(0u, Napi::Number::New(env, static_cast<double>(id)));
+    a.Set(1u, write_end.release());
+    return a;
+  }
+
+  // endOutputPipe(id): stop waiting for EOF; what the pipe holds now still
+  // comes, then the end (null), on a later turn.
+  Napi::Value EndOutputPipe(const Napi::CallbackInfo& info) {
+    if (env_state_ && info.Length() > 0 && info[0].IsNumber()) {
+      env_state_->output_pipes().finish(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()));
+    }
+    return info.Env().Undefined();
+  }
+
   // setRef(id, ref): whether the call keeps the event loop alive.
   Napi::Value SetRef(const Napi::CallbackInfo& info) {
     if (env_state_ && info.Length() >= 2 && info[0].IsNumber()) {
@@ -559,6 +620,8 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
   napi_async_context async_context_ = nullptr;
   napi_async_cleanup_hook_handle async_hook_ = nullptr;
   std::unordered_map<uint64_t, Napi::FunctionReference> callbacks_;
+  // OutputPipes ids (their own numbering) -> onChunk, until the end is delivered.
+  std::unordered_map<uint64_t, Napi::FunctionReference> pipe_callbacks_;
 };
 
 }  // namespace

@@ -27,7 +27,8 @@
 namespace proctree {
 
 struct CallEvent {
-  enum Kind { kExit, kCleanup, kEmpty, kError, kStarted, kStartFailed };
+  // kOutput, kOutputEnd: of an OutputPipes pipe, call_id is the pipe's id.
+  enum Kind { kExit, kCleanup, kEmpty, kError, kStarted, kStartFailed, kOutput, kOutputEnd };
   Kind kind;
   uint64_t call_id;
   ExitStatus exit;
@@ -39,6 +40,7 @@ struct CallEvent {
   // once (by members() and the ladder's reads; at least the main process).
   Usage usage;
   int peak_processes = 0;
+  std::string data;  // kOutput: the bytes read
 };
 
 class Environment;

@@ -19,6 +19,7 @@
 #include "ladder/confinement.h"
 #include "loop/call.h"
 #include "loop/file_writer.h"
+#include "loop/output_pipes.h"
 #include "loop/reactor.h"
 #include "loop/subtrees.h"
 
@@ -64,6 +65,11 @@ class Environment {
   // no process, no directory, no descriptor.
   SysError spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
 
+  // Opens the reactor (once): before anything is watched.
+  SysError ensure_open();
+  // run()'s stdout and stderr, read here (see output_pipes.h).
+  OutputPipes& output_pipes() { return output_pipes_; }
+
   Call* find(uint64_t id);
   ChildStack& child_stack() { return stack_; }
   void set_referenced(uint64_t id, bool ref);
@@ -108,7 +114,6 @@ class Environment {
   void on_broker_process();
 
  private:
-  SysError ensure_open();
   // Unique in the process: a call's id names its leaf (c<id>).
   static uint64_t next_call_id();
   SysError spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
@@ -128,6 +133,7 @@ class Environment {
   Reactor reactor_;
   Subtrees subtrees_;
   FileWriter writes_;
+  OutputPipes output_pipes_{this};
   bool opened_ = false;
   bool closing_ = false;
   SysError open_error_;

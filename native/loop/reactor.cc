@@ -4,6 +4,7 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
+#include <utility>
 #include <vector>
 
 #include "loop/environment.h"
@@ -18,7 +19,9 @@ constexpr uint64_t kBrokerProcessTag = ~uint64_t{0} - 2;
 // kind of descriptor became ready.
 constexpr uint64_t kControlBit = uint64_t{1} << 62;
 constexpr uint64_t kMemberBit = uint64_t{1} << 61;
-constexpr uint64_t kIdMask = kMemberBit - 1;
+// OutputPipes ids, which count up from 1 on their own.
+constexpr uint64_t kOutputBit = uint64_t{1} << 60;
+constexpr uint64_t kIdMask = kOutputBit - 1;
 // Readiness handled per loop turn: the rest stays ready (level-triggered) for
 // the next turn, so one turn never runs long.
 constexpr int kMaxEventsPerTurn = 64;
@@ -60,6 +63,17 @@ SysError Reactor::watch_control(int fd, uint64_t call_id) {
 
 SysError Reactor::watch_member(int pidfd, uint64_t call_id) {
   return add(epoll_.get(), pidfd, EPOLLIN | EPOLLONESHOT, call_id | kMemberBit);
+}
+
+SysError Reactor::watch_output(int fd, uint64_t pipe_id) {
+  return add(epoll_.get(), fd, EPOLLIN, pipe_id | kOutputBit);
+}
+
+void Reactor::set_output_reading(int fd, uint64_t pipe_id, bool reading) {
+  epoll_event ev{};
+  ev.events = reading ? EPOLLIN : EPOLLET;
+  ev.data.u64 = pipe_id | kOutputBit;
+  epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev);
 }
 
 SysError Reactor::watch_broker(int socket, int process_pidfd) {
@@ -155,6 +169,7 @@ void Reactor::dispatch() {
   // Readiness may be spurious; epoll_wait with a zero timeout never blocks.
   epoll_event evs[kMaxEventsPerTurn];
   std::vector<uint64_t> exited, control;
+  std::vector<std::pair<uint64_t, uint32_t>> output;
   std::unordered_map<uint64_t, bool> changed;
   std::unordered_map<uint64_t, size_t> member_exits;
   bool inotify_ready = false;
@@ -169,6 +184,8 @@ void Reactor::dispatch() {
       broker = (evs[i].events & EPOLLOUT) ? 1 : 0;
     } else if (tag == kBrokerProcessTag) {
       broker_process = true;
+    } else if (tag & kOutputBit) {
+      output.emplace_back(tag & kIdMask, static_cast<uint32_t>(evs[i].events));
     } else if (tag & kControlBit) {
       control.push_back(tag & kIdMask);
     } else if (tag & kMemberBit) {
@@ -183,6 +200,9 @@ void Reactor::dispatch() {
     // leave a call open forever, so every watched call looks again.
     for (const auto& kv : watches_) changed[kv.second] = true;
   }
+  // Output first: what a command wrote before it exited reaches JavaScript
+  // before its 'exit' when both are seen in the same turn.
+  for (const auto& o : output) env_->output_pipes().on_ready(o.first, o.second);
   // A shim (or the broker) reports the command's exit before it exits itself.
   if (broker >= 0) env_->on_broker_socket(broker == 1);
   if (broker_process) env_->on_broker_process();

@@ -1,0 +1,186 @@
+// loop/output_pipes.cc on a real libuv loop, without Node: a command's
+// output read to the byte through the reactor and delivered as events; the
+// end at EOF (with or without data left); finish() delivers what the pipe
+// holds while a writer still has it open; no descriptor stays open; every
+// libuv handle closes.
+#include "loop/output_pipes.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <uv.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "check.h"
+#include "kernel/stdio_fds.h"
+#include "loop/environment.h"
+
+using proctree::CallEvent;
+using proctree::Environment;
+using proctree::Fd;
+using proctree::SysError;
+
+namespace {
+
+int open_fds() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+// Collects each pipe's bytes and whether it ended; acknowledges chunks as
+// the binding does once JavaScript has them.
+struct Sink : proctree::EventSink {
+  Environment* env = nullptr;
+  std::map<uint64_t, std::string> bytes;
+  std::map<uint64_t, int> ends;
+  std::vector<CallEvent::Kind> call_events;
+  void deliver(const CallEvent& ev) override {
+    if (ev.kind == CallEvent::kOutput) {
+      bytes[ev.call_id] += ev.data;
+      env->output_pipes().delivered(ev.call_id);
+    } else if (ev.kind == CallEvent::kOutputEnd) {
+      ++ends[ev.call_id];
+    } else {
+      call_events.push_back(ev.kind);
+    }
+  }
+};
+
+struct Loop {
+  uv_loop_t loop;
+  Loop() { uv_loop_init(&loop); }
+  // Runs the loop until done() holds (checked every 2 ms) or 10 s pass.
+  bool run_until(const std::function<bool()>& done) {
+    struct Ctx {
+      const std::function<bool()>* done;
+      uint64_t deadline;
+      bool ok = false;
+    } ctx{&done, uv_hrtime() + 10000000000ULL};
+    uv_timer_t t;
+    uv_timer_init(&loop, &t);
+    t.data = &ctx;
+    uv_timer_start(
+        &t,
+        [](uv_timer_t* h) {
+          auto* c = static_cast<Ctx*>(h->data);
+          if ((*c->done)()) c->ok = true;
+          if (c->ok || uv_hrtime() > c->deadline) uv_stop(h->loop);
+        },
+        2, 2);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_close(reinterpret_cast<uv_handle_t*>(&t), nullptr);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    return ctx.ok;
+  }
+  void close_env(Environment* env) {
+    bool closed = false;
+    env->close_handles([](void* p) { *static_cast<bool*>(p) = true; }, &closed);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    delete env;
+  }
+  int close() { return uv_loop_close(&loop); }
+};
+
+}  // namespace
+
+// A command writing 300 000 bytes to stdout and a line to stderr, in the
+// pgroup tier (no cgroup needed): every byte, each pipe ended once. Twice:
+// the first spawn opens what the process keeps for good (/dev/null), the
+// second must leave the descriptor count as it found it.
+void command_output(bool* passed) {
+  Loop loop;
+  Sink sink;
+  auto* env = new Environment(&loop.loop, &sink);
+  sink.env = env;
+  uint64_t out_id = 0, err_id = 0;
+  Fd out_w, err_w;
+  CHECK_EQ(env->output_pipes().open(&out_id, &out_w).err, 0);
+  CHECK_EQ(env->output_pipes().open(&err_id, &err_w).err, 0);
+  CHECK(out_id != err_id);
+  // Our read ends are non-blocking, the child's write ends are not.
+  CHECK_EQ(fcntl(out_w.get(), F_GETFL) & O_NONBLOCK, 0);
+  proctree::SpawnRequest req;
+  req.candidates = {"/bin/sh"};
+  req.argv = {"sh", "-c", "head -c 300000 /dev/zero; echo done >&2"};
+  req.envp = {"PATH=/usr/local/bin:/usr/bin:/bin"};
+  req.fds = {proctree::dev_null_fd(), out_w.get(), err_w.get()};
+  proctree::SpawnOptions opts;
+  opts.tier = proctree::Tier::kPgroup;
+  proctree::SpawnedCall call;
+  CHECK_EQ(env->spawn(opts, req, &call).err, 0);
+  out_w.reset();
+  err_w.reset();
+  bool ok = loop.run_until([&] { return sink.ends[out_id] == 1 && sink.ends[err_id] == 1 && sink.call_events.size() >= 2; });
+  CHECK(ok);
+  CHECK_EQ(sink.bytes[out_id].size(), size_t{300000});
+  CHECK(sink.bytes[out_id].find_first_not_of('\0') == std::string::npos);
+  CHECK_EQ(sink.bytes[err_id], std::string("done\n"));
+  CHECK_EQ(env->output_pipes().open_count(), size_t{0});
+  loop.close_env(env);
+  CHECK_EQ(loop.close(), 0);
+  *passed = true;
+}
+
+TEST(command_output_read_to_the_byte) {
+  bool first = false, second = false;
+  command_output(&first);
+  CHECK(first);
+  int fds_before = open_fds();
+  command_output(&second);
+  CHECK(second);
+  CHECK_EQ(open_fds(), fds_before);
+}
+
+// Every writer gone before anything was written: only the end.
+TEST(end_without_data) {
+  Loop loop;
+  Sink sink;
+  auto* env = new Environment(&loop.loop, &sink);
+  sink.env = env;
+  uint64_t id = 0;
+  Fd w;
+  CHECK_EQ(env->output_pipes().open(&id, &w).err, 0);
+  w.reset();
+  CHECK(loop.run_until([&] { return sink.ends[id] == 1; }));
+  CHECK(sink.bytes[id].empty());
+  loop.close_env(env);
+  CHECK_EQ(loop.close(), 0);
+}
+
+// finish(): a writer (outside any tree) still holds the pipe; what it wrote
+// is delivered, then the end, and nothing more is read.
+TEST(finish_delivers_what_the_pipe_holds) {
+  int fds_before = open_fds();
+  Loop loop;
+  Sink sink;
+  auto* env = new Environment(&loop.loop, &sink);
+  sink.env = env;
+  uint64_t id = 0;
+  Fd w;
+  CHECK_EQ(env->output_pipes().open(&id, &w).err, 0);
+  std::string data(50000, 'q');
+  CHECK_EQ(write(w.get(), data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  env->output_pipes().finish(id);
+  CHECK_EQ(env->output_pipes().open_count(), size_t{0});
+  CHECK(loop.run_until([&] { return sink.ends[id] == 1; }));
+  CHECK_EQ(sink.bytes[id], data);
+  // Later writes go nowhere (EPIPE: the read end is closed), and the
+  // finished id is unknown now.
+  signal(SIGPIPE, SIG_IGN);
+  CHECK(write(w.get(), "x", 1) < 0);
+  env->output_pipes().finish(id);
+  env->output_pipes().delivered(id);
+  w.reset();
+  loop.close_env(env);
+  CHECK_EQ(loop.close(), 0);
+  CHECK_EQ(open_fds(), fds_before);
+}
+
+CHECK_MAIN()
