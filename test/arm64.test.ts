@@ -12,7 +12,7 @@ import path from 'node:path';
 
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { liveWith, token } from './helpers';
+import { killTokens, liveWith, token } from './helpers';
 
 const root = path.resolve(__dirname, '..');
 const sysroot = path.join(root, '.cache', 'arm64-sysroot');
@@ -45,7 +45,7 @@ const tokens: string[] = [];
 
 afterAll(() => {
   // Only what this test started: processes carrying its token.
-  for (const t of tokens) for (const pid of liveWith(t)) process.kill(pid, 'SIGKILL');
+  killTokens(tokens);
   fs.rmSync(work, { recursive: true, force: true });
 });
 

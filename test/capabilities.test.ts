@@ -11,7 +11,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { capabilities, ConfinementUnavailableError, spawn, type ToolCall } from '../dist/cjs/index.js';
-import { cgroupExists, killCgroup, liveWith, token, waitForLive } from './helpers';
+import { cgroupExists, killCgroup, killTokens, liveWith, token, waitForLive } from './helpers';
 
 const root = path.resolve(__dirname, '..');
 const harness = path.join(root, 'test', 'fixtures', 'tier-harness.cjs');
@@ -65,7 +65,7 @@ beforeAll(() => {
 afterAll(() => {
   for (const c of calls) killCgroup(c.cgroup);
   // Anything a harness of ours left behind, by the tokens this file made.
-  for (const t of tokens) for (const pid of liveWith(t)) process.kill(pid, 'SIGKILL');
+  killTokens(tokens);
   if (work) fs.rmSync(work, { recursive: true, force: true });
 });
 

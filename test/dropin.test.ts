@@ -11,7 +11,7 @@ import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
 import { getDefaultSupervisor, run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
-import { cgroupExists, liveWith, token, waitForLive } from './helpers';
+import { cgroupExists, killTokens, liveWith, token, waitForLive } from './helpers';
 
 const root = path.resolve(__dirname, '..');
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-dropin-'));
@@ -27,15 +27,7 @@ function newToken(): string {
   return t;
 }
 afterEach(() => {
-  for (const t of tokens.splice(0)) {
-    for (const pid of liveWith(t)) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // gone
-      }
-    }
-  }
+  killTokens(tokens.splice(0));
 });
 
 /** Rejects when `p` has not settled within `ms`: a hang fails the test instead of the run. */

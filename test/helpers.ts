@@ -34,6 +34,23 @@ export function liveWith(needle: string, comm?: string): number[] {
   return found.filter((pid) => pid !== process.pid);
 }
 
+/**
+ * SIGKILLs, by pid, every live process carrying one of the tokens (a test's
+ * own unique arguments: only what the test started); one that exits between
+ * the scan and the kill is fine.
+ */
+export function killTokens(tokens: readonly string[]): void {
+  for (const t of tokens) {
+    for (const pid of liveWith(t)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone meanwhile
+      }
+    }
+  }
+}
+
 /** Whether pid is a running process now (not gone, not a zombie). */
 export function running(pid: number): boolean {
   try {

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { type Confinement, job, jobs, run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
-import { cgroupExists, cgroupMembers, httpGet as get, killCgroup, liveWith, running, serverDir as tokenDir, token, waitForLive, waitUntil } from './helpers';
+import { cgroupExists, cgroupMembers, httpGet as get, killCgroup, killTokens, liveWith, running, serverDir as tokenDir, token, waitForLive, waitUntil } from './helpers';
 
 const root = path.resolve(__dirname, '..');
 const cgroups: string[] = [];
@@ -18,7 +18,7 @@ const tokens: string[] = [];
 const dirs: string[] = [];
 afterAll(() => {
   for (const c of cgroups) killCgroup(c);
-  for (const t of tokens) for (const pid of liveWith(t)) process.kill(pid, 'SIGKILL');
+  killTokens(tokens);
   for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
 });
 

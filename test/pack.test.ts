@@ -14,7 +14,7 @@ import path from 'node:path';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { liveWith, token } from './helpers';
+import { killTokens, liveWith, token } from './helpers';
 
 const root = path.resolve(__dirname, '..');
 interface SymbolNeeds {
@@ -145,7 +145,7 @@ beforeAll(() => {
 
 afterAll(() => {
   // Only what these tests started: processes carrying their tokens.
-  for (const t of tokens) for (const pid of liveWith(t)) process.kill(pid, 'SIGKILL');
+  killTokens(tokens);
   fs.rmSync(work, { recursive: true, force: true });
 });
 

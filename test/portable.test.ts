@@ -18,7 +18,7 @@ import { pathToFileURL } from 'node:url';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { liveWith, startCanary, token, waitForLive, waitUntil } from './helpers';
+import { killTokens, liveWith, startCanary, token, waitForLive, waitUntil } from './helpers';
 
 process.env.PROCTREE_PORTABLE = '1';
 type Proctree = typeof import('../dist/cjs/index.js');
@@ -36,7 +36,7 @@ beforeAll(async () => {
 });
 
 afterAll(() => {
-  for (const t of tokens) for (const pid of liveWith(t)) process.kill(pid, 'SIGKILL');
+  killTokens(tokens);
   for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
   // Started outside every call: no ladder may have touched it.
   expect(liveWith(canary.needle)).toHaveLength(1);

@@ -12,7 +12,7 @@ import { Worker } from 'node:worker_threads';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { type Confinement, PtyStream, run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
-import { cgroupMembers, killCgroup, liveWith, openFdCount, token, waitForLive, waitUntil, zombieChildren } from './helpers';
+import { cgroupMembers, killCgroup, killTokens, liveWith, openFdCount, token, waitForLive, waitUntil, zombieChildren } from './helpers';
 
 const tiers: Confinement[] = ['cgroup', 'pidns', 'subreaper', 'pgroup'];
 
@@ -44,7 +44,7 @@ function tmpDir(): string {
 
 afterAll(() => {
   for (const c of calls) killCgroup(c.cgroup);
-  for (const t of tokens) for (const pid of liveWith(t)) process.kill(pid, 'SIGKILL');
+  killTokens(tokens);
   for (const d of tmpDirs) fs.rmSync(d, { recursive: true, force: true });
 });
 

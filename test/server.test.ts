@@ -9,7 +9,7 @@ import path from 'node:path';
 import Ajv2020 from 'ajv/dist/2020';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
-import { blockedIn, cgroupExists, cgroupMembers, drainedWriter, httpGet as get, killCgroup, liveWith, serverDir as tokenDir, token, waitForLive, waitUntil } from './helpers';
+import { blockedIn, cgroupExists, cgroupMembers, drainedWriter, httpGet as get, killCgroup, killTokens, liveWith, serverDir as tokenDir, token, waitForLive, waitUntil } from './helpers';
 
 const root = path.resolve(__dirname, '..');
 const bin = path.join(root, 'bin', 'proctree.js');
@@ -104,15 +104,7 @@ class Server {
 
 afterEach(() => {
   // Whatever still carries a token of ours was started by this file: by pid.
-  for (const t of tokens.splice(0)) {
-    for (const pid of liveWith(t)) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // gone
-      }
-    }
-  }
+  killTokens(tokens.splice(0));
 });
 
 afterAll(async () => {

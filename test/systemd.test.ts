@@ -19,7 +19,7 @@ import path from 'node:path';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { liveWith, token, waitUntil } from './helpers';
+import { killTokens, liveWith, token, waitUntil } from './helpers';
 
 const root = path.resolve(__dirname, '..');
 const fixture = path.join(root, 'test', 'fixtures', 'systemd-container.sh');
@@ -181,7 +181,7 @@ describe.skipIf(unavailable !== '' && !required)(`the systemd tier on a real sys
 
   afterAll(() => {
     // Whatever a failed test left: its processes by token, then the container.
-    for (const t of tokens) for (const pid of liveWith(t)) process.kill(pid, 'SIGKILL');
+    killTokens(tokens);
     const r = fixtureRun(['teardown', name], 60_000);
     if (r.status !== 0) throw new Error(`teardown failed: ${r.stderr}`);
   }, 60_000);

@@ -15,7 +15,7 @@ import fs from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { type Confinement, spawn, type ToolCall } from '../dist/cjs/index.js';
-import { killCgroup, liveWith, token, waitForLive } from './helpers';
+import { killCgroup, killTokens, liveWith, token, waitForLive } from './helpers';
 
 const tiers: Confinement[] = ['cgroup', 'pidns', 'subreaper', 'pgroup'];
 const calls: ToolCall[] = [];
@@ -29,7 +29,7 @@ function track(call: ToolCall): ToolCall {
 
 afterAll(() => {
   for (const c of calls) killCgroup(c.cgroup);
-  for (const t of tokens) for (const pid of liveWith(t)) process.kill(pid, 'SIGKILL');
+  killTokens(tokens);
 });
 
 const verified = { cgroup: 'cgroup.events', pidns: 'pidns', subreaper: 'subreaper', pgroup: 'none' } as const;
