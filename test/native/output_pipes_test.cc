@@ -22,6 +22,7 @@
 using proctree::CallEvent;
 using proctree::Environment;
 using proctree::Fd;
+using proctree::OutputPipes;
 using proctree::SysError;
 
 namespace {
@@ -88,6 +89,26 @@ struct Loop {
   int close() { return uv_loop_close(&loop); }
 };
 
+// One environment on its own loop, with its sink; closed on every way out
+// of a test (a failed CHECK returns early), or by close() to check the rc.
+struct Harness {
+  Loop loop;
+  Sink sink;
+  Environment* env;
+  Harness() : env(new Environment(&loop.loop, &sink)) { sink.env = env; }
+  Harness(const Harness&) = delete;
+  Harness& operator=(const Harness&) = delete;
+  ~Harness() { close(); }
+  OutputPipes& pipes() { return env->output_pipes(); }
+  // The environment's handles, then the loop: uv_loop_close's result.
+  int close() {
+    if (!env) return 0;
+    loop.close_env(env);
+    env = nullptr;
+    return loop.close();
+  }
+};
+
 }  // namespace
 
 // A command writing 300 000 bytes to stdout and a line to stderr, in the
@@ -95,10 +116,9 @@ struct Loop {
 // the first spawn opens what the process keeps for good (/dev/null), the
 // second must leave the descriptor count as it found it.
 void command_output(bool* passed) {
-  Loop loop;
-  Sink sink;
-  auto* env = new Environment(&loop.loop, &sink);
-  sink.env = env;
+  Harness h;
+  Environment* env = h.env;
+  Sink& sink = h.sink;
   uint64_t out_id = 0, err_id = 0;
   Fd out_w, err_w;
   CHECK_EQ(env->output_pipes().open(&out_id, &out_w).err, 0);
@@ -117,14 +137,13 @@ void command_output(bool* passed) {
   CHECK_EQ(env->spawn(opts, req, &call).err, 0);
   out_w.reset();
   err_w.reset();
-  bool ok = loop.run_until([&] { return sink.ends[out_id] == 1 && sink.ends[err_id] == 1 && sink.call_events.size() >= 2; });
+  bool ok = h.loop.run_until([&] { return sink.ends[out_id] == 1 && sink.ends[err_id] == 1 && sink.call_events.size() >= 2; });
   CHECK(ok);
   CHECK_EQ(sink.bytes[out_id].size(), size_t{300000});
   CHECK(sink.bytes[out_id].find_first_not_of('\0') == std::string::npos);
   CHECK_EQ(sink.bytes[err_id], std::string("done\n"));
   CHECK_EQ(env->output_pipes().open_count(), size_t{0});
-  loop.close_env(env);
-  CHECK_EQ(loop.close(), 0);
+  CHECK_EQ(h.close(), 0);
   *passed = true;
 }
 
@@ -140,46 +159,38 @@ TEST(command_output_read_to_the_byte) {
 
 // Every writer gone before anything was written: only the end.
 TEST(end_without_data) {
-  Loop loop;
-  Sink sink;
-  auto* env = new Environment(&loop.loop, &sink);
-  sink.env = env;
+  Harness h;
   uint64_t id = 0;
   Fd w;
-  CHECK_EQ(env->output_pipes().open(&id, &w).err, 0);
+  CHECK_EQ(h.pipes().open(&id, &w).err, 0);
   w.reset();
-  CHECK(loop.run_until([&] { return sink.ends[id] == 1; }));
-  CHECK(sink.bytes[id].empty());
-  loop.close_env(env);
-  CHECK_EQ(loop.close(), 0);
+  CHECK(h.loop.run_until([&] { return h.sink.ends[id] == 1; }));
+  CHECK(h.sink.bytes[id].empty());
+  CHECK_EQ(h.close(), 0);
 }
 
 // finish(): a writer (outside any tree) still holds the pipe; what it wrote
 // is delivered, then the end, and nothing more is read.
 TEST(finish_delivers_what_the_pipe_holds) {
   int fds_before = open_fds();
-  Loop loop;
-  Sink sink;
-  auto* env = new Environment(&loop.loop, &sink);
-  sink.env = env;
+  Harness h;
   uint64_t id = 0;
   Fd w;
-  CHECK_EQ(env->output_pipes().open(&id, &w).err, 0);
+  CHECK_EQ(h.pipes().open(&id, &w).err, 0);
   std::string data(50000, 'q');
   CHECK_EQ(write(w.get(), data.data(), data.size()), static_cast<ssize_t>(data.size()));
-  env->output_pipes().finish(id);
-  CHECK_EQ(env->output_pipes().open_count(), size_t{0});
-  CHECK(loop.run_until([&] { return sink.ends[id] == 1; }));
-  CHECK_EQ(sink.bytes[id], data);
+  h.pipes().finish(id);
+  CHECK_EQ(h.pipes().open_count(), size_t{0});
+  CHECK(h.loop.run_until([&] { return h.sink.ends[id] == 1; }));
+  CHECK_EQ(h.sink.bytes[id], data);
   // Later writes go nowhere (EPIPE: the read end is closed), and the
   // finished id is unknown now.
   signal(SIGPIPE, SIG_IGN);
   CHECK(write(w.get(), "x", 1) < 0);
-  env->output_pipes().finish(id);
-  env->output_pipes().delivered(id);
+  h.pipes().finish(id);
+  h.pipes().delivered(id);
   w.reset();
-  loop.close_env(env);
-  CHECK_EQ(loop.close(), 0);
+  CHECK_EQ(h.close(), 0);
   CHECK_EQ(open_fds(), fds_before);
 }
 
