@@ -40,15 +40,23 @@ export function liveWith(needle: string, comm?: string): number[] {
  * the scan and the kill is fine.
  */
 export function killTokens(tokens: readonly string[]): void {
-  for (const t of tokens) {
-    for (const pid of liveWith(t)) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // gone meanwhile
-      }
+  for (const t of tokens) killLiveWith(t);
+}
+
+/**
+ * SIGKILLs, by pid, the live processes carrying `token` (and named `comm`,
+ * when given): what a known miss of a weak tier left behind. How many.
+ */
+export function killLiveWith(token: string, comm?: string): number {
+  const found = liveWith(token, comm);
+  for (const pid of found) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone meanwhile
     }
   }
+  return found.length;
 }
 
 /** Whether pid is a running process now (not gone, not a zombie). */

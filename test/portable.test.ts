@@ -18,7 +18,7 @@ import { pathToFileURL } from 'node:url';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { killTokens, liveWith, startCanary, token, waitForLive, waitUntil } from './helpers';
+import { killLiveWith, killTokens, liveWith, startCanary, token, waitForLive, waitUntil } from './helpers';
 
 process.env.PROCTREE_PORTABLE = '1';
 type Proctree = typeof import('../dist/cjs/index.js');
@@ -56,12 +56,8 @@ function start(tier: 'pgroup' | 'none', script: string, extra: object = {}): Too
   return call;
 }
 
-/** What a known miss left behind: found by the test's /proc scan, killed by pid; how many. */
-function reapMisses(t: string): number {
-  const left = liveWith(t, 'sleep');
-  for (const pid of left) process.kill(pid, 'SIGKILL');
-  return left.length;
-}
+/** What a known miss left behind: its sleeps, found by the test's /proc scan, killed by pid; how many. */
+const reapMisses = (t: string): number => killLiveWith(t, 'sleep');
 
 /** /proc/<pid>/stat: the session and group ids the kernel has for a process. */
 function sessionOf(pid: number): { pgid: number; sid: number } {

@@ -15,7 +15,7 @@ import fs from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { type Confinement, spawn, type ToolCall } from '../dist/cjs/index.js';
-import { killCgroup, killTokens, liveWith, token, waitForLive } from './helpers';
+import { killLiveWith, killCgroup, killTokens, liveWith, token, waitForLive } from './helpers';
 
 const tiers: Confinement[] = ['cgroup', 'pidns', 'subreaper', 'pgroup'];
 const calls: ToolCall[] = [];
@@ -41,12 +41,8 @@ function start(tier: Confinement, script: string, t: string, extra: object = {})
   return call;
 }
 
-/** Kills what a known miss left behind (pgroup only), and returns how many there were. */
-function reapMisses(t: string): number {
-  const left = liveWith(t, 'sleep');
-  for (const pid of left) process.kill(pid, 'SIGKILL');
-  return left.length;
-}
+/** What a known miss left behind: its sleeps, found by the test's /proc scan, killed by pid; how many. */
+const reapMisses = (t: string): number => killLiveWith(t, 'sleep');
 
 describe.each(tiers)('confinement %s', (tier) => {
   const escapeProof = tier !== 'pgroup';
