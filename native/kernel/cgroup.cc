@@ -311,13 +311,6 @@ SysError CgroupDir::read_file(const char* name, std::string* out) const {
   return SysError::none();
 }
 
-SysError CgroupDir::open_procs_for_write() {
-  if (procs_) return SysError::none();
-  procs_.reset(openat(dir(), "cgroup.procs", O_WRONLY | O_CLOEXEC));
-  if (!procs_) return SysError::from_errno("open", path_ + "/cgroup.procs");
-  return SysError::none();
-}
-
 bool CgroupDir::has_file(const char* name) const { return faccessat(dir(), name, F_OK, 0) == 0; }
 
 int CgroupDir::dir() const {
@@ -381,7 +374,6 @@ SysError CgroupDir::remove() {
 
 void CgroupDir::close() {
   events_.reset();
-  procs_.reset();
   dir_.reset();
 }
 

@@ -61,7 +61,6 @@ class CgroupDir {
 
   const std::string& path() const { return path_; }
   int dir_fd() const { return dir(); }
-  int procs_fd() const { return procs_.get(); }
   // Made (or opened) and not removed yet.
   bool valid() const { return !path_.empty(); }
 
@@ -75,8 +74,6 @@ class CgroupDir {
   bool has_file(const char* name) const;
   // cgroup.kill exists (Linux 5.14; never in the root cgroup).
   bool has_kill() const;
-  // For the clone() fallback, where the child migrates itself.
-  SysError open_procs_for_write();
   // One SIGKILL round over the whole subtree: cgroup.kill; or, on kernels
   // without it (or when it cannot be written), sigkill_round().
   // Repeat until read_events says populated 0. *one_shot: whether
@@ -101,7 +98,6 @@ class CgroupDir {
 
   std::string path_;
   mutable Fd dir_;
-  Fd procs_;           // cgroup.procs, for writing: the clone fallback
   mutable Fd events_;  // cgroup.events, opened once, re-read with pread
 };
 

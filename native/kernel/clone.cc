@@ -161,8 +161,8 @@ SysError clone_vfork(ChildStack& stack, const CloneRequest& req, int (*fn)(void*
       method = CloneMethod::kClone;
       if (req.cgroup_fd >= 0 && req.child_procs_fd) {
         // clone() cannot place the child: it joins the cgroup itself.
-        int procs = req.cgroup_procs;
-        if (procs < 0 && req.late_procs) {
+        int procs = -1;
+        if (req.late_procs) {
           req.late_procs->reset(openat(req.cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC));
           if (!*req.late_procs) return SysError::from_errno("open", "cgroup.procs");
           procs = req.late_procs->get();

@@ -48,11 +48,10 @@ struct CloneRequest {
   uint64_t ns_flags = 0;  // CLONE_NEWPID, CLONE_NEWUSER
   // The cgroup to start the child in (an O_DIRECTORY fd), or -1. With clone3
   // the kernel places it there; with clone() the child must write itself into
-  // that cgroup's cgroup.procs before it runs anything else: `*child_procs_fd`
-  // (a field the child reads) is then set to `cgroup_procs`, or to a
-  // cgroup.procs opened here and kept in `late_procs`.
+  // that cgroup's cgroup.procs before it runs anything else: it is opened
+  // here, only then, kept in `late_procs`, and `*child_procs_fd` (a field the
+  // child reads) is set to it.
   int cgroup_fd = -1;
-  int cgroup_procs = -1;
   int* child_procs_fd = nullptr;
   Fd* late_procs = nullptr;
 };

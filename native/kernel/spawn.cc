@@ -148,7 +148,6 @@ SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* 
   CloneRequest creq;
   creq.ns_flags = req.ns_flags;
   creq.cgroup_fd = req.cgroup_dir;
-  creq.cgroup_procs = req.cgroup_procs;
   creq.child_procs_fd = &args.procs_fd;
   Fd late_procs;
   creq.late_procs = &late_procs;

@@ -37,7 +37,6 @@ struct SpawnRequest {
   uid_t uid = 0;
   gid_t gid = 0;
   int cgroup_dir = -1;    // O_DIRECTORY fd of the call's cgroup, -1 = none
-  int cgroup_procs = -1;  // its cgroup.procs opened for writing, or -1
   bool new_session = true;
   // PR_SET_PDEATHSIG for the child, armed after any uid change. Its "parent"
   // is the thread that calls spawn_process.

@@ -79,18 +79,12 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
     if (calls_.empty()) subtrees_.idle();
     return e;
   }
-  // The clone() fallback: the child writes itself into cgroup.procs.
-  if (!clone3_available()) {
-    if (SysError e = leaf.open_procs_for_write()) {
-      leaf.remove();
-      if (calls_.empty()) subtrees_.idle();
-      return e;
-    }
-  }
   req.cgroup_dir = leaf.dir_fd();
-  req.cgroup_procs = leaf.procs_fd();
   SpawnResult proc;
   if (SysError e = spawn_process(req, stack_, &proc)) {
+    // The clone() fallback opens the leaf's cgroup.procs by its descriptor:
+    // name the whole path.
+    if (e.path == "cgroup.procs") e.path = leaf.path() + "/cgroup.procs";
     leaf.remove();
     if (calls_.empty()) subtrees_.idle();
     return e;

@@ -162,11 +162,7 @@ int fallback_scenario(bool refuse_clone_pidfd, CloneMethod expected) {
   std::string why;
   std::string path = fixtures::make_test_cgroup(&cg, &why);
   SpawnRequest req = request({"/bin/sh", "-c", "cat /proc/self/cgroup; exit 3"});
-  if (!path.empty()) {
-    if (cg.open_procs_for_write()) return 11;
-    req.cgroup_dir = cg.dir_fd();
-    req.cgroup_procs = cg.procs_fd();
-  }
+  if (!path.empty()) req.cgroup_dir = cg.dir_fd();
   proctree::ExitStatus st;
   CloneMethod method = CloneMethod::kClone3;
   std::string out = output_of(req, &st, &method);
