@@ -519,6 +519,11 @@ const DEFAULT_OUTPUT: OutputSettings = Object.freeze({
   onOutput: undefined,
 });
 
+/** Whether a call's output settings are the ones of a call that gives none (one object for all of them). */
+export function isDefaultOutput(o: OutputSettings): boolean {
+  return o === DEFAULT_OUTPUT;
+}
+
 /** The output options (OutputOptions), validated. */
 function resolveOutput(o: SpawnOptions): OutputSettings {
   if (o.maxBuffer == null && o.keep == null && o.marker === undefined && o.all == null && o.onOutput === undefined) {

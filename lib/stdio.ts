@@ -17,6 +17,17 @@ const usedAsStdio = new WeakSet<object>();
 /** The CallStdio a readable stream of ours belongs to (for the one 'close' listener all of them share). */
 const kStdio = Symbol('proctree.stdio');
 
+/**
+ * What a CallStdio's owner (the call) is told each time the last open
+ * readable stream closes: a method of the owner, not a closure per call.
+ */
+export const stdioDrained = Symbol('proctree.stdioDrained');
+
+/** The owner of a CallStdio. */
+export interface StdioOwner {
+  [stdioDrained](): void;
+}
+
 // EPIPE once the command is gone is not fatal, as with ChildProcess.
 function ignoreError(): void {}
 
@@ -101,8 +112,8 @@ export class CallStdio {
   readonly stderr: Readable | null = null;
   /** As ChildProcess#stdio: our stream for each 'pipe' entry, null for the others. */
   readonly streams: Array<Readable | Writable | null>;
-  /** What the child gets at each fd: our pipe ends for 'pipe', the kind or fd otherwise. */
-  readonly forChild: NativeStdio[];
+  /** What the child gets at each fd (our pipe ends for 'pipe', the kind or fd otherwise), until its start takes it. */
+  #forChild: NativeStdio[] | null;
   #childEnds: number[] | null = null;
   /** Portable binding: the pipes child_process will make, until it does. */
   #portablePipes: PortablePipe[] | null = null;
@@ -112,24 +123,27 @@ export class CallStdio {
    * live call holds as little as it can.
    */
   #openReadable = 0;
-  readonly #onDrained: () => void;
+  readonly #owner: StdioOwner;
 
   /**
-   * `onDrained` runs each time the last open readable stream closes. Throws
+   * The owner's [stdioDrained]() runs each time the last open readable stream closes. Throws
    * (EMFILE…) only after closing every pipe it had made: all or nothing.
    * `run`: the call was started by run(), whose stdout and stderr the addon
    * reads itself and whose stdin is /dev/null unless it has input.
    */
-  constructor(entries: readonly StdioEntry[], onDrained: () => void, run?: RunStdio) {
-    this.#onDrained = onDrained;
-    this.streams = [];
-    this.forChild = [];
+  constructor(entries: readonly StdioEntry[], owner: StdioOwner, run?: RunStdio) {
+    this.#owner = owner;
+    // Made at their final length, not grown by push(): a live call keeps
+    // `streams` (as ChildProcess#stdio), and a grown array keeps room for 16.
+    const streams: Array<Readable | Writable | null> = new Array<Readable | Writable | null>(entries.length).fill(null);
+    const forChild: NativeStdio[] = new Array<NativeStdio>(entries.length).fill('ignore');
+    this.streams = streams;
+    this.#forChild = forChild;
     try {
       for (let i = 0; i < entries.length; i++) {
         const entry = entries[i];
         if (entry.kind !== 'pipe') {
-          this.streams.push(null);
-          this.forChild.push(entry.kind === 'fd' ? entry.fd : entry.kind);
+          forChild[i] = entry.kind === 'fd' ? entry.fd : entry.kind;
           continue;
         }
         if (portable) {
@@ -137,31 +151,29 @@ export class CallStdio {
           // PassThrough now, connected to the child's pipe when it starts.
           const pipe: PortablePipe = { stream: this.#proxy(i !== 0), readable: i !== 0, connected: false };
           (this.#portablePipes ??= []).push(pipe);
-          this.forChild.push(pipe);
-          this.streams.push(pipe.stream);
+          forChild[i] = pipe;
+          streams[i] = pipe.stream;
           continue;
         }
         if (run && i === 0 && !run.input) {
           // Nothing will ever be written: EOF at the first read, as the
           // closed pipe was, without a pipe and a stream to close.
-          this.streams.push(null);
-          this.forChild.push('ignore');
           continue;
         }
         if (run && (i === 1 || i === 2)) {
           const reader = new OutputPipeReader();
           (this.#childEnds ??= []).push(reader.childEnd);
-          this.forChild.push(reader.childEnd);
-          this.streams.push(this.#track(reader as unknown as Readable, true));
+          forChild[i] = reader.childEnd;
+          streams[i] = this.#track(reader as unknown as Readable, true);
           continue;
         }
         const [readFd, writeFd] = native.pipe();
         // The child reads fd 0 and writes every other pipe (stdout, stderr, 3, 4, …).
         const [ours, theirs] = i === 0 ? [writeFd, readFd] : [readFd, writeFd];
         (this.#childEnds ??= []).push(theirs);
-        this.forChild.push(theirs);
+        forChild[i] = theirs;
         try {
-          this.streams.push(this.#socket(ours, i !== 0));
+          streams[i] = this.#socket(ours, i !== 0);
         } catch (err) {
           native.closeFd(ours);
           throw err;
@@ -186,8 +198,19 @@ export class CallStdio {
     return this.#openReadable;
   }
 
+  /**
+   * What the child gets at each fd, for its start (the one reader): a live
+   * call does not keep it.
+   */
+  takeForChild(): NativeStdio[] {
+    const forChild = this.#forChild ?? [];
+    this.#forChild = null;
+    return forChild;
+  }
+
   /** The child holds its own copies once it started (or never will): ours would keep the pipes open. */
   closeChildEnds(): void {
+    this.#forChild = null;
     const ends = this.#childEnds;
     this.#childEnds = null;
     if (ends) for (const fd of ends) native.closeFd(fd);
@@ -247,7 +270,7 @@ export class CallStdio {
     if (!stdio) return;
     this[kStdio] = undefined;
     stdio.#openReadable--;
-    stdio.#onDrained();
+    stdio.#owner[stdioDrained]();
   };
 
   #track<S extends net.Socket | PassThrough | Readable>(sock: S, readable: boolean): S {

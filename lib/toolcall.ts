@@ -11,13 +11,13 @@ import type { Readable, Writable } from 'node:stream';
 
 import { AbortError, spawnError, spawnThrow } from './errors';
 import { native, NativeEventKind, type NativeErrorShape, type NativeReport, type NativeUsage, type NativeSpawnSpec } from './native';
-import { candidatesFor, checkGrace, type ResolvedRun, type ResolvedSpawn, signalName, signalNumber } from './options';
+import { candidatesFor, checkGrace, isDefaultOutput, type ResolvedRun, type ResolvedSpawn, signalName, signalNumber } from './options';
 import { helperPath, resolveTier, warnNoGuardian } from './capabilities';
 import type { CallPhase } from './jobs';
 import { ByteTail, CallOutput, type LinesOptions, outputNow, tapLater } from './output';
 import { attachMaster, flushPty, noTerminal, PtyStream, ptyPending, ptyTreeEmpty, releasePty, setPtyRef, typeInput } from './pty';
 import { cleanupReport, emptyReport, finalUsage, leftoversError, runResult, usageSoFar } from './result';
-import { CallStdio, isUsedAsStdio } from './stdio';
+import { CallStdio, isUsedAsStdio, stdioDrained } from './stdio';
 import type { CleanupReason, CleanupReport, Confinement, Verification, ProcessInfo, ResourceUsage, RunResult } from './types';
 
 /**
@@ -104,11 +104,23 @@ const ABORTED = 32;
 const UNREF = 64;
 const KILLED_ALL = 128;
 const CONSTRUCTING = 256;
+/** Two bits: the index of the call's Verification in VERIFICATIONS. */
+const VERIFIED_SHIFT = 9;
+const VERIFIED_MASK = 3 << VERIFIED_SHIFT;
+const VERIFICATIONS: readonly Verification[] = ['none', 'cgroup.events', 'pidns', 'subreaper'];
 
-/** What a call reads of its options after its start. */
-class CallSettings {
-  readonly file: string;
-  readonly argv: string[];
+/** What a call reads of its options all its life. */
+type Settings = Pick<
+  ResolvedSpawn,
+  'background' | 'grace' | 'idleTimeout' | 'killSignal' | 'leftovers' | 'output' | 'signal' | 'timeout'
+>;
+
+/**
+ * What a call reads of its options after its start (its file and argv are
+ * its spawnfile and spawnargs). Calls with the same settings share one
+ * object: see settingsFor().
+ */
+class CallSettings implements Settings {
   readonly background: boolean;
   readonly grace: number;
   readonly idleTimeout: number;
@@ -119,8 +131,6 @@ class CallSettings {
   readonly timeout: number;
 
   constructor(o: ResolvedSpawn) {
-    this.file = o.file;
-    this.argv = o.argv;
     this.background = o.background;
     this.grace = o.grace;
     this.idleTimeout = o.idleTimeout;
@@ -130,6 +140,35 @@ class CallSettings {
     this.signal = o.signal;
     this.timeout = o.timeout;
   }
+
+  /** Whether a call with options `o` reads the same as this. */
+  sameAs(o: ResolvedSpawn): boolean {
+    return (
+      this.background === o.background &&
+      this.grace === o.grace &&
+      this.idleTimeout === o.idleTimeout &&
+      this.killSignal === o.killSignal &&
+      this.leftovers === o.leftovers &&
+      this.output === o.output &&
+      this.signal === o.signal &&
+      this.timeout === o.timeout
+    );
+  }
+}
+
+/**
+ * The settings last made for a call without a signal and with the default
+ * output settings: the next such call with the same options shares them (a
+ * harness holds many alike). Only those are kept here, so that this holds
+ * nothing of the harness's (a signal, an onOutput callback) once its calls
+ * are gone.
+ */
+let sharedSettings: CallSettings | null = null;
+
+function settingsFor(o: ResolvedSpawn): CallSettings {
+  if (o.signal !== undefined || !isDefaultOutput(o.output)) return new CallSettings(o);
+  if (sharedSettings === null || !sharedSettings.sameAs(o)) sharedSettings = new CallSettings(o);
+  return sharedSettings;
 }
 
 /**
@@ -251,12 +290,12 @@ export class ToolCall extends EventEmitter {
   readonly pty: PtyStream | null;
 
   #id = 0;
-  /** How the tree is proved empty, as the addon says for this call's tier ('none' until it started). */
-  #verified: Verification = 'none';
-  /** The options a call reads all its life. */
-  readonly #opts: CallSettings;
-  /** The options only its start reads (environment, cwd, stdio, …): dropped once it started. */
-  #launch: ResolvedSpawn | null;
+  /**
+   * The options a call reads all its life: until it starts, all of them
+   * (its start reads the environment, cwd, stdio, …); from then on only its
+   * settings, often shared with other calls.
+   */
+  #opts: Settings;
   readonly #owner: CallOwner;
   readonly #createdAt = performance.now();
   #startedAt = 0;
@@ -455,6 +494,14 @@ export class ToolCall extends EventEmitter {
   set #killedAll(on: boolean) {
     this.#setFlag(KILLED_ALL, on);
   }
+  /** How the tree is proved empty, as the addon says for this call's tier ('none' until it started): two bits of the flags. */
+  get #verified(): Verification {
+    return VERIFICATIONS[(this.#flags & VERIFIED_MASK) >> VERIFIED_SHIFT];
+  }
+  set #verified(v: Verification) {
+    const i = VERIFICATIONS.indexOf(v);
+    this.#flags = (this.#flags & ~VERIFIED_MASK) | ((i < 0 ? 0 : i) << VERIFIED_SHIFT);
+  }
   get #constructing(): boolean {
     return this.#flag(CONSTRUCTING);
   }
@@ -465,8 +512,7 @@ export class ToolCall extends EventEmitter {
   /** @internal use spawn() or Supervisor#spawn() */
   constructor(opts: ResolvedSpawn, owner: CallOwner, run?: ResolvedRun) {
     super();
-    this.#opts = new CallSettings(opts);
-    this.#launch = opts;
+    this.#opts = opts;
     this.#owner = owner;
     this.spawnfile = opts.file;
     this.spawnargs = opts.argv;
@@ -475,11 +521,11 @@ export class ToolCall extends EventEmitter {
 
     let stdioError: NativeErrorShape | null = null;
     try {
-      this.#pipes = new CallStdio(opts.stdio, () => this.#maybeClose(), run && !opts.pty ? { input: run.input !== undefined } : undefined);
+      this.#pipes = new CallStdio(opts.stdio, this, run && !opts.pty ? { input: run.input !== undefined } : undefined);
     } catch (err) {
       // Out of fds (EMFILE) while making the pipes: as Node, an 'error', not a throw.
       stdioError = err as NativeErrorShape;
-      this.#pipes = new CallStdio(opts.stdio.map(() => ({ kind: 'ignore' as const })), () => this.#maybeClose());
+      this.#pipes = new CallStdio(opts.stdio.map(() => ({ kind: 'ignore' as const })), this);
     }
     this.stdio = this.#pipes.streams;
     this.stdin = this.#pipes.stdin;
@@ -560,8 +606,9 @@ export class ToolCall extends EventEmitter {
     if (this.#started) return;
     this.#started = true;
     this.#startedAt = performance.now();
-    const opts = this.#launch as ResolvedSpawn;
-    this.#launch = null;
+    // Its start is the one reader of the whole options: from here on, its settings.
+    const opts = this.#opts as ResolvedSpawn;
+    this.#opts = settingsFor(opts);
     // A job's startedAt, in ms since the epoch (only a call with a ring can become one).
     if (this.#ring) this.#startedAtEpoch = Date.now();
     let res;
@@ -572,7 +619,7 @@ export class ToolCall extends EventEmitter {
         candidatesFor(opts.file, opts.env),
         opts.argv,
         opts.env,
-        this.#pipes.forChild,
+        this.#pipes.takeForChild(),
         this.confinement,
         helper,
       ) as NativeSpawnSpec;
@@ -583,7 +630,7 @@ export class ToolCall extends EventEmitter {
       if (this.pty) spec.pty = { cols: this.pty.cols, rows: this.pty.rows };
       // Portable binding on Windows only (shell: cmd.exe's quoting); the addon never reads it.
       if (opts.windowsVerbatimArguments) spec.windowsVerbatimArguments = true;
-      res = native.spawn(spec, (kind, a, b) => this.#onNative(kind, a, b));
+      res = native.spawn(spec, ToolCall.#nativeEvent.bind(this));
     } catch (err) {
       res = { error: err as NativeErrorShape };
     }
@@ -894,6 +941,25 @@ export class ToolCall extends EventEmitter {
     return Promise.all(calls.map((c) => c.#ladderFor(reason, grace)));
   }
 
+  /**
+   * What the addon calls with the call's events, bound to the call: a bound
+   * function is smaller than a closure and the context it keeps, and the
+   * addon holds one per live call.
+   */
+  static readonly #nativeEvent = function (
+    this: ToolCall,
+    kind: NativeEventKind,
+    a?: number | null | NativeReport | NativeErrorShape | NativeUsage,
+    b?: number | string,
+  ): void {
+    this.#onNative(kind, a, b);
+  };
+
+  /** @internal the last of its readable streams closed */
+  [stdioDrained](): void {
+    this.#maybeClose();
+  }
+
   #onNative(kind: NativeEventKind, a?: number | null | NativeReport | NativeErrorShape | NativeUsage, b?: number | string): void {
     switch (kind) {
       case NativeEventKind.Exit:
@@ -915,7 +981,7 @@ export class ToolCall extends EventEmitter {
         this.emit('spawn');
         break;
       case NativeEventKind.StartFailed:
-        this.#fail(spawnError(a as NativeErrorShape, this.#opts.file, this.#opts.argv));
+        this.#fail(spawnError(a as NativeErrorShape, this.spawnfile, this.spawnargs));
         break;
     }
   }
