@@ -176,6 +176,12 @@ export interface NativeBinding {
   /** Stops waiting for EOF: what the pipe holds now still comes, then the end (on a later turn). */
   endOutputPipe(id: number): void;
   setRef(id: number, ref: boolean): void;
+  /**
+   * The call's cgroup leaf names a job: no later call gets it. Returns the
+   * leaf's cpu.stat user and system µs when the call began (a leaf a finished
+   * call handed on carries that call's counters; 0 for a new one).
+   */
+  retire(id: number): [number, number];
   closeFd(fd: number): void;
   ptyResize(masterFd: number, cols: number, rows: number): void;
   /** One cgroup2 mount per hierarchy, of /proc/self/mountinfo (or of the text given). */

@@ -615,6 +615,10 @@ class PortableBinding implements NativeBinding {
     for (const call of live) this.#send(call, this.#visible(call, rows), SIGKILL);
   }
 
+  retire(): [number, number] {
+    return [0, 0];
+  }
+
   setRef(id: number, ref: boolean): void {
     const call = this.#calls.get(id);
     if (!call) return;

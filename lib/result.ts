@@ -99,7 +99,11 @@ export function finalUsage(u: NativeUsage | null | undefined): ResourceUsage {
  * memory.peak now (the addon reads the same files once it is empty); the
  * other tiers learn their figures only when the tree is gone.
  */
-export function usageSoFar(cgroup: string | null, peakProcesses: number): ResourceUsage {
+export function usageSoFar(
+  cgroup: string | null,
+  peakProcesses: number,
+  base: readonly [number, number] = [0, 0],
+): ResourceUsage {
   const none: ResourceUsage = { userMs: 0, systemMs: 0, peakProcesses, source: 'none' };
   if (!cgroup) return none;
   let stat: string;
@@ -108,8 +112,15 @@ export function usageSoFar(cgroup: string | null, peakProcesses: number): Resour
   } catch {
     return none;
   }
-  const field = (name: string): number => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(stat)?.[1] ?? 0) / 1000;
-  const out: ResourceUsage = { userMs: field('user_usec'), systemMs: field('system_usec'), peakProcesses, source: 'cgroup' };
+  // A leaf that served earlier calls carries their counters: `base`.
+  const field = (name: string, from: number): number =>
+    (Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(stat)?.[1] ?? 0) - from) / 1000;
+  const out: ResourceUsage = {
+    userMs: field('user_usec', base[0]),
+    systemMs: field('system_usec', base[1]),
+    peakProcesses,
+    source: 'cgroup',
+  };
   try {
     out.memoryPeakBytes = Number(fs.readFileSync(`${cgroup}/memory.peak`, 'utf8').trim());
   } catch {

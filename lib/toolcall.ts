@@ -6,6 +6,7 @@
 // collection of its output in output.ts, what it ends with in result.ts, and
 // what a job is in jobs.ts.
 import { EventEmitter } from 'node:events';
+import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Readable, Writable } from 'node:stream';
 
@@ -207,6 +208,8 @@ class CallExtras {
   ladderReason: CleanupReason = 'terminate';
   /** The result `done` settled with, once it has. */
   settled: RunResult<string | Buffer> | null = null;
+  /** A job's leaf: its cpu.stat [user, system] µs when the call began (a reused leaf carries earlier calls'). */
+  cpuBase: readonly [number, number] = [0, 0];
   /** When a call that can become a job started, in ms since the epoch: the job's startedAt, however much later it became one. */
   startedAtEpoch = 0;
 }
@@ -271,14 +274,17 @@ export class ToolCall extends EventEmitter {
   readonly connected = false;
   /** The confinement tier this call runs in (resolved from 'auto' when it was created). */
   readonly confinement: Confinement;
-  /** Absolute path of the call's cgroup; null while queued, when it could not start, or in a tier other than `cgroup`. */
+  /**
+   * Absolute path of the call's cgroup leaf; null while queued, when it could not start, or in a tier other than
+   * `cgroup`. The call's until 'close'; then the leaf may serve a later call of the harness (see README, spawn).
+   */
   cgroup: string | null = null;
   /** The executable (the shell's path with `shell`), as ChildProcess#spawnfile. */
   readonly spawnfile: string;
   /** argv, argv[0] included, as ChildProcess#spawnargs. */
   readonly spawnargs: string[];
   /**
-   * `c<N>` once the call is a job of its supervisor (`background: true`
+   * `c<N>`, the name of its cgroup leaf, once the call is a job of its supervisor (`background: true`
    * from the start; `leftovers: 'keep'` when the main process exited and
    * processes remained), else null. The same name as its cgroup leaf.
    */
@@ -664,7 +670,11 @@ export class ToolCall extends EventEmitter {
   /** From now on the call is a job: listed by its supervisor, its output flowing to the ring whoever reads. */
   #becomeJob(): void {
     if (this.jobId !== null || !this.#ring) return;
-    this.jobId = `c${this.#id}`;
+    // The id `proctree ps` reads from the kernel: the leaf's name, which is
+    // the id of the call that made it when a leaf serves again. A job's
+    // leaf never serves another call, so no two jobs share one.
+    this.jobId = this.confinement === 'cgroup' && this.cgroup ? path.basename(this.cgroup) : `c${this.#id}`;
+    this.#extras().cpuBase = native.retire(this.#id);
     this.#out().flowAlways();
     this.#owner.adoptJob(this, this.#ring, this.#startedAtEpoch);
   }
@@ -878,7 +888,7 @@ export class ToolCall extends EventEmitter {
   /** @internal */
   [jobOutcome](): { remaining: ProcessInfo[]; usage: ResourceUsage } {
     const remaining = this.#remaining ?? [];
-    return { remaining, usage: this.#usage ?? usageSoFar(this.cgroup, Math.max(1, remaining.length)) };
+    return { remaining, usage: this.#usage ?? usageSoFar(this.cgroup, Math.max(1, remaining.length), this.#x?.cpuBase) };
   }
 
   /** @internal */

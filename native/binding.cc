@@ -125,6 +125,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
                              InstanceMethod("outputPipe", &Addon::OutputPipe),
                              InstanceMethod("endOutputPipe", &Addon::EndOutputPipe),
                              InstanceMethod("setRef", &Addon::SetRef),
+                             InstanceMethod("retire", &Addon::Retire),
                              InstanceMethod("closeFd", &Addon::CloseFd),
                              InstanceMethod("ptyResize", &Addon::PtyResize),
                              InstanceMethod("cgroup2Hierarchies", &Addon::Cgroup2Hierarchies),
@@ -493,6 +494,20 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
                                 info[1].ToBoolean().Value());
     }
     return info.Env().Undefined();
+  }
+
+  // retire(id) -> [user µs, system µs]: the call's cgroup leaf names a job,
+  // no later call may get it; what its cpu.stat said when the call began.
+  Napi::Value Retire(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    CpuCounters base;
+    if (env_state_ && info.Length() > 0 && info[0].IsNumber()) {
+      env_state_->retire(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()), &base);
+    }
+    Napi::Array out = Napi::Array::New(env, 2);
+    out.Set(0u, Napi::Number::New(env, base.user_usec));
+    out.Set(1u, Napi::Number::New(env, base.system_usec));
+    return out;
   }
 
   Napi::Value CloseFd(const Napi::CallbackInfo& info) {

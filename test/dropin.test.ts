@@ -11,7 +11,7 @@ import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
 import { getDefaultSupervisor, run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
-import { cgroupExists, killTokens, liveWith, token, waitForLive } from './helpers';
+import { killTokens, liveWith, token, waitForLive, leafReleased } from './helpers';
 
 const root = path.resolve(__dirname, '..');
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-dropin-'));
@@ -298,7 +298,7 @@ describe('5. Symbol.dispose and Symbol.asyncDispose', () => {
     expect(await waitForLive(t, 2, 'sleep')).toHaveLength(2);
     await within(call[Symbol.asyncDispose](), 10_000, 'asyncDispose');
     expect(liveWith(t)).toEqual([]);
-    expect(cgroupExists(call.cgroup)).toBe(false);
+    expect(leafReleased(call.cgroup)).toBe(true);
   });
 
   it('dispose starts stopping the whole tree', async () => {
@@ -308,7 +308,7 @@ describe('5. Symbol.dispose and Symbol.asyncDispose', () => {
     call[Symbol.dispose]();
     await within(new Promise((r) => call.on('close', r)), 10_000, 'close');
     expect(liveWith(t)).toEqual([]);
-    expect(cgroupExists(call.cgroup)).toBe(false);
+    expect(leafReleased(call.cgroup)).toBe(true);
   });
 });
 

@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { spawn, type ToolCall } from '../dist/cjs/index.js';
-import { cgroupExists, cgroupMembers, killCgroup, liveWith, startCanary, token, waitForLive } from './helpers';
+import { cgroupMembers, killCgroup, liveWith, startCanary, token, waitForLive, leafReleased } from './helpers';
 
 const canary = startCanary();
 const calls: ToolCall[] = [];
@@ -36,7 +36,7 @@ async function stopAndCheck(call: ToolCall, needle: string, started: number) {
   const report = await call.terminate({ grace: 1000 });
   await call.done;
   expect(liveWith(needle)).toEqual([]);
-  expect(cgroupExists(cg)).toBe(false);
+  expect(leafReleased(cg)).toBe(true);
   expect(report.leftovers).toEqual([]);
   expect(report.verified).toBe('cgroup.events');
   return report;
@@ -118,7 +118,7 @@ describe('escapes that killpg misses, all stopped', () => {
     await call.done;
     expect(report.signaled).toBeGreaterThan(20);
     expect(liveWith(t)).toEqual([]);
-    expect(cgroupExists(call.cgroup)).toBe(false);
+    expect(leafReleased(call.cgroup)).toBe(true);
   });
 
   it('a daemon that moves into a nested cgroup of the call is still stopped', async () => {
@@ -145,6 +145,6 @@ describe('escapes that killpg misses, all stopped', () => {
     await call.done;
     expect(report.signaled).toBe(2);
     expect(liveWith(t)).toEqual([]);
-    expect(cgroupExists(call.cgroup)).toBe(false);
+    expect(leafReleased(call.cgroup)).toBe(true);
   });
 });

@@ -83,6 +83,23 @@ export function cgroupExists(path: string | null): boolean {
   return path !== null && fs.existsSync(path);
 }
 
+/**
+ * A call's leaf after 'close': removed, or kept for the harness's next call
+ * (a leaf whose call ended on its own serves again) — then nothing is in it
+ * (populated 0), it is not frozen and no cgroup is below it. Kept leaves go
+ * with their subtree a moment after the last call (leaf-reuse.test.ts).
+ */
+export function leafReleased(path: string | null): boolean {
+  if (path === null || !fs.existsSync(path)) return true;
+  try {
+    const events = fs.readFileSync(`${path}/cgroup.events`, 'utf8');
+    const below = fs.readdirSync(path, { withFileTypes: true }).filter((e) => e.isDirectory());
+    return /^populated 0$/m.test(events) && /^frozen 0$/m.test(events) && below.length === 0;
+  } catch {
+    return !fs.existsSync(path);
+  }
+}
+
 /** cgroup.procs of a cgroup and every cgroup below it. */
 export function cgroupMembers(path: string): number[] {
   const out: number[] = [];

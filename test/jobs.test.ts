@@ -10,7 +10,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { type Confinement, job, jobs, run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
-import { cgroupExists, cgroupMembers, httpGet as get, killCgroup, killTokens, liveWith, running, serverDir as tokenDir, token, waitForLive, waitUntil } from './helpers';
+import { cgroupExists, cgroupMembers, httpGet as get, killCgroup, killTokens, liveWith, running, serverDir as tokenDir, token, waitForLive, waitUntil, leafReleased } from './helpers';
 
 const root = path.resolve(__dirname, '..');
 const cgroups: string[] = [];
@@ -101,7 +101,7 @@ describe("leftovers: 'keep'", () => {
     expect(final.state).toBe('stopped');
     expect(final.members).toBe(0);
     expect(final.usage?.source).toBe('cgroup');
-    expect(cgroupExists(r.cgroup)).toBe(false);
+    expect(leafReleased(r.cgroup)).toBe(true);
     expect(liveWith(needle)).toEqual([]);
   });
 
@@ -133,7 +133,7 @@ describe("leftovers: 'keep'", () => {
       await waitUntil(() => liveWith(needle).length === 0, 2000);
       expect(liveWith(needle)).toEqual([]);
       await waitUntil(() => !cgroupExists(info.cgroup), 2000);
-      expect(cgroupExists(info.cgroup)).toBe(false);
+      expect(leafReleased(info.cgroup)).toBe(true);
     } finally {
       // A failed check must not leave the harness (and the job it keeps) running.
       if (harness.exitCode === null && harness.signalCode === null) {
@@ -150,7 +150,7 @@ describe("leftovers: 'keep'", () => {
     expect(jobs().some((j) => j.cgroup === r.cgroup)).toBe(false);
     // The kernel's view: the call's cgroup is gone (no job holds it).
     expect(r.cgroup).not.toBe('');
-    expect(cgroupExists(r.cgroup)).toBe(false);
+    expect(leafReleased(r.cgroup)).toBe(true);
   });
 
   it('spawn(): the call stays open as a job; done settles at the exit, close when the job ends', async () => {
@@ -179,7 +179,7 @@ describe("leftovers: 'keep'", () => {
     expect(seen).toEqual([`leftover:${call.jobId}`, 'close']);
     expect(call.usage?.source).toBe('cgroup');
     expect(liveWith(t)).toEqual([]);
-    expect(cgroupExists(call.cgroup)).toBe(false);
+    expect(leafReleased(call.cgroup)).toBe(true);
   });
 
   it("timeout and idleTimeout bound the command, not the job it left", async () => {
@@ -195,7 +195,7 @@ describe("leftovers: 'keep'", () => {
     expect(job(r.jobId as string).info().state).toBe('running');
     await job(r.jobId as string).stop();
     expect(liveWith(t)).toEqual([]);
-    expect(cgroupExists(r.cgroup)).toBe(false);
+    expect(leafReleased(r.cgroup)).toBe(true);
   });
 });
 
@@ -216,7 +216,7 @@ describe('background: true', () => {
     expect(report.signaled).toBe(1);
     expect((await job(r.jobId as string).wait()).state).toBe('stopped');
     expect(liveWith(t)).toEqual([]);
-    expect(cgroupExists(r.cgroup)).toBe(false);
+    expect(leafReleased(r.cgroup)).toBe(true);
   });
 
   it('timeout bounds a background job for its whole life, even past the exit of its main process', async () => {
@@ -230,7 +230,7 @@ describe('background: true', () => {
     expect(final.exitCode).toBe(0);
     expect(final.cleanup).toMatchObject({ reason: 'timeout', leftovers: [] });
     expect(liveWith(t)).toEqual([]);
-    expect(cgroupExists(r.cgroup)).toBe(false);
+    expect(leafReleased(r.cgroup)).toBe(true);
   });
 
   it("output keeps flowing to the ring when nobody reads: 9 MB through 64 KiB pipes, the job exits by itself", async () => {
@@ -244,7 +244,7 @@ describe('background: true', () => {
     const j = job(call.jobId as string);
     const final = await j.wait();
     expect(final.state).toBe('exited');
-    expect(cgroupExists(call.cgroup)).toBe(false);
+    expect(leafReleased(call.cgroup)).toBe(true);
     expect(final.exitCode).toBe(0);
     expect(final.output.capacity).toBe(1024 * 1024);
     expect(final.output.total).toBeGreaterThan(5_000_000);

@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { type Confinement, run, spawn, type ToolCall } from '../dist/cjs/index.js';
-import { cgroupExists, killCgroup, liveWith, token } from './helpers';
+import { killCgroup, liveWith, token, leafReleased } from './helpers';
 
 const calls: ToolCall[] = [];
 const cgroups: string[] = [];
@@ -257,7 +257,7 @@ describe('idleTimeout', () => {
     expect(r.stdout).toBe('waiting\n');
     expect(r.timedOut).toBe(false);
     expect(r.cleanup?.leftovers).toEqual([]);
-    expect(cgroupExists(r.cgroup)).toBe(false);
+    expect(leafReleased(r.cgroup)).toBe(true);
     expect(liveWith(t)).toEqual([]);
   });
 

@@ -15,7 +15,7 @@ import { Worker } from 'node:worker_threads';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { run } from '../dist/cjs/index.js';
-import { cgroupExists, killCgroup, liveWith, openFdCount, token, waitUntil } from './helpers';
+import { killCgroup, liveWith, openFdCount, token, waitUntil, leafReleased } from './helpers';
 
 let tmp = '';
 let blob = Buffer.alloc(0);
@@ -110,7 +110,7 @@ describe('run() output read by the addon', () => {
     expect(r.cleanup?.reason).toBe('leftovers');
     // The kernel's word: the sleeper is gone and so is the call's cgroup.
     expect(liveWith(t, 'sleep')).toEqual([]);
-    if (r.cgroup) expect(cgroupExists(r.cgroup)).toBe(false);
+    if (r.cgroup) expect(leafReleased(r.cgroup)).toBe(true);
   });
 
   it('pipes at EOF do not settle the call while the tree still runs (leftovers: wait)', async () => {
@@ -129,7 +129,7 @@ describe('run() output read by the addon', () => {
     const r = await p;
     expect(r.stdout).toBe('hi\n');
     expect(liveWith(t, 'sleep')).toEqual([]);
-    if (r.cgroup) expect(cgroupExists(r.cgroup)).toBe(false);
+    if (r.cgroup) expect(leafReleased(r.cgroup)).toBe(true);
   });
 
   it('a call killed mid-output (timeout) settles with what it wrote, whole lines of it', async () => {
@@ -139,7 +139,7 @@ describe('run() output read by the addon', () => {
     expect(r.stdout.length).toBeGreaterThan(0);
     // Every byte that came is a piece of the stream as written.
     expect(String(r.stdout).slice(0, 22)).toBe('0123456789\n0123456789\n');
-    if (r.cgroup) expect(cgroupExists(r.cgroup)).toBe(false);
+    if (r.cgroup) expect(leafReleased(r.cgroup)).toBe(true);
   });
 
   it('an abort mid-output rejects nothing and leaves no process', async () => {

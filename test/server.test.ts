@@ -9,7 +9,7 @@ import path from 'node:path';
 import Ajv2020 from 'ajv/dist/2020';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
-import { blockedIn, cgroupExists, cgroupMembers, drainedWriter, httpGet as get, killCgroup, killTokens, liveWith, serverDir as tokenDir, token, waitForLive, waitUntil } from './helpers';
+import { blockedIn, cgroupMembers, drainedWriter, httpGet as get, killCgroup, killTokens, liveWith, serverDir as tokenDir, token, waitForLive, waitUntil, leafReleased } from './helpers';
 
 const root = path.resolve(__dirname, '..');
 const bin = path.join(root, 'bin', 'proctree.js');
@@ -486,7 +486,7 @@ describe('jobs', () => {
     expect((await waiting).job).toMatchObject({ id: jobId, state: 'stopped', members: 0, usage: { source: 'cgroup' } });
     expect(await s.closed('dev')).toMatchObject({ code: 0, jobId, cleanup: { reason: 'terminate' }, usage: { source: 'cgroup' } });
     expect((await s.closed('dev')).result).toBeUndefined();
-    expect(cgroupExists(cgroup)).toBe(false);
+    expect(leafReleased(cgroup)).toBe(true);
     expect(liveWith(needle)).toEqual([]);
     // Finished jobs stay listed, their output readable.
     expect(((await s.request('jobs')).jobs as Info[]).find((j) => j.id === jobId)?.state).toBe('stopped');
@@ -527,8 +527,8 @@ describe('jobs', () => {
     s.child.stdin?.end();
     expect(await s.exited).toEqual({ code: 0, signal: null });
     expect(liveWith(t)).toEqual([]);
-    expect(cgroupExists(res.cgroup as string)).toBe(false);
-    expect(cgroupExists(bg.cgroup as string)).toBe(false);
+    expect(leafReleased(res.cgroup as string)).toBe(true);
+    expect(leafReleased(bg.cgroup as string)).toBe(true);
   });
 });
 
@@ -655,7 +655,7 @@ describe('terminals', () => {
     expect(screen()).toMatch(/partialpartial.*cat saw the end\r\n$/s);
     // A terminal is one stream: no stdout or stderr events.
     expect(s.events('p').filter((m) => m.event === 'stdout' || m.event === 'stderr')).toEqual([]);
-    expect(cgroupExists(res.cgroup as string)).toBe(false);
+    expect(leafReleased(res.cgroup as string)).toBe(true);
   });
 
   it('errors: resize without a terminal, a size out of range; foreground without a terminal', async () => {

@@ -23,7 +23,7 @@ Columns:
             which created it; '-' when it exited and only its descendants
             are left (COMMAND then shows the oldest of them)
   MEMBERS   live processes in the call's cgroup, nested cgroups included
-  AGE       since the call's cgroup was created
+  AGE       since the call started in its cgroup
   COMMAND   the command line of the main process
 
 Options:
@@ -96,7 +96,8 @@ function callEntry(mount: string, leaf: string, harnessPid: number, now: number)
   if (members.length === 0) return null;
   let ageMs = 0;
   try {
-    // A cgroup directory's ctime is when it was made; it is made at spawn.
+    // A leaf's ctime is when its call started: when it was made, or when a
+    // leaf that served an earlier call was handed to this one (touched then).
     ageMs = Math.max(0, now - fs.statSync(leaf).ctimeMs);
   } catch {
     return null;
@@ -139,7 +140,7 @@ export function liveCalls(mounts = cgroup2Mounts()): CallEntry[] {
     }
   };
   for (const m of mounts) walk(m, m, 0);
-  // By harness, then in the order the calls were made (c2 before c10).
+  // By harness, then in the order the leaves were made (c2 before c10).
   const key = (c: CallEntry): [string, number] => {
     const m = /^(.*)\/c(\d+)$/.exec(c.call);
     return m ? [m[1], Number(m[2])] : [c.call, 0];

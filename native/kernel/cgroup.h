@@ -92,6 +92,8 @@ class CgroupDir {
   // Closes the descriptors without removing the directory (the next use
   // opens it again by path).
   void close();
+  // Closes cgroup.events only; the directory stays open.
+  void close_events() { events_.reset(); }
 
  private:
   int dir() const;

@@ -2,12 +2,23 @@
 
 #include "kernel/procfs.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 namespace proctree {
+namespace {
+
+// memory.peak exists only where the memory controller is delegated (and
+// Linux 5.19): once it is found missing, it is not looked for again. A leaf
+// that has it is never reused: its peak would carry the earlier calls'.
+std::atomic<bool> g_no_memory_peak{false};
+
+}  // namespace
 
 SysError CgroupConfinement::members(std::vector<pid_t>* out) const {
   if (!leaf_.valid()) {
@@ -39,6 +50,7 @@ bool CgroupConfinement::can_freeze() const {
 }
 
 SysError CgroupConfinement::set_frozen(bool frozen, bool now) {
+  retired_ = true;
   const char* value = frozen ? "1" : "0";
   if (writes_ && !now) {
     writes_->write_later(leaf_.path() + "/cgroup.freeze", value);
@@ -57,6 +69,7 @@ Confinement::Kill CgroupConfinement::kill_all() { return kill(false); }
 Confinement::Kill CgroupConfinement::kill_all_now() { return kill(true); }
 
 Confinement::Kill CgroupConfinement::kill(bool now) {
+  retired_ = true;
   if (!leaf_.valid()) return Kill::kOneShot;
   if (has_kill_ < 0) has_kill_ = leaf_.has_kill() ? 1 : 0;
   if (has_kill_ == 1) {
@@ -73,33 +86,61 @@ Confinement::Kill CgroupConfinement::kill(bool now) {
 }
 
 void CgroupConfinement::read_usage(Usage* out) const {
+  if (!leaf_.valid()) return;
+  // A leaf that may go to the pool is read through its directory, which the
+  // pool keeps open for the next clone.
+  if (pool_ && !retired_) leaf_.dir_fd();
   // cpu.stat is there on cgroup v2 without any controller (5.x); its times
   // are in microseconds.
   std::string stat;
-  if (!leaf_.valid() || leaf_.read_file("cpu.stat", &stat)) return;
+  if (leaf_.read_file("cpu.stat", &stat)) return;
   auto field = [&stat](const char* name) -> double {
     size_t at = stat.find(name);
     return at == std::string::npos ? 0 : std::strtod(stat.c_str() + at + strlen(name), nullptr);
   };
+  counters_.user_usec = field("user_usec ");
+  counters_.system_usec = field("system_usec ");
+  counted_ = true;
   out->known = true;
   out->source = "cgroup";
-  out->user_ms = field("user_usec ") / 1000.0;
-  out->system_ms = field("system_usec ") / 1000.0;
-  // memory.peak exists only where the memory controller is delegated (and
-  // Linux 5.19): once it is found missing, it is not looked for again.
-  static std::atomic<bool> no_memory_peak{false};
-  if (no_memory_peak.load(std::memory_order_relaxed)) return;
+  out->user_ms = (counters_.user_usec - base_.user_usec) / 1000.0;
+  out->system_ms = (counters_.system_usec - base_.system_usec) / 1000.0;
+  if (g_no_memory_peak.load(std::memory_order_relaxed)) return;
   std::string peak;
   if (!leaf_.read_file("memory.peak", &peak)) {
     out->memory_peak = std::strtoll(peak.c_str(), nullptr, 10);
   } else {
-    no_memory_peak.store(true, std::memory_order_relaxed);
+    g_no_memory_peak.store(true, std::memory_order_relaxed);
   }
 }
 
 SysError CgroupConfinement::release() { return leaf_.remove(); }
 
+CgroupConfinement::Offer CgroupConfinement::offer_to_pool() {
+  if (!pool_ || retired_ || !counted_ || !leaf_.valid() || !g_no_memory_peak.load(std::memory_order_relaxed)) {
+    return Offer::kRefused;
+  }
+  // As good as a fresh leaf, or not reused: nothing in it (populated 0),
+  // not frozen (a member may have written its own cgroup.freeze), no
+  // cgroups below (a kernfs directory's link count is 2 + its
+  // subdirectories).
+  // (statx, not fstat: glibc before 2.33 has no fstat symbol to link to.)
+  CgroupEvents ev;
+  struct statx st;
+  if (leaf_.read_events(&ev)) return Offer::kRefused;
+  if (ev.populated) return Offer::kPopulated;
+  if (ev.frozen || statx(leaf_.dir_fd(), "", AT_EMPTY_PATH, STATX_NLINK, &st) != 0 || st.stx_nlink != 2) {
+    return Offer::kRefused;
+  }
+  return pool_->give_back(&leaf_, counters_) ? Offer::kTaken : Offer::kRefused;
+}
+
 bool CgroupConfinement::release_if_empty(SysError* error) {
+  switch (offer_to_pool()) {
+    case Offer::kTaken: return true;
+    case Offer::kPopulated: return false;
+    case Offer::kRefused: break;
+  }
   if (leaf_.remove_if_empty()) return true;
   // EBUSY: populated, or the call made cgroups of its own in it.
   return Confinement::release_if_empty(error);

@@ -11,6 +11,23 @@
 
 namespace proctree {
 
+// cpu.stat's counters (µs). A leaf that served earlier calls carries theirs:
+// a call's usage is the difference from where its leaf stood when it began.
+struct CpuCounters {
+  double user_usec = 0;
+  double system_usec = 0;
+};
+
+// Takes the leaf of a call that ended cleanly, for a later call of the same
+// subtree (a mkdir and an rmdir are most of what a per-call cgroup costs).
+class LeafPool {
+ public:
+  virtual ~LeafPool() = default;
+  // *leaf is empty, unfrozen and has no cgroups below it; counters are its
+  // cpu.stat now. True: taken (and *leaf left invalid); false: remove it.
+  virtual bool give_back(CgroupDir* leaf, const CpuCounters& counters) = 0;
+};
+
 class CgroupConfinement : public Confinement {
  public:
   // writes: where cgroup.freeze and cgroup.kill go (nullptr: written at once).
@@ -32,12 +49,30 @@ class CgroupConfinement : public Confinement {
   // rmdir first: its success proves the leaf empty, in one system call.
   bool release_if_empty(SysError* error) override;
 
+  void retire() override { retired_ = true; }
+  // Its counters when this call began (0 for a new leaf).
+  const CpuCounters& base() const { return base_; }
+
   const CgroupDir& leaf() const { return leaf_; }
+  // Once empty, the leaf goes to `pool` instead of rmdir, if nothing
+  // retired it; `base`: its counters when this call began.
+  void reuse_into(LeafPool* pool, const CpuCounters& base) {
+    pool_ = pool;
+    base_ = base;
+  }
 
  private:
+  enum class Offer { kTaken, kPopulated, kRefused };
+  Offer offer_to_pool();
+  Kill kill(bool now);
+
   CgroupDir leaf_;
   Tier tier_;
-  Kill kill(bool now);
+  LeafPool* pool_ = nullptr;
+  CpuCounters base_;
+  mutable CpuCounters counters_;  // at the last read_usage()
+  mutable bool counted_ = false;  // counters_ were read
+  bool retired_ = false;
 
   SlowWrites* writes_;
   mutable int has_freeze_ = -1;  // unknown until asked

@@ -88,6 +88,10 @@ class Confinement {
   // If the tree is empty, releases it and returns true (a failed release is
   // reported in *error); else false.
   virtual bool release_if_empty(SysError* error);
+  // What the tier made for this call may not serve another call later: it
+  // was frozen, signalled or killed (a deferred write to it may still be on
+  // its way), or something outside names it (a job id).
+  virtual void retire() {}
 
  protected:
   // One round of `sig` to every confirmed member: how many got it.

@@ -248,6 +248,7 @@ bool Call::terminate_frozen_by_group(int grace_ms, int sig, const std::string& r
     freeze_released();
     return terminate(grace_ms, sig, reason);
   }
+  confinement_->retire();
   watch_emptiness();
   ladder_.start(reason, grace_ms, sig, command_, true);
   check_finished();
@@ -256,6 +257,7 @@ bool Call::terminate_frozen_by_group(int grace_ms, int sig, const std::string& r
 
 void Call::prepare_stop() {
   if (finished_ || !confinement_) return;
+  confinement_->retire();
   watch_emptiness();
   confinement_->empty();
 }
@@ -290,6 +292,9 @@ bool Call::terminate(int grace_ms, int sig, const std::string& reason) {
     pending_reason_ = reason;
     return true;
   }
+  // Its writes (freeze, kill) may land after the tree is gone: the leaf
+  // never serves another call.
+  confinement_->retire();
   watch_emptiness();
   ladder_.start(reason, grace_ms, sig, command_);
   check_finished();
@@ -432,6 +437,12 @@ void Call::kill_now(bool sync) {
     unwatch_control();
     control_.reset();
   }
+}
+
+void Call::retire(CpuCounters* base) {
+  if (!confinement_) return;
+  confinement_->retire();
+  if (tier_ == Tier::kCgroup) *base = static_cast<CgroupConfinement*>(confinement_.get())->base();
 }
 
 bool Call::populated_now() const { return !finished_ && confinement_ && !confinement_->empty(); }

@@ -21,6 +21,7 @@
 #include "kernel/fd.h"
 #include "kernel/pidfd.h"
 #include "kernel/spawn.h"
+#include "ladder/cgroup_confinement.h"
 #include "ladder/confinement.h"
 #include "ladder/ladder.h"
 
@@ -101,6 +102,10 @@ class Call : public LadderHost {
   // One signal to every member now, no escalation; how many got it.
   int signal_all(int sig);
   std::vector<pid_t> members();
+
+  // The call's cgroup leaf must not serve a later call (a job is named
+  // after it). *base: the leaf's cpu.stat counters when the call began.
+  void retire(CpuCounters* base);
 
   // Environment teardown: SIGKILL the tree without waiting; whether anything
   // is still alive; then reap and remove what is left, synchronously.

@@ -75,7 +75,8 @@ SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedC
 SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
   uint64_t id = next_call_id();
   CgroupDir leaf;
-  if (SysError e = subtrees_.make_leaf(opts.group, id, opts.helper, stack_, &leaf, &out->guardian_error)) {
+  CpuCounters base;
+  if (SysError e = subtrees_.make_leaf(opts.group, id, opts.helper, stack_, &leaf, &base, &out->guardian_error)) {
     if (calls_.empty()) subtrees_.idle();
     return e;
   }
@@ -96,8 +97,9 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   // The clone has used the leaf's descriptors: a live call keeps none (they
   // are reopened if a ladder or members() needs them).
   leaf.close();
-  return adopt(new Call(this, id, std::move(proc),
-                        std::make_unique<CgroupConfinement>(std::move(leaf), Tier::kCgroup, &writes_), Fd()), out);
+  auto confinement = std::make_unique<CgroupConfinement>(std::move(leaf), Tier::kCgroup, &writes_);
+  confinement->reuse_into(&subtrees_, base);
+  return adopt(new Call(this, id, std::move(proc), std::move(confinement), Fd()), out);
 }
 
 SysError Environment::spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
@@ -172,6 +174,10 @@ SysError Environment::adopt(Call* call, SpawnedCall* out) {
 
 void Environment::set_referenced(uint64_t id, bool ref) {
   if (Call* c = find(id)) c->set_referenced(ref);
+}
+
+void Environment::retire(uint64_t id, CpuCounters* base) {
+  if (Call* c = find(id)) c->retire(base);
 }
 
 void Environment::on_call_ref_changed(bool was, bool now) {

@@ -73,6 +73,9 @@ class Environment {
   Call* find(uint64_t id);
   ChildStack& child_stack() { return stack_; }
   void set_referenced(uint64_t id, bool ref);
+  // The call's leaf is named by a job: never reused. *base: its counters
+  // when the call began (a reused leaf carries its earlier calls').
+  void retire(uint64_t id, CpuCounters* base);
 
   // Runs the ladder on many calls at once (a supervisor's shutdown): every
   // cgroup subtree they share is frozen with one write, each call's ladder

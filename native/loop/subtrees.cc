@@ -1,5 +1,7 @@
 #include "loop/subtrees.h"
 
+#include <sys/stat.h>
+
 #include "kernel/guardian_launch.h"
 
 namespace proctree {
@@ -15,7 +17,7 @@ SysError Subtrees::location(CgroupLocation* out) {
 }
 
 SysError Subtrees::make_leaf(const std::string& group, uint64_t id, const std::string& helper, ChildStack& stack,
-                             CgroupDir* out, SysError* guardian_error) {
+                             CgroupDir* out, CpuCounters* base, SysError* guardian_error) {
   CgroupLocation loc;
   if (SysError e = location(&loc)) return e;
   if (linger_) uv_timer_stop(linger_);
@@ -26,22 +28,49 @@ SysError Subtrees::make_leaf(const std::string& group, uint64_t id, const std::s
     // already is another harness's unless we made it earlier and it is still
     // there: never share one.
     bool ours = made_.count(group) != 0;
-    CgroupDir dir;
-    if (SysError e = CgroupDir::create(loc.own_path + "/" + group, ours, &dir)) return e;
+    Group made;
+    if (SysError e = CgroupDir::create(loc.own_path + "/" + group, ours, &made.dir)) return e;
     made_.insert(group);
-    g = groups_.emplace(group, std::move(dir)).first;
+    g = groups_.emplace(group, std::move(made)).first;
     // Checked once per subtree made, not per call: the guardian watches
     // every subtree of this harness by its prefix.
     GuardianInfo info;
     *guardian_error = ensure_guardian(helper, loc.own_path, subtree_prefix(), stack, &info);
   }
-  if (SysError e = CgroupDir::create(g->second.path() + "/c" + std::to_string(id), false, out)) {
+  std::vector<Pooled>& pool = g->second.pool;
+  if (!pool.empty()) {
+    *out = std::move(pool.back().leaf);
+    *base = pool.back().counters;
+    pool.pop_back();
+    // Its ctime is when the call began, as for a new leaf (`proctree ps`
+    // shows a call's age from it).
+    futimens(out->dir_fd(), nullptr);
+    return SysError::none();
+  }
+  *base = CpuCounters();
+  if (SysError e = CgroupDir::create(g->second.dir.path() + "/c" + std::to_string(id), false, out)) {
     // The subtree vanished under us (removed by hand): forget it, so that
     // the next call makes it anew.
     if (e.err == ENOENT) groups_.erase(g);
     return e;
   }
   return SysError::none();
+}
+
+bool Subtrees::give_back(CgroupDir* leaf, const CpuCounters& counters) {
+  const std::string& path = leaf->path();
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return false;
+  for (auto& kv : groups_) {
+    Group& g = kv.second;
+    if (g.dir.path().size() != slash || path.compare(0, slash, g.dir.path()) != 0) continue;
+    if (g.pool.size() >= kPoolMax) return false;
+    leaf->close_events();
+    g.pool.push_back(Pooled{std::move(*leaf), counters});
+    *leaf = CgroupDir();
+    return true;
+  }
+  return false;
 }
 
 void Subtrees::idle() {
@@ -62,7 +91,7 @@ bool Subtrees::kill_round() {
   bool whole = true;
   for (auto& kv : groups_) {
     bool one_shot = false;
-    kv.second.kill_round(&one_shot);
+    kv.second.dir.kill_round(&one_shot);
     whole = whole && one_shot;
   }
   return whole;
@@ -71,7 +100,7 @@ bool Subtrees::kill_round() {
 bool Subtrees::populated() const {
   for (const auto& kv : groups_) {
     CgroupEvents ev;
-    if (!kv.second.read_events(&ev) && ev.populated) return true;
+    if (!kv.second.dir.read_events(&ev) && ev.populated) return true;
   }
   return false;
 }
@@ -79,7 +108,9 @@ bool Subtrees::populated() const {
 void Subtrees::remove_all() {
   // rmdir fails harmlessly (EBUSY) on one that still holds a call.
   for (auto it = groups_.begin(); it != groups_.end();) {
-    if (!it->second.remove()) {
+    for (Pooled& p : it->second.pool) p.leaf.remove();
+    it->second.pool.clear();
+    if (!it->second.dir.remove()) {
       it = groups_.erase(it);
     } else {
       ++it;

@@ -5,6 +5,13 @@
 // each time one is made. Once no call is left, the subtrees are kept for a
 // moment (a harness running calls one after another does not pay a mkdir and
 // an rmdir for each), then removed.
+//
+// A leaf whose call ended on its own, untouched (no freeze, signal or kill
+// of ours, no job naming it) and proved empty, unfrozen and without cgroups
+// below, goes to its subtree's pool and serves a later call: a leaf costs a
+// mkdir and an rmdir otherwise, which is most of what the kernel spends on a
+// short call. A reused leaf keeps its name (cgroup v2 cannot rename), so a
+// call's leaf is c<id of the call that made it>.
 #pragma once
 
 #include <uv.h>
@@ -13,13 +20,15 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "kernel/cgroup.h"
 #include "kernel/clone.h"
+#include "ladder/cgroup_confinement.h"
 
 namespace proctree {
 
-class Subtrees {
+class Subtrees : public LeafPool {
  public:
   explicit Subtrees(uv_loop_t* loop) : loop_(loop) {}
   Subtrees(const Subtrees&) = delete;
@@ -28,11 +37,15 @@ class Subtrees {
   // Where call cgroups go (located once).
   SysError location(CgroupLocation* out);
 
-  // A new leaf for call `id` in subtree `group`. *guardian_error is set when
-  // the subtree was made now and the guardian could not be started (the call
+  // A leaf for call `id` in subtree `group`: one from the pool (*base: its
+  // counters), else a new one, c<id>. *guardian_error is set when the
+  // subtree was made now and the guardian could not be started (the call
   // still runs; it is stopped on a normal exit, not on SIGKILL).
   SysError make_leaf(const std::string& group, uint64_t id, const std::string& helper, ChildStack& stack,
-                     CgroupDir* out, SysError* guardian_error);
+                     CgroupDir* out, CpuCounters* base, SysError* guardian_error);
+
+  // LeafPool
+  bool give_back(CgroupDir* leaf, const CpuCounters& counters) override;
 
   // No live call is left: remove the subtrees after kLingerMs.
   void idle();
@@ -47,15 +60,26 @@ class Subtrees {
   void close(void (*closed)(void*), void* arg);
 
   static constexpr uint64_t kLingerMs = 1000;
+  // Leaves kept per subtree: enough for a harness that keeps this many short
+  // calls in flight; each holds one descriptor (its directory).
+  static constexpr size_t kPoolMax = 16;
 
  private:
+  struct Pooled {
+    CgroupDir leaf;
+    CpuCounters counters;
+  };
+  struct Group {
+    CgroupDir dir;
+    std::vector<Pooled> pool;
+  };
   static void on_linger(uv_timer_t* t);
 
   uv_loop_t* loop_;
   CgroupLocation location_;
   SysError location_error_;
   bool located_ = false;
-  std::map<std::string, CgroupDir> groups_;
+  std::map<std::string, Group> groups_;
   // Every subtree name this environment made: only those may be reopened.
   std::set<std::string> made_;
   uv_timer_t* linger_ = nullptr;
