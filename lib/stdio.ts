@@ -102,21 +102,26 @@ class OutputPipeReader extends EventEmitter {
   }
 }
 
+/** What a call's start hands its child, and what of it is ours to close then. */
+class ChildSide {
+  /** The child's ends of our pipes, closed once it holds its own copies. */
+  childEnds: number[] | null = null;
+  /** Portable binding: the pipes child_process will make, until it does. */
+  portablePipes: PortablePipe[] | null = null;
+
+  /** `forChild`: what the child gets at each fd (our pipe ends for 'pipe', the kind or fd otherwise). */
+  constructor(public forChild: NativeStdio[]) {}
+}
+
 /**
  * The pipes of one call. They exist from the start, so a queued call already
  * has its streams; the child's ends are handed over when it starts.
  */
 export class CallStdio {
-  readonly stdin: Writable | null = null;
-  readonly stdout: Readable | null = null;
-  readonly stderr: Readable | null = null;
   /** As ChildProcess#stdio: our stream for each 'pipe' entry, null for the others. */
   readonly streams: Array<Readable | Writable | null>;
-  /** What the child gets at each fd (our pipe ends for 'pipe', the kind or fd otherwise), until its start takes it. */
-  #forChild: NativeStdio[] | null;
-  #childEnds: number[] | null = null;
-  /** Portable binding: the pipes child_process will make, until it does. */
-  #portablePipes: PortablePipe[] | null = null;
+  /** What only the child's start needs: gone once it started (or never will). */
+  #child: ChildSide | null;
   /**
    * Our readable streams not yet closed. They are `streams[1…]` (the child
    * writes every pipe but stdin): counted here, not kept in a set, as a
@@ -137,8 +142,9 @@ export class CallStdio {
     // `streams` (as ChildProcess#stdio), and a grown array keeps room for 16.
     const streams: Array<Readable | Writable | null> = new Array<Readable | Writable | null>(entries.length).fill(null);
     const forChild: NativeStdio[] = new Array<NativeStdio>(entries.length).fill('ignore');
+    const child = new ChildSide(forChild);
     this.streams = streams;
-    this.#forChild = forChild;
+    this.#child = child;
     try {
       for (let i = 0; i < entries.length; i++) {
         const entry = entries[i];
@@ -150,7 +156,7 @@ export class CallStdio {
           // Portable binding (no pipe pairs of its own): our side is a
           // PassThrough now, connected to the child's pipe when it starts.
           const pipe: PortablePipe = { stream: this.#proxy(i !== 0), readable: i !== 0, connected: false };
-          (this.#portablePipes ??= []).push(pipe);
+          (child.portablePipes ??= []).push(pipe);
           forChild[i] = pipe;
           streams[i] = pipe.stream;
           continue;
@@ -162,7 +168,7 @@ export class CallStdio {
         }
         if (run && (i === 1 || i === 2)) {
           const reader = new OutputPipeReader();
-          (this.#childEnds ??= []).push(reader.childEnd);
+          (child.childEnds ??= []).push(reader.childEnd);
           forChild[i] = reader.childEnd;
           streams[i] = this.#track(reader as unknown as Readable, true);
           continue;
@@ -170,7 +176,7 @@ export class CallStdio {
         const [readFd, writeFd] = native.pipe();
         // The child reads fd 0 and writes every other pipe (stdout, stderr, 3, 4, …).
         const [ours, theirs] = i === 0 ? [writeFd, readFd] : [readFd, writeFd];
-        (this.#childEnds ??= []).push(theirs);
+        (child.childEnds ??= []).push(theirs);
         forChild[i] = theirs;
         try {
           streams[i] = this.#socket(ours, i !== 0);
@@ -183,9 +189,6 @@ export class CallStdio {
       this.destroy();
       throw err;
     }
-    this.stdin = (this.streams[0] as Writable | null) ?? null;
-    this.stdout = (this.streams[1] as Readable | null) ?? null;
-    this.stderr = (this.streams[2] as Readable | null) ?? null;
     // Streams given as entries are the child's now: stop reading them.
     for (let i = 0; i < entries.length; i++) {
       const entry = entries[i];
@@ -203,19 +206,36 @@ export class CallStdio {
    * call does not keep it.
    */
   takeForChild(): NativeStdio[] {
-    const forChild = this.#forChild ?? [];
-    this.#forChild = null;
+    const child = this.#child;
+    if (!child) return [];
+    const forChild = child.forChild;
+    child.forChild = [];
     return forChild;
+  }
+
+  /** Our stream for the child's stdin, if it is a pipe. */
+  get stdin(): Writable | null {
+    return (this.streams[0] as Writable | null | undefined) ?? null;
+  }
+
+  /** Our stream for the child's stdout, if it is a pipe. */
+  get stdout(): Readable | null {
+    return (this.streams[1] as Readable | null | undefined) ?? null;
+  }
+
+  /** Our stream for the child's stderr, if it is a pipe. */
+  get stderr(): Readable | null {
+    return (this.streams[2] as Readable | null | undefined) ?? null;
   }
 
   /** The child holds its own copies once it started (or never will): ours would keep the pipes open. */
   closeChildEnds(): void {
-    this.#forChild = null;
-    const ends = this.#childEnds;
-    this.#childEnds = null;
+    const child = this.#child;
+    this.#child = null;
+    if (!child) return;
+    const ends = child.childEnds;
     if (ends) for (const fd of ends) native.closeFd(fd);
-    const pipes = this.#portablePipes;
-    this.#portablePipes = null;
+    const pipes = child.portablePipes;
     // Portable: a pipe the child never got will never carry anything.
     if (pipes) for (const p of pipes) if (!p.connected && p.readable && !p.stream.destroyed) p.stream.end();
   }
