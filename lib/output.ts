@@ -9,6 +9,7 @@ import { Readable as ReadableStream } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 
 import { invalidArgType, invalidArgValue } from './errors';
+import { streamOwner } from './stdio';
 
 export type OutputStream = 'stdout' | 'stderr';
 
@@ -236,10 +237,11 @@ export interface LinesOptions {
 
 const readablePush = ReadableStream.prototype.push;
 /**
- * Whom a tapped stream reports to: its CallOutput, or until there is one,
- * the call that makes it when the first chunk (or the end) arrives.
+ * Whom a tapped stream reports to (the property stdio.ts sets on the call's
+ * streams, kept when there): the call, which makes its CallOutput when the
+ * first chunk (or the end) arrives, or a CallOutput.
  */
-const kOutput = Symbol('proctree.output');
+const kOutput = streamOwner;
 /** The method of an OutputOwner that makes (or returns) its CallOutput. @internal */
 export const outputNow = Symbol('proctree.outputNow');
 export interface OutputOwner {
@@ -340,7 +342,9 @@ export class CallOutput {
   #tap(stream: Readable, name: OutputStream): void {
     if (stream.push === readablePush || stream.push === tappedPush) {
       // Tapped by tapLater() already, or now: this output from here on.
-      (stream as Tapped)[kOutput] = this;
+      // A stream that reports to its call already keeps it (the call's
+      // stdio counts its 'close' through it), and the call answers with this.
+      if ((stream as Partial<Tapped>)[kOutput] === undefined) (stream as Tapped)[kOutput] = this;
       stream.push = tappedPush;
       return;
     }

@@ -14,18 +14,24 @@ import type { StdioEntry } from './options';
  */
 const usedAsStdio = new WeakSet<object>();
 
-/** The CallStdio a readable stream of ours belongs to (for the one 'close' listener all of them share). */
-const kStdio = Symbol('proctree.stdio');
+/**
+ * The call a readable stream of ours belongs to: for the one 'close'
+ * listener all of them share, and for the tap on its output (output.ts).
+ * One property on the stream for both: each property added to a net.Socket
+ * makes every Socket bigger.
+ */
+export const streamOwner = Symbol('proctree.streamOwner');
 
 /**
- * What a CallStdio's owner (the call) is told each time the last open
- * readable stream closes: a method of the owner, not a closure per call.
+ * What a CallStdio's owner (the call) is told each time one of its readable
+ * streams closes: a method of the owner, not a closure per call. It tells
+ * its CallStdio (readableClosed()) and closes when that was the last.
  */
-export const stdioDrained = Symbol('proctree.stdioDrained');
+export const stdioClosed = Symbol('proctree.stdioClosed');
 
 /** The owner of a CallStdio. */
 export interface StdioOwner {
-  [stdioDrained](): void;
+  [stdioClosed](): void;
 }
 
 // EPIPE once the command is gone is not fatal, as with ChildProcess.
@@ -128,16 +134,14 @@ export class CallStdio {
    * live call holds as little as it can.
    */
   #openReadable = 0;
-  readonly #owner: StdioOwner;
 
   /**
-   * The owner's [stdioDrained]() runs each time the last open readable stream closes. Throws
+   * The owner's [stdioClosed]() runs each time a readable stream closes. Throws
    * (EMFILE…) only after closing every pipe it had made: all or nothing.
    * `run`: the call was started by run(), whose stdout and stderr the addon
    * reads itself and whose stdin is /dev/null unless it has input.
    */
   constructor(entries: readonly StdioEntry[], owner: StdioOwner, run?: RunStdio) {
-    this.#owner = owner;
     // Made at their final length, not grown by push(): a live call keeps
     // `streams` (as ChildProcess#stdio), and a grown array keeps room for 16.
     const streams: Array<Readable | Writable | null> = new Array<Readable | Writable | null>(entries.length).fill(null);
@@ -170,7 +174,7 @@ export class CallStdio {
           const reader = new OutputPipeReader();
           (child.childEnds ??= []).push(reader.childEnd);
           forChild[i] = reader.childEnd;
-          streams[i] = this.#track(reader as unknown as Readable, true);
+          streams[i] = reader as unknown as Readable;
           continue;
         }
         const [readFd, writeFd] = native.pipe();
@@ -189,11 +193,25 @@ export class CallStdio {
       this.destroy();
       throw err;
     }
+    // Our readable streams (every pipe but stdin), tracked once all were
+    // made: a construction that threw made none the owner waits for.
+    for (let i = 1; i < streams.length; i++) {
+      const s = streams[i];
+      if (!s) continue;
+      this.#openReadable++;
+      (s as Readable & { [streamOwner]?: StdioOwner })[streamOwner] = owner;
+      s.on('close', CallStdio.#readableClosed);
+    }
     // Streams given as entries are the child's now: stop reading them.
     for (let i = 0; i < entries.length; i++) {
       const entry = entries[i];
       if (entry.kind === 'fd' && entry.stream) stopReading(entry.stream);
     }
+  }
+
+  /** One of our readable streams closed (its owner's [stdioClosed]() says so). */
+  readableClosed(): void {
+    this.#openReadable--;
   }
 
   /** Readable streams not yet closed: 'close' of the call waits for them. */
@@ -277,33 +295,28 @@ export class CallStdio {
   }
 
   #socket(fd: number, readable: boolean): net.Socket {
-    return this.#track(new net.Socket({ fd, readable, writable: !readable, allowHalfOpen: true }), readable);
+    return writableQuiet(new net.Socket({ fd, readable, writable: !readable, allowHalfOpen: true }), readable);
   }
 
   #proxy(readable: boolean): PassThrough {
-    return this.#track(new PassThrough(), readable);
+    return writableQuiet(new PassThrough(), readable);
   }
 
-  /** One listener for every readable stream of every call: no closure, no once() wrapper per stream. */
-  static readonly #readableClosed = function (this: Readable & { [kStdio]?: CallStdio }): void {
-    const stdio = this[kStdio];
-    if (!stdio) return;
-    this[kStdio] = undefined;
-    stdio.#openReadable--;
-    stdio.#owner[stdioDrained]();
+  /**
+   * One listener for every readable stream of every call: no closure, no
+   * once() wrapper per stream. It takes itself off, so a second 'close'
+   * counts nothing.
+   */
+  static readonly #readableClosed = function (this: Readable & { [streamOwner]?: StdioOwner }): void {
+    this.off('close', CallStdio.#readableClosed);
+    this[streamOwner]?.[stdioClosed]();
   };
+}
 
-  #track<S extends net.Socket | PassThrough | Readable>(sock: S, readable: boolean): S {
-    if (!readable) {
-      // Like ChildProcess, 'close' does not wait for stdin.
-      sock.on('error', ignoreError);
-      return sock;
-    }
-    this.#openReadable++;
-    (sock as S & { [kStdio]?: CallStdio })[kStdio] = this;
-    sock.on('close', CallStdio.#readableClosed);
-    return sock;
-  }
+/** Like ChildProcess, 'close' does not wait for stdin, and its errors (EPIPE once the command is gone) are no call's. */
+function writableQuiet<S extends net.Socket | PassThrough>(sock: S, readable: boolean): S {
+  if (!readable) sock.on('error', ignoreError);
+  return sock;
 }
 
 /** Whether a stream was handed to a call as its stdio: the child reads it, we must not. */

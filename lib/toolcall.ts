@@ -18,7 +18,7 @@ import type { CallPhase } from './jobs';
 import { ByteTail, CallOutput, type LinesOptions, outputNow, tapLater } from './output';
 import { attachMaster, flushPty, noTerminal, PtyStream, ptyPending, ptyTreeEmpty, releasePty, setPtyRef, typeInput } from './pty';
 import { cleanupReport, emptyReport, finalUsage, leftoversError, runResult, usageSoFar } from './result';
-import { CallStdio, isUsedAsStdio, stdioDrained } from './stdio';
+import { CallStdio, isUsedAsStdio, stdioClosed } from './stdio';
 import type { CleanupReason, CleanupReport, Confinement, Verification, ProcessInfo, ResourceUsage, RunResult } from './types';
 
 /**
@@ -965,8 +965,9 @@ export class ToolCall extends EventEmitter {
     this.#onNative(kind, a, b);
   };
 
-  /** @internal the last of its readable streams closed */
-  [stdioDrained](): void {
+  /** @internal one of its readable streams closed */
+  [stdioClosed](): void {
+    this.#pipes.readableClosed();
     this.#maybeClose();
   }
 
