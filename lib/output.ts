@@ -4,12 +4,12 @@
 // character, streamed to callbacks and line iterators, and fed to a job's
 // ring buffer. Nothing here changes the call's own streams: a stream nobody
 // reads still pauses (and the command blocks on a full pipe) as with Node.
+import net from 'node:net';
 import type { Readable } from 'node:stream';
 import { Readable as ReadableStream } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 
 import { invalidArgType, invalidArgValue } from './errors';
-import { streamOwner } from './stdio';
 
 export type OutputStream = 'stdout' | 'stderr';
 
@@ -237,10 +237,14 @@ export interface LinesOptions {
 
 const readablePush = ReadableStream.prototype.push;
 /**
- * Whom a tapped stream reports to (the property stdio.ts sets on the call's
- * streams, kept when there): the call, which makes its CallOutput when the
- * first chunk (or the end) arrives, or a CallOutput.
+ * Whom a tapped stream reports to: the call, which makes its CallOutput when
+ * the first chunk (or the end) arrives, or a CallOutput. The call's stdio
+ * (stdio.ts) reads the same property of its readable streams, to count their
+ * 'close': one property on the stream for both, as each property added to a
+ * net.Socket after its construction costs every such Socket. A stream that
+ * has one keeps it.
  */
+export const streamOwner = Symbol('proctree.streamOwner');
 const kOutput = streamOwner;
 /** The method of an OutputOwner that makes (or returns) its CallOutput. @internal */
 export const outputNow = Symbol('proctree.outputNow');
@@ -258,13 +262,19 @@ type Tapped = Readable & { [kOutput]: CallOutput | OutputOwner };
  */
 export function tapLater(sources: { stdout: Readable | null; stderr: Readable | null }, owner: OutputOwner): boolean {
   const { stdout, stderr } = sources;
-  if ((stdout && stdout.push !== readablePush) || (stderr && stderr !== stdout && stderr.push !== readablePush)) return false;
+  if ((stdout && !tappable(stdout)) || (stderr && stderr !== stdout && !tappable(stderr))) return false;
   for (const s of [stdout, stderr]) {
-    if (!s) continue;
+    // An OutputSocket is tapped from its birth, and reports to its call.
+    if (!s || s.push === tappedPush) continue;
     (s as Tapped)[kOutput] = owner;
     s.push = tappedPush;
   }
   return true;
+}
+
+/** Whether a stream's push is Readable's own (or tapped already), so that tappedPush can stand in for it. */
+function tappable(s: Readable): boolean {
+  return s.push === readablePush || s.push === tappedPush;
 }
 
 /**
@@ -278,6 +288,22 @@ function tappedPush(this: Tapped, chunk: unknown, encoding?: BufferEncoding): bo
   const output = target instanceof CallOutput ? target : target[outputNow]();
   return output.pushed(this, readablePush, chunk, encoding);
 }
+
+/**
+ * A call's stdout or stderr pipe: a net.Socket tapped from its birth, whose
+ * call is a field of its own class and whose push is its prototype's, so
+ * that neither is a property added to each socket (a live call holds two).
+ * @internal
+ */
+export class OutputSocket extends net.Socket {
+  [kOutput]: CallOutput | OutputOwner;
+
+  constructor(fd: number, owner: OutputOwner) {
+    super({ fd, readable: true, writable: false, allowHalfOpen: true });
+    this[kOutput] = owner;
+  }
+}
+Object.defineProperty(OutputSocket.prototype, 'push', { value: tappedPush, writable: true, configurable: true });
 
 /**
  * The output of one call as it arrives. Each chunk of stdout and stderr is
@@ -340,12 +366,12 @@ export class CallOutput {
   }
 
   #tap(stream: Readable, name: OutputStream): void {
-    if (stream.push === readablePush || stream.push === tappedPush) {
+    if (tappable(stream)) {
       // Tapped by tapLater() already, or now: this output from here on.
       // A stream that reports to its call already keeps it (the call's
       // stdio counts its 'close' through it), and the call answers with this.
       if ((stream as Partial<Tapped>)[kOutput] === undefined) (stream as Tapped)[kOutput] = this;
-      stream.push = tappedPush;
+      if (stream.push !== tappedPush) stream.push = tappedPush;
       return;
     }
     // A stream with a push of its own: call that one.

@@ -5,6 +5,7 @@ import net from 'node:net';
 import { PassThrough, type Readable, type Writable } from 'node:stream';
 
 import { native, type NativeStdio, type PortablePipe, portable } from './native';
+import { type OutputOwner, OutputSocket, streamOwner } from './output';
 import type { StdioEntry } from './options';
 
 /**
@@ -15,22 +16,17 @@ import type { StdioEntry } from './options';
 const usedAsStdio = new WeakSet<object>();
 
 /**
- * The call a readable stream of ours belongs to: for the one 'close'
- * listener all of them share, and for the tap on its output (output.ts).
- * One property on the stream for both: each property added to a net.Socket
- * makes every Socket bigger.
- */
-export const streamOwner = Symbol('proctree.streamOwner');
-
-/**
  * What a CallStdio's owner (the call) is told each time one of its readable
  * streams closes: a method of the owner, not a closure per call. It tells
  * its CallStdio (readableClosed()) and closes when that was the last.
  */
 export const stdioClosed = Symbol('proctree.stdioClosed');
 
-/** The owner of a CallStdio. */
-export interface StdioOwner {
+/**
+ * The owner of a CallStdio: the call. Its readable streams name it (under
+ * output.ts's streamOwner, which its output tap reads too).
+ */
+export interface StdioOwner extends OutputOwner {
   [stdioClosed](): void;
 }
 
@@ -183,7 +179,8 @@ export class CallStdio {
         (child.childEnds ??= []).push(theirs);
         forChild[i] = theirs;
         try {
-          streams[i] = this.#socket(ours, i !== 0);
+          // stdout and stderr: sockets tapped from their birth (output.ts).
+          streams[i] = i === 1 || i === 2 ? new OutputSocket(ours, owner) : this.#socket(ours, i !== 0);
         } catch (err) {
           native.closeFd(ours);
           throw err;
@@ -199,7 +196,8 @@ export class CallStdio {
       const s = streams[i];
       if (!s) continue;
       this.#openReadable++;
-      (s as Readable & { [streamOwner]?: StdioOwner })[streamOwner] = owner;
+      // An OutputSocket names its owner from its birth: no property added.
+      if (!(s instanceof OutputSocket)) (s as Readable & { [streamOwner]?: StdioOwner })[streamOwner] = owner;
       s.on('close', CallStdio.#readableClosed);
     }
     // Streams given as entries are the child's now: stop reading them.
@@ -309,6 +307,7 @@ export class CallStdio {
    */
   static readonly #readableClosed = function (this: Readable & { [streamOwner]?: StdioOwner }): void {
     this.off('close', CallStdio.#readableClosed);
+    // Our own streams name the call; a CallOutput is never their owner (output.ts keeps an owner there).
     this[streamOwner]?.[stdioClosed]();
   };
 }
