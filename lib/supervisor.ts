@@ -7,7 +7,7 @@ import { invalidArgType, invalidArgValue, outOfRange, proctreeError } from './er
 import { Job, type JobInfo, JobRegistry } from './jobs';
 import { native } from './native';
 import { checkBoolean, checkBytes, checkGrace, DEFAULT_JOB_BUFFER, resolveRun, resolveSpawn } from './options';
-import { callPhase, type CallOwner, dropQueued, terminateMany, ToolCall } from './toolcall';
+import { callPhase, type CallOwner, callSlot, dropQueued, terminateMany, ToolCall } from './toolcall';
 import type { CleanupReport, RunOptions, RunResult, SpawnOptions } from './types';
 
 export interface SupervisorOptions {
@@ -51,7 +51,8 @@ export class Supervisor extends EventEmitter {
   /** The cgroup subtree's directory name below the harness's cgroup. */
   readonly group: string;
   readonly #calls = new Set<ToolCall>();
-  readonly #running = new Set<ToolCall>();
+  /** Calls holding a slot: each says so itself ([callSlot]), a supervisor holding many keeps no set of them. */
+  #running = 0;
   readonly #queue: Array<{ call: ToolCall; start: () => void }> = [];
   readonly #grace: number;
   readonly #maxConcurrent: number;
@@ -97,7 +98,7 @@ export class Supervisor extends EventEmitter {
 
   /** Calls whose process tree is running now. */
   get running(): number {
-    return this.#running.size;
+    return this.#running;
   }
 
   spawn(file: string, args?: readonly string[], options?: SpawnOptions): ToolCall;
@@ -193,8 +194,8 @@ export class Supervisor extends EventEmitter {
         if (background) {
           // A job runs beside the calls, not in a slot: it may live for hours.
           start();
-        } else if (this.#running.size < this.#maxConcurrent) {
-          this.#running.add(call);
+        } else if (this.#running < this.#maxConcurrent) {
+          this.#takeSlot(call);
           start();
         } else {
           this.#queue.push({ call, start });
@@ -225,12 +226,17 @@ export class Supervisor extends EventEmitter {
   }
 
   #freeSlot(call: ToolCall): void {
-    if (!this.#running.delete(call)) return;
-    while (this.#running.size < this.#maxConcurrent && this.#queue.length > 0) {
+    if (!call[callSlot](false)) return;
+    this.#running--;
+    while (this.#running < this.#maxConcurrent && this.#queue.length > 0) {
       const next = this.#queue.shift() as { call: ToolCall; start: () => void };
-      this.#running.add(next.call);
+      this.#takeSlot(next.call);
       next.start();
     }
+  }
+
+  #takeSlot(call: ToolCall): void {
+    if (!call[callSlot](true)) this.#running++;
   }
 
   #installSignalHandlers(): void {

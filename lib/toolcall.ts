@@ -62,6 +62,12 @@ export const jobOutcome = Symbol('proctree.jobOutcome');
 export const resultEncoding = Symbol('proctree.resultEncoding');
 /** The result `done` settled with, once it has: read synchronously at 'close', or when the call became a job. @internal */
 export const settledResult = Symbol('proctree.settledResult');
+/**
+ * Whether the call holds one of its supervisor's slots (maxConcurrent): a
+ * bit of the call's flags, not an entry per call in a set of the
+ * supervisor's. @internal
+ */
+export const callSlot = Symbol('proctree.callSlot');
 
 /**
  * Runs `fn` once the pipes have had one more whole poll phase, so output
@@ -109,6 +115,7 @@ const CONSTRUCTING = 256;
 const VERIFIED_SHIFT = 9;
 const VERIFIED_MASK = 3 << VERIFIED_SHIFT;
 const VERIFICATIONS: readonly Verification[] = ['none', 'cgroup.events', 'pidns', 'subreaper'];
+const HOLDS_SLOT = 2048;
 
 /** What a call reads of its options all its life. */
 type Settings = Pick<
@@ -964,6 +971,13 @@ export class ToolCall extends EventEmitter {
   ): void {
     this.#onNative(kind, a, b);
   };
+
+  /** @internal sets whether the call holds a slot of its supervisor's; returns whether it held one before. */
+  [callSlot](hold: boolean): boolean {
+    const held = this.#flag(HOLDS_SLOT);
+    this.#setFlag(HOLDS_SLOT, hold);
+    return held;
+  }
 
   /** @internal one of its readable streams closed */
   [stdioClosed](): void {
