@@ -16,14 +16,14 @@ import type { StdioEntry } from './options';
 const usedAsStdio = new WeakSet<object>();
 
 /**
- * What a CallStdio's owner (the call) is told each time one of its readable
- * streams closes: a method of the owner, not a closure per call. It tells
- * its CallStdio (readableClosed()) and closes when that was the last.
+ * What the owner of a call's pipes (the call) is told each time one of its
+ * readable streams closes: a method of the owner, not a closure per call.
+ * It counts them down and closes when that was the last.
  */
 export const stdioClosed = Symbol('proctree.stdioClosed');
 
 /**
- * The owner of a CallStdio: the call. Its readable streams name it (under
+ * The owner of a call's pipes: the call. Its readable streams name it (under
  * output.ts's streamOwner, which its output tap reads too).
  */
 export interface StdioOwner extends OutputOwner {
@@ -43,7 +43,7 @@ export interface RunStdio {
  * run()'s stdout or stderr, read by the addon (native/loop/output_pipes.h)
  * instead of a net.Socket, which costs about 100 µs and a dozen system calls
  * per stream. Nobody but the call's output collector ever reads it, so it
- * has only what CallOutput and CallStdio use of a Readable: push() once per
+ * has only what CallOutput and the call's pipes use of a Readable: push() once per
  * chunk (where CallOutput taps it; 'data', then 'end' at EOF), 'close' after
  * the last push, destroy(); it never pauses (the output always flows, as
  * run() always resumed its sockets).
@@ -105,7 +105,7 @@ class OutputPipeReader extends EventEmitter {
 }
 
 /** What a call's start hands its child, and what of it is ours to close then. */
-class ChildSide {
+export class ChildSide {
   /** The child's ends of our pipes, closed once it holds its own copies. */
   childEnds: number[] | null = null;
   /** Portable binding: the pipes child_process will make, until it does. */
@@ -116,200 +116,170 @@ class ChildSide {
 }
 
 /**
- * The pipes of one call. They exist from the start, so a queued call already
- * has its streams; the child's ends are handed over when it starts.
+ * The pipes of one call as makePipes() made them. They exist from the
+ * start, so a queued call already has its streams; the child's ends are
+ * handed over when it starts. The call keeps what it needs of this in
+ * fields of its own (a live call holds no object for its pipes).
  */
-export class CallStdio {
+export interface CallPipes {
   /** As ChildProcess#stdio: our stream for each 'pipe' entry, null for the others. */
   readonly streams: Array<Readable | Writable | null>;
   /** What only the child's start needs: gone once it started (or never will). */
-  #child: ChildSide | null;
+  readonly child: ChildSide;
   /**
-   * Our readable streams not yet closed. They are `streams[1…]` (the child
-   * writes every pipe but stdin): counted here, not kept in a set, as a
-   * live call holds as little as it can.
+   * Our readable streams (`streams[1…]`: the child writes every pipe but
+   * stdin), which the call's 'close' waits for: the owner counts them down
+   * at each [stdioClosed](), not kept in a set.
    */
-  #openReadable = 0;
+  readonly openReadable: number;
+}
 
-  /**
-   * The owner's [stdioClosed]() runs each time a readable stream closes. Throws
-   * (EMFILE…) only after closing every pipe it had made: all or nothing.
-   * `run`: the call was started by run(), whose stdout and stderr the addon
-   * reads itself and whose stdin is /dev/null unless it has input.
-   */
-  constructor(entries: readonly StdioEntry[], owner: StdioOwner, run?: RunStdio) {
-    // Made at their final length, not grown by push(): a live call keeps
-    // `streams` (as ChildProcess#stdio), and a grown array keeps room for 16.
-    const streams: Array<Readable | Writable | null> = new Array<Readable | Writable | null>(entries.length).fill(null);
-    const forChild: NativeStdio[] = new Array<NativeStdio>(entries.length).fill('ignore');
-    const child = new ChildSide(forChild);
-    this.streams = streams;
-    this.#child = child;
-    try {
-      for (let i = 0; i < entries.length; i++) {
-        const entry = entries[i];
-        if (entry.kind !== 'pipe') {
-          forChild[i] = entry.kind === 'fd' ? entry.fd : entry.kind;
-          continue;
-        }
-        if (portable) {
-          // Portable binding (no pipe pairs of its own): our side is a
-          // PassThrough now, connected to the child's pipe when it starts.
-          const pipe: PortablePipe = { stream: this.#proxy(i !== 0), readable: i !== 0, connected: false };
-          (child.portablePipes ??= []).push(pipe);
-          forChild[i] = pipe;
-          streams[i] = pipe.stream;
-          continue;
-        }
-        if (run && i === 0 && !run.input) {
-          // Nothing will ever be written: EOF at the first read, as the
-          // closed pipe was, without a pipe and a stream to close.
-          continue;
-        }
-        if (run && (i === 1 || i === 2)) {
-          const reader = new OutputPipeReader();
-          (child.childEnds ??= []).push(reader.childEnd);
-          forChild[i] = reader.childEnd;
-          streams[i] = reader as unknown as Readable;
-          continue;
-        }
-        const [readFd, writeFd] = native.pipe();
-        // The child reads fd 0 and writes every other pipe (stdout, stderr, 3, 4, …).
-        const [ours, theirs] = i === 0 ? [writeFd, readFd] : [readFd, writeFd];
-        (child.childEnds ??= []).push(theirs);
-        forChild[i] = theirs;
-        try {
-          // stdout and stderr: sockets tapped from their birth (output.ts).
-          streams[i] = i === 1 || i === 2 ? new OutputSocket(ours, owner) : this.#socket(ours, i !== 0);
-        } catch (err) {
-          native.closeFd(ours);
-          throw err;
-        }
-      }
-    } catch (err) {
-      this.destroy();
-      throw err;
-    }
-    // Our readable streams (every pipe but stdin), tracked once all were
-    // made: a construction that threw made none the owner waits for.
-    for (let i = 1; i < streams.length; i++) {
-      const s = streams[i];
-      if (!s) continue;
-      this.#openReadable++;
-      // An OutputSocket names its owner from its birth: no property added.
-      if (!(s instanceof OutputSocket)) (s as Readable & { [streamOwner]?: StdioOwner })[streamOwner] = owner;
-      s.on('close', CallStdio.#readableClosed);
-    }
-    // Streams given as entries are the child's now: stop reading them.
+/**
+ * Makes a call's pipes. The owner's [stdioClosed]() runs each time one of
+ * its readable streams closes. Throws (EMFILE…) only after closing every
+ * pipe it had made: all or nothing. `run`: the call was started by run(),
+ * whose stdout and stderr the addon reads itself and whose stdin is
+ * /dev/null unless it has input.
+ */
+export function makePipes(entries: readonly StdioEntry[], owner: StdioOwner, run?: RunStdio): CallPipes {
+  // Made at their final length, not grown by push(): a live call keeps
+  // `streams` (as ChildProcess#stdio), and a grown array keeps room for 16.
+  const streams: Array<Readable | Writable | null> = new Array<Readable | Writable | null>(entries.length).fill(null);
+  const forChild: NativeStdio[] = new Array<NativeStdio>(entries.length).fill('ignore');
+  const child = new ChildSide(forChild);
+  try {
     for (let i = 0; i < entries.length; i++) {
       const entry = entries[i];
-      if (entry.kind === 'fd' && entry.stream) stopReading(entry.stream);
+      if (entry.kind !== 'pipe') {
+        forChild[i] = entry.kind === 'fd' ? entry.fd : entry.kind;
+        continue;
+      }
+      if (portable) {
+        // Portable binding (no pipe pairs of its own): our side is a
+        // PassThrough now, connected to the child's pipe when it starts.
+        const pipe: PortablePipe = { stream: writableQuiet(new PassThrough(), i !== 0), readable: i !== 0, connected: false };
+        (child.portablePipes ??= []).push(pipe);
+        forChild[i] = pipe;
+        streams[i] = pipe.stream;
+        continue;
+      }
+      if (run && i === 0 && !run.input) {
+        // Nothing will ever be written: EOF at the first read, as the
+        // closed pipe was, without a pipe and a stream to close.
+        continue;
+      }
+      if (run && (i === 1 || i === 2)) {
+        const reader = new OutputPipeReader();
+        (child.childEnds ??= []).push(reader.childEnd);
+        forChild[i] = reader.childEnd;
+        streams[i] = reader as unknown as Readable;
+        continue;
+      }
+      const [readFd, writeFd] = native.pipe();
+      // The child reads fd 0 and writes every other pipe (stdout, stderr, 3, 4, …).
+      const [ours, theirs] = i === 0 ? [writeFd, readFd] : [readFd, writeFd];
+      (child.childEnds ??= []).push(theirs);
+      forChild[i] = theirs;
+      try {
+        // stdout and stderr: sockets tapped from their birth (output.ts).
+        streams[i] =
+          i === 1 || i === 2
+            ? new OutputSocket(ours, owner)
+            : writableQuiet(new net.Socket({ fd: ours, readable: i !== 0, writable: i === 0, allowHalfOpen: true }), i !== 0);
+      } catch (err) {
+        native.closeFd(ours);
+        throw err;
+      }
     }
+  } catch (err) {
+    destroyPipes(streams, child);
+    throw err;
   }
-
-  /** One of our readable streams closed (its owner's [stdioClosed]() says so). */
-  readableClosed(): void {
-    this.#openReadable--;
+  // Our readable streams (every pipe but stdin), tracked once all were
+  // made: a construction that threw made none the owner waits for.
+  let openReadable = 0;
+  for (let i = 1; i < streams.length; i++) {
+    const s = streams[i];
+    if (!s) continue;
+    openReadable++;
+    // An OutputSocket names its owner from its birth: no property added.
+    if (!(s instanceof OutputSocket)) (s as Readable & { [streamOwner]?: StdioOwner })[streamOwner] = owner;
+    s.on('close', readableClosed);
   }
-
-  /** Readable streams not yet closed: 'close' of the call waits for them. */
-  get openReadable(): number {
-    return this.#openReadable;
+  // Streams given as entries are the child's now: stop reading them.
+  for (let i = 0; i < entries.length; i++) {
+    const entry = entries[i];
+    if (entry.kind === 'fd' && entry.stream) stopReading(entry.stream);
   }
+  return { streams, child, openReadable };
+}
 
-  /**
-   * What the child gets at each fd, for its start (the one reader): a live
-   * call does not keep it.
-   */
-  takeForChild(): NativeStdio[] {
-    const child = this.#child;
-    if (!child) return [];
-    const forChild = child.forChild;
-    child.forChild = [];
-    return forChild;
+/**
+ * One listener for every readable stream of every call: no closure, no
+ * once() wrapper per stream. It takes itself off, so a second 'close'
+ * counts nothing.
+ */
+function readableClosed(this: Readable & { [streamOwner]?: StdioOwner }): void {
+  this.off('close', readableClosed);
+  // Our own streams name the call; a CallOutput is never their owner (output.ts keeps an owner there).
+  this[streamOwner]?.[stdioClosed]();
+}
+
+/**
+ * What the child gets at each fd, for its start (the one reader): a live
+ * call does not keep it.
+ */
+export function takeForChild(child: ChildSide | null): NativeStdio[] {
+  if (!child) return [];
+  const forChild = child.forChild;
+  child.forChild = [];
+  return forChild;
+}
+
+/** The child holds its own copies once it started (or never will): ours would keep the pipes open. */
+export function closeChildEnds(child: ChildSide | null): void {
+  if (!child) return;
+  const ends = child.childEnds;
+  child.childEnds = null;
+  if (ends) for (const fd of ends) native.closeFd(fd);
+  const pipes = child.portablePipes;
+  child.portablePipes = null;
+  // Portable: a pipe the child never got will never carry anything.
+  if (pipes) for (const p of pipes) if (!p.connected && p.readable && !p.stream.destroyed) p.stream.end();
+}
+
+/**
+ * Node's flushStdio: a readable stream nobody consumes is resumed, so it
+ * reaches EOF and 'close' can come.
+ */
+export function flushPipes(streams: ReadonlyArray<Readable | Writable | null>): void {
+  for (let i = 1; i < streams.length; i++) {
+    const s = streams[i] as Readable | null;
+    if (s && s.readable && !usedAsStdio.has(s)) s.resume();
   }
+}
 
-  /** Our stream for the child's stdin, if it is a pipe. */
-  get stdin(): Writable | null {
-    return (this.streams[0] as Writable | null | undefined) ?? null;
+/** Closes our ends of the readable pipes still open (a holder outside the tree keeps them from EOF). */
+export function releaseReadable(streams: ReadonlyArray<Readable | Writable | null>): void {
+  for (let i = 1; i < streams.length; i++) {
+    const s = streams[i] as Readable | null;
+    if (s && !s.closed) s.destroy();
   }
+}
 
-  /** Our stream for the child's stdout, if it is a pipe. */
-  get stdout(): Readable | null {
-    return (this.streams[1] as Readable | null | undefined) ?? null;
+/** The call never ran: every stream ends. */
+export function destroyPipes(streams: ReadonlyArray<Readable | Writable | null>, child: ChildSide | null): void {
+  closeChildEnds(child);
+  for (const s of streams) s?.destroy();
+}
+
+export function setPipesRef(streams: ReadonlyArray<Readable | Writable | null>, ref: boolean): void {
+  for (const s of streams) {
+    // Portable proxies hold no handle: the binding refs the child's pipes.
+    if (!(s instanceof net.Socket)) continue;
+    if (ref) s.ref();
+    else s.unref();
   }
-
-  /** Our stream for the child's stderr, if it is a pipe. */
-  get stderr(): Readable | null {
-    return (this.streams[2] as Readable | null | undefined) ?? null;
-  }
-
-  /** The child holds its own copies once it started (or never will): ours would keep the pipes open. */
-  closeChildEnds(): void {
-    const child = this.#child;
-    this.#child = null;
-    if (!child) return;
-    const ends = child.childEnds;
-    if (ends) for (const fd of ends) native.closeFd(fd);
-    const pipes = child.portablePipes;
-    // Portable: a pipe the child never got will never carry anything.
-    if (pipes) for (const p of pipes) if (!p.connected && p.readable && !p.stream.destroyed) p.stream.end();
-  }
-
-  /**
-   * Node's flushStdio: a readable stream nobody consumes is resumed, so it
-   * reaches EOF and 'close' can come.
-   */
-  flush(): void {
-    if (this.#openReadable === 0) return;
-    for (let i = 1; i < this.streams.length; i++) {
-      const s = this.streams[i] as Readable | null;
-      if (s && s.readable && !usedAsStdio.has(s)) s.resume();
-    }
-  }
-
-  /** Closes our ends of the readable pipes still open (a holder outside the tree keeps them from EOF). */
-  releaseReadable(): void {
-    if (this.#openReadable === 0) return;
-    for (let i = 1; i < this.streams.length; i++) {
-      const s = this.streams[i] as Readable | null;
-      if (s && !s.closed) s.destroy();
-    }
-  }
-
-  /** The call never ran: every stream ends. */
-  destroy(): void {
-    this.closeChildEnds();
-    for (const s of this.streams) s?.destroy();
-  }
-
-  setRef(ref: boolean): void {
-    for (const s of this.streams) {
-      // Portable proxies hold no handle: the binding refs the child's pipes.
-      if (!(s instanceof net.Socket)) continue;
-      if (ref) s.ref();
-      else s.unref();
-    }
-  }
-
-  #socket(fd: number, readable: boolean): net.Socket {
-    return writableQuiet(new net.Socket({ fd, readable, writable: !readable, allowHalfOpen: true }), readable);
-  }
-
-  #proxy(readable: boolean): PassThrough {
-    return writableQuiet(new PassThrough(), readable);
-  }
-
-  /**
-   * One listener for every readable stream of every call: no closure, no
-   * once() wrapper per stream. It takes itself off, so a second 'close'
-   * counts nothing.
-   */
-  static readonly #readableClosed = function (this: Readable & { [streamOwner]?: StdioOwner }): void {
-    this.off('close', CallStdio.#readableClosed);
-    // Our own streams name the call; a CallOutput is never their owner (output.ts keeps an owner there).
-    this[streamOwner]?.[stdioClosed]();
-  };
 }
 
 /** Like ChildProcess, 'close' does not wait for stdin, and its errors (EPIPE once the command is gone) are no call's. */

@@ -18,7 +18,19 @@ import type { CallPhase } from './jobs';
 import { ByteTail, CallOutput, type LinesOptions, outputNow, tapLater } from './output';
 import { attachMaster, flushPty, noTerminal, PtyStream, ptyPending, ptyTreeEmpty, releasePty, setPtyRef, typeInput } from './pty';
 import { cleanupReport, emptyReport, finalUsage, leftoversError, runResult, usageSoFar } from './result';
-import { CallStdio, isUsedAsStdio, stdioClosed } from './stdio';
+import {
+  type CallPipes,
+  type ChildSide,
+  closeChildEnds,
+  destroyPipes,
+  flushPipes,
+  isUsedAsStdio,
+  makePipes,
+  releaseReadable,
+  setPipesRef,
+  stdioClosed,
+  takeForChild,
+} from './stdio';
 import type { CleanupReason, CleanupReport, Confinement, Verification, ProcessInfo, ResourceUsage, RunResult } from './types';
 
 /**
@@ -318,7 +330,10 @@ export class ToolCall extends EventEmitter {
    * holds many live calls), read and written through the accessors below.
    */
   #flags = 0;
-  readonly #pipes: CallStdio;
+  /** What the start hands the child, and the pipe ends ours to close then (stdio.ts): null once started. */
+  #child: ChildSide | null;
+  /** Our readable streams not yet closed (stdio[1…]): 'close' waits for them. */
+  #openReadable: number;
   /** The state most live calls never need, made when a part of it is set (see CallExtras). */
   #x: CallExtras | null = null;
 
@@ -533,17 +548,21 @@ export class ToolCall extends EventEmitter {
     this.confinement = resolveTier(opts.confinement);
 
     let stdioError: NativeErrorShape | null = null;
+    let pipes: CallPipes;
     try {
-      this.#pipes = new CallStdio(opts.stdio, this, run && !opts.pty ? { input: run.input !== undefined } : undefined);
+      pipes = makePipes(opts.stdio, this, run && !opts.pty ? { input: run.input !== undefined } : undefined);
     } catch (err) {
       // Out of fds (EMFILE) while making the pipes: as Node, an 'error', not a throw.
       stdioError = err as NativeErrorShape;
-      this.#pipes = new CallStdio(opts.stdio.map(() => ({ kind: 'ignore' as const })), this);
+      pipes = makePipes(opts.stdio.map(() => ({ kind: 'ignore' as const })), this);
     }
-    this.stdio = this.#pipes.streams;
-    this.stdin = this.#pipes.stdin;
-    this.stdout = this.#pipes.stdout;
-    this.stderr = this.#pipes.stderr;
+    this.#child = pipes.child;
+    this.#openReadable = pipes.openReadable;
+    const streams = pipes.streams;
+    this.stdio = streams;
+    this.stdin = (streams[0] as Writable | null | undefined) ?? null;
+    this.stdout = (streams[1] as Readable | null | undefined) ?? null;
+    this.stderr = (streams[2] as Readable | null | undefined) ?? null;
     this.pty = opts.pty ? new PtyStream(opts.pty, () => this.#maybeClose(), () => this.members()) : null;
     // Output is collected from the first byte, so `done` read late loses
     // nothing: streams are tapped now, and the CallOutput is made when the
@@ -578,7 +597,8 @@ export class ToolCall extends EventEmitter {
     if (!thrown) this.#watchSignal();
     if (thrown) {
       this.#removeAbortListener();
-      this.#pipes.destroy();
+      this.#closeChildEnds();
+      destroyPipes(this.stdio, null);
       owner.release(this);
       throw thrown;
     }
@@ -632,7 +652,7 @@ export class ToolCall extends EventEmitter {
         candidatesFor(opts.file, opts.env),
         opts.argv,
         opts.env,
-        this.#pipes.takeForChild(),
+        takeForChild(this.#child),
         this.confinement,
         helper,
       ) as NativeSpawnSpec;
@@ -647,7 +667,7 @@ export class ToolCall extends EventEmitter {
     } catch (err) {
       res = { error: err as NativeErrorShape };
     }
-    this.#pipes.closeChildEnds();
+    this.#closeChildEnds();
     if ('error' in res) {
       if (this.#constructing && throwsLikeNode(res.error)) throwFromConstructor = spawnThrow(res.error);
       else this.#fail(spawnError(res.error, opts.file, opts.argv));
@@ -692,7 +712,7 @@ export class ToolCall extends EventEmitter {
     if (this.#empty) {
       // pgroup: the visible tree is gone but something still holds our
       // pipes, maybe an escapee we cannot see: the timeout ends the wait.
-      this.#pipes.releaseReadable();
+      this.#releaseReadable();
       this.pty?.[releasePty]();
       return;
     }
@@ -712,7 +732,7 @@ export class ToolCall extends EventEmitter {
     this.#spawnError ??= err;
     this.#rejectDone?.(err);
     this.#removeAbortListener();
-    this.#pipes.closeChildEnds();
+    this.#closeChildEnds();
     this.stdin?.destroy();
     this.pty?.[releasePty]();
     process.nextTick(() => {
@@ -815,7 +835,7 @@ export class ToolCall extends EventEmitter {
   }
 
   #applyRef(): void {
-    this.#pipes.setRef(this.#ref);
+    setPipesRef(this.stdio, this.#ref);
     this.pty?.[setPtyRef](this.#ref);
     for (const t of [this.#timer, this.#idleTimer, this.#drainTimer]) {
       if (this.#ref) t?.ref();
@@ -981,8 +1001,20 @@ export class ToolCall extends EventEmitter {
 
   /** @internal one of its readable streams closed */
   [stdioClosed](): void {
-    this.#pipes.readableClosed();
+    this.#openReadable--;
     this.#maybeClose();
+  }
+
+  /** The child holds its own copies once it started (or never will): ours would keep the pipes open. */
+  #closeChildEnds(): void {
+    const child = this.#child;
+    this.#child = null;
+    closeChildEnds(child);
+  }
+
+  /** Closes our ends of the readable pipes still open (a holder outside the tree keeps them from EOF). */
+  #releaseReadable(): void {
+    if (this.#openReadable > 0) releaseReadable(this.stdio);
   }
 
   #onNative(kind: NativeEventKind, a?: number | null | NativeReport | NativeErrorShape | NativeUsage, b?: number | string): void {
@@ -1023,7 +1055,7 @@ export class ToolCall extends EventEmitter {
     this.emit('exit', this.exitCode, this.signalCode);
     // Node's flushStdio, a tick later: the listeners of 'exit' may still
     // start reading. (Nothing to flush without output streams.)
-    if (this.#pipes.openReadable > 0 || this.pty) process.nextTick(ToolCall.#flushLater, this);
+    if (this.#openReadable > 0 || this.pty) process.nextTick(ToolCall.#flushLater, this);
     if (this.#ladder || this.#empty || this.#killedAll) return;
     const pids = native.members(this.#id);
     if (pids.length === 0) return;
@@ -1082,14 +1114,14 @@ export class ToolCall extends EventEmitter {
     this.emit('empty');
     this.pty?.[ptyTreeEmpty]();
     this.#flushOutput();
-    if (this.#pipes.openReadable > 0 || this.pty?.[ptyPending]) {
+    if (this.#openReadable > 0 || this.pty?.[ptyPending]) {
       // Every writer in the tree is gone; one outside it (handed our pipe)
       // must not hang 'close'. Unverified tiers wait `grace` for escapees.
       const wait = unverified ? this.#opts.grace : STDIO_DRAIN_MS;
       this.#drainTimer = setTimeout(() => {
         // After one more poll phase: data already in the pipe is read first.
         setImmediate(() => {
-          this.#pipes.releaseReadable();
+          this.#releaseReadable();
           this.pty?.[releasePty]();
         });
       }, wait);
@@ -1104,12 +1136,12 @@ export class ToolCall extends EventEmitter {
 
   /** Node's flushStdio: the output streams (pipes, or the terminal) nobody reads are resumed, so they reach their end. */
   #flushOutput(): void {
-    this.#pipes.flush();
+    if (this.#openReadable > 0) flushPipes(this.stdio);
     this.pty?.[flushPty]();
   }
 
   #maybeClose(): void {
-    if (this.#closed || !this.#empty || this.#pipes.openReadable > 0 || this.pty?.[ptyPending]) return;
+    if (this.#closed || !this.#empty || this.#openReadable > 0 || this.pty?.[ptyPending]) return;
     this.#closed = true;
     this.#closedAt = performance.now();
     if (this.#timer) clearTimeout(this.#timer);
