@@ -130,6 +130,21 @@ describe('cgroup leaves reused across calls', () => {
     expect(b.exitCode).toBe(0);
   });
 
+  it('a kept leaf removed behind our back: the next call starts in a new one, not in an error', async () => {
+    const sup = supervisor();
+    const a = track(sup.spawn('true', [], { stdio: 'ignore' }));
+    await closed(a);
+    // An empty cgroup is anyone's to rmdir who may write the subtree.
+    fs.rmdirSync(a.cgroup as string);
+    const b = track(sup.spawn('true', [], { stdio: 'ignore' }));
+    let error: Error | null = null;
+    b.on('error', (e: Error) => (error = e));
+    await closed(b);
+    expect(error).toBe(null);
+    expect(b.exitCode).toBe(0);
+    expect(b.cgroup).not.toBe(a.cgroup);
+  });
+
   it("a call's usage is its own, not the earlier calls' of its leaf", async () => {
     const sup = supervisor();
     const busy = 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done';

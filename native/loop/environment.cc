@@ -76,16 +76,27 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   uint64_t id = next_call_id();
   CgroupDir leaf;
   CpuCounters base;
-  if (SysError e = subtrees_.make_leaf(opts.group, id, opts.helper, stack_, &leaf, &base, &out->guardian_error)) {
-    if (calls_.empty()) subtrees_.idle();
-    return e;
-  }
-  req.cgroup_dir = leaf.dir_fd();
   SpawnResult proc;
-  if (SysError e = spawn_process(req, stack_, &proc)) {
+  SysError e;
+  for (int round = 0; round < 2; ++round) {
+    bool kept = false;
+    e = subtrees_.make_leaf(opts.group, id, opts.helper, stack_, &leaf, &base, &kept, &out->guardian_error);
+    if (e) break;
+    req.cgroup_dir = leaf.dir_fd();
+    e = spawn_process(req, stack_, &proc);
+    const bool missed_leaf = e && (e.syscall == std::string("clone3") || e.syscall == std::string("clone") ||
+                                   e.path == "cgroup.procs");
+    if (!kept || !missed_leaf) break;
+    // A kept leaf that someone removed (an empty cgroup is anyone's to
+    // rmdir who may write the subtree), so the clone could not reach it:
+    // every kept leaf of this subtree is suspect, and the call gets a new one.
+    leaf.remove();
+    subtrees_.drop_kept(opts.group);
+  }
+  if (e) {
     // The clone() fallback opens the leaf's cgroup.procs by its descriptor:
     // name the whole path.
-    if (e.path == "cgroup.procs") e.path = leaf.path() + "/cgroup.procs";
+    if (e.path == "cgroup.procs" && leaf.valid()) e.path = leaf.path() + "/cgroup.procs";
     leaf.remove();
     if (calls_.empty()) subtrees_.idle();
     return e;

@@ -17,7 +17,7 @@ SysError Subtrees::location(CgroupLocation* out) {
 }
 
 SysError Subtrees::make_leaf(const std::string& group, uint64_t id, const std::string& helper, ChildStack& stack,
-                             CgroupDir* out, CpuCounters* base, SysError* guardian_error) {
+                             CgroupDir* out, CpuCounters* base, bool* kept, SysError* guardian_error) {
   CgroupLocation loc;
   if (SysError e = location(&loc)) return e;
   if (linger_) uv_timer_stop(linger_);
@@ -45,9 +45,11 @@ SysError Subtrees::make_leaf(const std::string& group, uint64_t id, const std::s
     // Its ctime is when the call began, as for a new leaf (`proctree ps`
     // shows a call's age from it).
     futimens(out->dir_fd(), nullptr);
+    *kept = true;
     return SysError::none();
   }
   *base = CpuCounters();
+  *kept = false;
   if (SysError e = CgroupDir::create(g->second.dir.path() + "/c" + std::to_string(id), false, out)) {
     // The subtree vanished under us (removed by hand): forget it, so that
     // the next call makes it anew.
@@ -71,6 +73,13 @@ bool Subtrees::give_back(CgroupDir* leaf, const CpuCounters& counters) {
     return true;
   }
   return false;
+}
+
+void Subtrees::drop_kept(const std::string& group) {
+  auto g = groups_.find(group);
+  if (g == groups_.end()) return;
+  for (Pooled& p : g->second.pool) p.leaf.remove();
+  g->second.pool.clear();
 }
 
 void Subtrees::idle() {
@@ -108,8 +117,7 @@ bool Subtrees::populated() const {
 void Subtrees::remove_all() {
   // rmdir fails harmlessly (EBUSY) on one that still holds a call.
   for (auto it = groups_.begin(); it != groups_.end();) {
-    for (Pooled& p : it->second.pool) p.leaf.remove();
-    it->second.pool.clear();
+    drop_kept(it->first);
     if (!it->second.dir.remove()) {
       it = groups_.erase(it);
     } else {

@@ -37,12 +37,14 @@ class Subtrees : public LeafPool {
   // Where call cgroups go (located once).
   SysError location(CgroupLocation* out);
 
-  // A leaf for call `id` in subtree `group`: one from the pool (*base: its
-  // counters), else a new one, c<id>. *guardian_error is set when the
+  // A leaf for call `id` in subtree `group`: one kept from an earlier call
+  // (*kept; *base: its counters), else a new one, c<id>. *guardian_error is set when the
   // subtree was made now and the guardian could not be started (the call
   // still runs; it is stopped on a normal exit, not on SIGKILL).
   SysError make_leaf(const std::string& group, uint64_t id, const std::string& helper, ChildStack& stack,
-                     CgroupDir* out, CpuCounters* base, SysError* guardian_error);
+                     CgroupDir* out, CpuCounters* base, bool* kept, SysError* guardian_error);
+  // Removes the leaves kept for `group`'s next calls.
+  void drop_kept(const std::string& group);
 
   // LeafPool
   bool give_back(CgroupDir* leaf, const CpuCounters& counters) override;
