@@ -221,8 +221,10 @@ void Environment::flush() {
   // what it posts is appended and delivered by this same loop, in order.
   // Each listener may do real work (a 'close' that starts the next call), so
   // one flush delivers for a few milliseconds at most, then lets the loop
-  // serve everything else and goes on in its next turn.
-  uint64_t start = uv_hrtime();
+  // serve everything else and goes on in its next turn. The milliseconds are
+  // the turn's: what ladders took of them this turn (starts, signal passes)
+  // is not delivered on top.
+  uint64_t start = turn_start_ns_ != 0 ? turn_start_ns_ : uv_hrtime();
   while (!pending_.empty() && !closing_) {
     CallEvent ev = std::move(pending_.front());
     pending_.pop_front();
