@@ -12,6 +12,9 @@ namespace proctree {
 std::vector<bool> Environment::terminate_group(const std::vector<uint64_t>& ids, const std::vector<int>& sigs,
                                                int grace_ms, const std::string& reason) {
   std::vector<bool> out(ids.size(), false);
+  // The turn's milliseconds start now: opening what the ladders will read
+  // (prepare_stop, below) is part of them, not had before them.
+  turn_has_time();
   // Which calls share which subtree: one freeze each, where it can be had.
   std::unordered_map<std::string, std::vector<size_t>> by_subtree;
   bool may_freeze = grace_ms > 0 && !self_is_traced();
