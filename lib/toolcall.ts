@@ -228,7 +228,7 @@ class CallExtras {
   /** The result `done` settled with, once it has. */
   settled: RunResult<string | Buffer> | null = null;
   /** A job's leaf: its cpu.stat [user, system] µs when the call began (a reused leaf carries earlier calls'). */
-  cpuBase: readonly [number, number] = [0, 0];
+  cpuBase: readonly [number, number] | undefined = undefined;
   /** When a call that can become a job started, in ms since the epoch: the job's startedAt, however much later it became one. */
   startedAtEpoch = 0;
 }

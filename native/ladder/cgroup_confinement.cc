@@ -50,6 +50,8 @@ bool CgroupConfinement::can_freeze() const {
 }
 
 SysError CgroupConfinement::set_frozen(bool frozen, bool now) {
+  // A freeze or kill written later may land after the tree is gone: a leaf
+  // written to never serves another call.
   retired_ = true;
   const char* value = frozen ? "1" : "0";
   if (writes_ && !now) {

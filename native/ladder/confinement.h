@@ -89,8 +89,8 @@ class Confinement {
   // reported in *error); else false.
   virtual bool release_if_empty(SysError* error);
   // What the tier made for this call may not serve another call later: it
-  // was frozen, signalled or killed (a deferred write to it may still be on
-  // its way), or something outside names it (a job id).
+  // was (or its subtree is about to be) frozen or killed, and a deferred
+  // write may still be on its way; or something outside names it (a job id).
   virtual void retire() {}
 
  protected:

@@ -248,7 +248,6 @@ bool Call::terminate_frozen_by_group(int grace_ms, int sig, const std::string& r
     freeze_released();
     return terminate(grace_ms, sig, reason);
   }
-  confinement_->retire();
   watch_emptiness();
   ladder_.start(reason, grace_ms, sig, command_, true);
   check_finished();
@@ -257,6 +256,9 @@ bool Call::terminate_frozen_by_group(int grace_ms, int sig, const std::string& r
 
 void Call::prepare_stop() {
   if (finished_ || !confinement_) return;
+  // The subtree's freeze and thaw are written later, off the loop's thread:
+  // a leaf handed on before they land would start its next call frozen.
+  // (The leaf's own freeze and kill retire it where they are written.)
   confinement_->retire();
   watch_emptiness();
   confinement_->empty();
@@ -292,9 +294,6 @@ bool Call::terminate(int grace_ms, int sig, const std::string& reason) {
     pending_reason_ = reason;
     return true;
   }
-  // Its writes (freeze, kill) may land after the tree is gone: the leaf
-  // never serves another call.
-  confinement_->retire();
   watch_emptiness();
   ladder_.start(reason, grace_ms, sig, command_);
   check_finished();

@@ -6,9 +6,9 @@
 // moment (a harness running calls one after another does not pay a mkdir and
 // an rmdir for each), then removed.
 //
-// A leaf whose call ended on its own, untouched (no freeze, signal or kill
-// of ours, no job naming it) and proved empty, unfrozen and without cgroups
-// below, goes to its subtree's pool and serves a later call: a leaf costs a
+// A leaf nothing of ours froze or killed (no freeze or kill write that could
+// land late), that no job names, and proved empty, unfrozen and without
+// cgroups below, goes to its subtree's pool and serves a later call: a leaf costs a
 // mkdir and an rmdir otherwise, which is most of what the kernel spends on a
 // short call. A reused leaf keeps its name (cgroup v2 cannot rename), so a
 // call's leaf is c<id of the call that made it>.
