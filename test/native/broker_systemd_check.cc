@@ -61,6 +61,24 @@ size_t members(const std::string& leaf) {
   return pids.size();
 }
 
+// The leaf's members once the script has settled: three `sleep`s and nothing
+// else. A count alone is not enough: sh, the subshell and the nohup child
+// make three too, before the subshell's child exists.
+bool settled(const std::string& leaf) {
+  proctree::CgroupDir d;
+  std::vector<pid_t> pids;
+  if (proctree::CgroupDir::create(leaf, true, &d) || d.read_procs(&pids) || pids.size() != 3) return false;
+  for (pid_t p : pids) {
+    char comm[32] = {};
+    int fd = open(("/proc/" + std::to_string(p) + "/comm").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, comm, sizeof comm - 1);
+    close(fd);
+    if (n <= 0 || strcmp(comm, "sleep\n") != 0) return false;
+  }
+  return true;
+}
+
 // The cgroup2 path of a process, relative to the hierarchy (empty when it is gone).
 std::string cgroup_of(pid_t pid) {
   std::string rel;
@@ -135,7 +153,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     // All three sleepers, by the kernel's account of the leaf.
-    for (int w = 0; w < 500 && members(ev.path) < 3; ++w) usleep(10 * 1000);
+    for (int w = 0; w < 500 && !settled(ev.path); ++w) usleep(10 * 1000);
     std::string cg = cgroup_of(ev.pid);
     out += std::string(i ? "," : "") + "{\"leaf\":" + json(ev.path) + ",\"pid\":" + std::to_string(ev.pid) +
            ",\"pidCgroup\":" + json(cg) + ",\"members\":" + std::to_string(members(ev.path));
@@ -146,6 +164,12 @@ int main(int argc, char** argv) {
       proctree::CgroupDir leaf;
       proctree::CgroupDir::create(ev.path, true, &leaf);
       proctree::SysError fr = leaf.write_file("cgroup.freeze", "1");
+      // As the ladder does: the members are read once the kernel says frozen.
+      for (int w = 0; w < 500; ++w) {
+        proctree::CgroupEvents e;
+        if (leaf.read_events(&e) || e.frozen) break;
+        usleep(10 * 1000);
+      }
       std::vector<pid_t> pids;
       leaf.read_procs(&pids);
       leaf.write_file("cgroup.freeze", "0");
