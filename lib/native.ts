@@ -62,6 +62,11 @@ export interface NativeSpawned {
   pid?: number;
   /** pidns/subreaper: the shim reports the command's pid later (a Started or StartFailed event). */
   pending?: true;
+  /**
+   * The command was cloned (`pid` is its) and may not have exec'd yet:
+   * `settle(id)` says whether it did (no event does).
+   */
+  execPending?: true;
   cgroup: string;
   method: 'clone3' | 'clone' | 'clone+pidfd_open' | 'child_process';
   tier: NativeTier;
@@ -182,6 +187,8 @@ export interface NativeBinding {
    * call handed on carries that call's counters; 0 for a new one).
    */
   retire(id: number): [number, number];
+  /** Waits for an `execPending` call's exec report: true once the command exec'd, else the step that failed. */
+  settle(id: number): true | NativeErrorShape;
   closeFd(fd: number): void;
   ptyResize(masterFd: number, cols: number, rows: number): void;
   /** One cgroup2 mount per hierarchy, of /proc/self/mountinfo (or of the text given). */

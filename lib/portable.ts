@@ -615,6 +615,10 @@ class PortableBinding implements NativeBinding {
     for (const call of live) this.#send(call, this.#visible(call, rows), SIGKILL);
   }
 
+  settle(): true {
+    return true;
+  }
+
   retire(): [number, number] {
     return [0, 0];
   }

@@ -128,6 +128,8 @@ const VERIFIED_SHIFT = 9;
 const VERIFIED_MASK = 3 << VERIFIED_SHIFT;
 const VERIFICATIONS: readonly Verification[] = ['none', 'cgroup.events', 'pidns', 'subreaper'];
 const HOLDS_SLOT = 2048;
+/** Cloned, its exec not reported yet: `pid` waits for the report (see ToolCall#pid). */
+const EXEC_PENDING = 4096;
 
 /** What a call reads of its options all its life. */
 type Settings = Pick<
@@ -268,13 +270,6 @@ function throwsLikeNode(err: NativeErrorShape): boolean {
 }
 
 export class ToolCall extends EventEmitter {
-  /**
-   * Pid of the main process (the command, as this process numbers it, in
-   * every tier: for pidns and subreaper it is the shim's child, not the
-   * shim); undefined while queued, until a pidns/subreaper start is
-   * confirmed, or when it could not start.
-   */
-  pid: number | undefined;
   readonly stdin: Writable | null;
   readonly stdout: Readable | null;
   readonly stderr: Readable | null;
@@ -330,6 +325,7 @@ export class ToolCall extends EventEmitter {
    * holds many live calls), read and written through the accessors below.
    */
   #flags = 0;
+  #pid: number | undefined = undefined;
   /** What the start hands the child, and the pipe ends ours to close then (stdio.ts): null once started. */
   #child: ChildSide | null;
   /** Our readable streams not yet closed (stdio[1…]): 'close' waits for them. */
@@ -530,6 +526,44 @@ export class ToolCall extends EventEmitter {
     const i = VERIFICATIONS.indexOf(v);
     this.#flags = (this.#flags & ~VERIFIED_MASK) | ((i < 0 ? 0 : i) << VERIFIED_SHIFT);
   }
+  /**
+   * Pid of the main process (the command, as this process numbers it, in
+   * every tier: for pidns and subreaper it is the shim's child, not the
+   * shim); undefined while queued, until a pidns/subreaper start is
+   * confirmed, or when it could not start.
+   */
+  get pid(): number | undefined {
+    // The command is cloned without waiting for its exec: asked before the
+    // tick that reports it, the answer waits for the exec, so a command that
+    // could not start has none, as Node's.
+    this.#knowStart();
+    return this.#pid;
+  }
+
+  /** Whether the command started is known from here on (a signal or a ladder needs it: a command that never ran gets neither). */
+  #knowStart(): void {
+    if (this.#flag(EXEC_PENDING)) this.#settleExec();
+  }
+
+  /** Waits for the exec report (the addon sends no event for it). A command that could not start fails now: 'error' on the next tick, then 'close'. */
+  #settleExec(): void {
+    this.#setFlag(EXEC_PENDING, false);
+    const res = native.settle(this.#id);
+    if (res === true) return;
+    this.#pid = undefined;
+    this.#fail(spawnError(res, this.spawnfile, this.spawnargs));
+  }
+
+  /**
+   * The tick after spawn(), where Node emits 'spawn': a command cloned
+   * without waiting has had the rest of the caller's synchronous work (other
+   * spawns) to exec, and its report is waited for only now.
+   */
+  static #spawnTick(call: ToolCall): void {
+    call.#knowStart();
+    if (call.#pid !== undefined) call.emit('spawn');
+  }
+
   get #constructing(): boolean {
     return this.#flag(CONSTRUCTING);
   }
@@ -629,6 +663,7 @@ export class ToolCall extends EventEmitter {
       this.#drop(err, true);
       return;
     }
+    this.#knowStart();
     if (this.#spawnError || this.#exited) return;
     this.#aborted = true;
     // As Node's abortChildProcess: 'error' only when the signal was delivered.
@@ -679,8 +714,13 @@ export class ToolCall extends EventEmitter {
     this.cgroup = res.cgroup === '' ? null : res.cgroup;
     if (res.guardianError) warnNoGuardian(res.guardianError);
     if (!res.pending) {
-      this.pid = res.pid;
-      process.nextTick(emitSpawn, this);
+      this.#pid = res.pid;
+      if (res.execPending) {
+        this.#setFlag(EXEC_PENDING, true);
+        process.nextTick(ToolCall.#spawnTick, this);
+      } else {
+        process.nextTick(emitSpawn, this);
+      }
     }
 
     if (opts.timeout > 0) this.#timer = setTimeout(() => this.#onTimeout(), opts.timeout);
@@ -765,6 +805,7 @@ export class ToolCall extends EventEmitter {
 
   /** Live pids of the whole tree now: from the cgroup, the shim's descendants, or the session (pgroup). */
   members(): number[] {
+    this.#knowStart();
     return this.#id && !this.#empty ? native.members(this.#id) : [];
   }
 
@@ -775,6 +816,7 @@ export class ToolCall extends EventEmitter {
    */
   kill(signal: NodeJS.Signals | number = 'SIGTERM'): boolean {
     const num = signalNumber(signal);
+    this.#knowStart();
     if (!this.#id || this.#empty || this.#spawnError) return false;
     const n = native.kill(this.#id, num);
     if (n > 0) this.killed = true;
@@ -942,6 +984,7 @@ export class ToolCall extends EventEmitter {
   /** Whether a ladder may start now; if so, its promise exists from here. */
   #prepareLadder(reason: CleanupReason): boolean {
     if (this.#report || this.#ladder) return false;
+    this.#knowStart();
     if (!this.#id || this.#empty || this.#spawnError) return false;
     this.#ladderReason = reason;
     this.#ladder = new Promise((resolve) => {
@@ -1032,7 +1075,7 @@ export class ToolCall extends EventEmitter {
         this.#emitError(a as NativeErrorShape);
         break;
       case NativeEventKind.Started:
-        this.pid = a as number;
+        this.#pid = a as number;
         // The systemd tier learns its leaf from the broker.
         if (typeof b === 'string') this.cgroup = b;
         this.emit('spawn');

@@ -126,6 +126,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
                              InstanceMethod("endOutputPipe", &Addon::EndOutputPipe),
                              InstanceMethod("setRef", &Addon::SetRef),
                              InstanceMethod("retire", &Addon::Retire),
+                             InstanceMethod("settle", &Addon::Settle),
                              InstanceMethod("closeFd", &Addon::CloseFd),
                              InstanceMethod("ptyResize", &Addon::PtyResize),
                              InstanceMethod("cgroup2Hierarchies", &Addon::Cgroup2Hierarchies),
@@ -360,6 +361,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     out.Set("id", Napi::Number::New(env, static_cast<double>(call.id)));
     if (call.pid > 0) {
       out.Set("pid", call.pid);
+      if (call.exec_pending) out.Set("execPending", true);
     } else {
       out.Set("pending", true);
     }
@@ -508,6 +510,16 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     out.Set(0u, Napi::Number::New(env, base.user_usec));
     out.Set(1u, Napi::Number::New(env, base.system_usec));
     return out;
+  }
+
+  // settle(id) -> true once the command exec'd, or the error of the step
+  // that failed: waits for a pending exec's report (no event says it).
+  Napi::Value Settle(const Napi::CallbackInfo& info) {
+    Call* c = CallArg(info);
+    if (!c) return Napi::Boolean::New(info.Env(), true);
+    SysError e = c->settle_exec();
+    if (e) return make_error(info.Env(), e);
+    return Napi::Boolean::New(info.Env(), true);
   }
 
   Napi::Value CloseFd(const Napi::CallbackInfo& info) {

@@ -1,6 +1,9 @@
 // The child side of spawn: what runs between the clone and the exec, on a
-// private stack, sharing the harness's memory (CLONE_VM) while the parent
-// thread is suspended. It uses raw system calls only and calls nothing
+// private stack, sharing the harness's memory (CLONE_VM), while the parent
+// thread is suspended (a vfork) or goes on (spawn_process_started: the
+// stack, ChildArgs and all it points to are then held until the report).
+// Every signal is blocked until its handlers are reset, so no handler of
+// the harness ever runs here. It uses raw system calls only and calls nothing
 // through the PLT: an unresolved first call would run the dynamic linker
 // here. Everything it needs is prepared by the parent (kernel/spawn.cc) in
 // ChildArgs, lengths included; it only reads those and writes its report.
@@ -62,8 +65,9 @@ struct ChildArgs {
   int n_open_fds;
 
   // Written by the child. With a real vfork the parent reads them after the
-  // clone returns; under an emulator that copies memory instead, the child
-  // also writes its report to report_fd (a pipe), -1 otherwise.
+  // clone returns, and a started spawn once its report pipe is at EOF (the
+  // child exec'd or exited); under an emulator that copies memory instead,
+  // the child also writes its report to report_fd (a pipe), -1 otherwise.
   volatile int ran;
   volatile int stage;
   volatile int err;

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "kernel/fd.h"
 #include "kernel/sys_error.h"
@@ -40,6 +41,11 @@ class ChildStack {
   size_t size_ = 0;
 };
 
+// Stacks for children not waited for (spawn_process_started), each held
+// until its child's report: a few are kept for the next spawns.
+std::unique_ptr<ChildStack> take_child_stack();
+void give_child_stack(std::unique_ptr<ChildStack> stack);
+
 // How the child was created, for capabilities() and the tests.
 enum class CloneMethod { kClone3, kClone, kClonePidfdOpen };
 const char* clone_method_name(CloneMethod m);
@@ -54,6 +60,15 @@ struct CloneRequest {
   int cgroup_fd = -1;
   int* child_procs_fd = nullptr;
   Fd* late_procs = nullptr;
+  // false: clone3 without CLONE_VFORK, returning while the child still runs
+  // on `stack` and our memory (the caller keeps both until its report). The
+  // clone() fallback always waits.
+  bool wait_exec = true;
+  // With !wait_exec: a word of ours the kernel zeroes (and wakes as a
+  // futex) once the child no longer runs on our memory: at its exec's point
+  // of no return, or its exit (CLONE_CHILD_CLEARTID, as a thread's tid). The
+  // caller sets it non-zero first; the clone() fallback zeroes it itself.
+  uint32_t* clear_tid = nullptr;
 };
 
 struct Cloned {
@@ -63,7 +78,8 @@ struct Cloned {
 };
 
 // Runs fn(arg) in a new child (CLONE_VM | CLONE_VFORK, every signal blocked
-// in the parent meanwhile, so no handler can run on the shared memory). With
+// in the parent meanwhile, so no handler can run on the shared memory; the
+// child inherits that mask and unblocks only once its handlers are reset). With
 // a real vfork it returns once the child has exec'd or exited; under an
 // emulator that turns vfork into fork it returns at once. On error, returns
 // the errno of the clone ("clone3", "clone") or of pidfd_open; a child that

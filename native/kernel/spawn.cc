@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <linux/futex.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,8 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <utility>
 
 #include "kernel/stdio_fds.h"
 #include "kernel/syscalls.h"
@@ -82,32 +85,52 @@ bool close_range_cloexec_works() {
   return works;
 }
 
-SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* out) {
+namespace {
+
+// Everything the child reads, built from a request that outlives it.
+struct ChildPrep {
+  std::vector<char*> candidates, argv, envp, sh_argv;
+  std::string uid_map, gid_map;
+  std::vector<int> open_fds;
+  ChildArgs args{};
+};
+
+SysError validate_fds(const SpawnRequest& req) {
   const int nfds = static_cast<int>(req.fds.size());
   if (nfds < 3) return SysError::of(EINVAL, "dup2");
   for (int fd : req.fds) {
     if (fd != kInherit && fd != kClosed && fd < nfds) return SysError::of(EINVAL, "dup2");
   }
+  return SysError::none();
+}
 
-  std::vector<char*> candidates = to_cstrings(req.candidates);
-  std::vector<char*> argv = to_cstrings(req.argv);
-  std::vector<char*> envp;
-  if (!req.inherit_env) envp = to_cstrings(req.envp);
-  std::vector<char*> sh_argv;
-  sh_argv.reserve(req.argv.size() + 2);
-  sh_argv.push_back(const_cast<char*>("/bin/sh"));
-  sh_argv.push_back(nullptr);  // the candidate, set by the child
-  for (size_t i = 1; i < req.argv.size(); ++i) sh_argv.push_back(const_cast<char*>(req.argv[i].c_str()));
-  sh_argv.push_back(nullptr);
+// copy_env: the child reads a copy of `environ`'s pointers, not the array
+// itself, which setenv() in another of our threads may reallocate while the
+// child still runs (glibc never frees the strings).
+void prepare_child(const SpawnRequest& req, bool copy_env, ChildPrep* p) {
+  p->candidates = to_cstrings(req.candidates);
+  p->argv = to_cstrings(req.argv);
+  if (!req.inherit_env) {
+    p->envp = to_cstrings(req.envp);
+  } else if (copy_env) {
+    size_t n = 0;
+    while (environ[n]) ++n;
+    p->envp.assign(environ, environ + n + 1);
+  }
+  p->sh_argv.reserve(req.argv.size() + 2);
+  p->sh_argv.push_back(const_cast<char*>("/bin/sh"));
+  p->sh_argv.push_back(nullptr);  // the candidate, set by the child
+  for (size_t i = 1; i < req.argv.size(); ++i) p->sh_argv.push_back(const_cast<char*>(req.argv[i].c_str()));
+  p->sh_argv.push_back(nullptr);
 
-  ChildArgs args{};
-  args.candidates = candidates.data();
-  args.argv = argv.data();
-  args.envp = req.inherit_env ? environ : envp.data();
-  args.sh_argv = req.shell_fallback ? sh_argv.data() : nullptr;
+  ChildArgs& args = p->args;
+  args.candidates = p->candidates.data();
+  args.argv = p->argv.data();
+  args.envp = req.inherit_env && !copy_env ? environ : p->envp.data();
+  args.sh_argv = req.shell_fallback ? p->sh_argv.data() : nullptr;
   args.cwd = req.cwd.empty() ? nullptr : req.cwd.c_str();
   args.fds = req.fds.data();
-  args.nfds = nfds;
+  args.nfds = static_cast<int>(req.fds.size());
   args.procs_fd = -1;
   args.new_session = req.new_session;
   args.controlling_tty = req.controlling_tty;
@@ -117,22 +140,35 @@ SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* 
   args.gid = req.gid;
   args.pdeathsig = req.pdeathsig;
   args.default_action = &kDefaultAction;
-  std::string uid_map, gid_map;
   if (req.ns_flags & CLONE_NEWUSER) {
-    uid_map = std::to_string(geteuid()) + " " + std::to_string(geteuid()) + " 1\n";
-    gid_map = std::to_string(getegid()) + " " + std::to_string(getegid()) + " 1\n";
-    args.uid_map = uid_map.c_str();
-    args.uid_map_len = static_cast<long>(uid_map.size());
-    args.gid_map = gid_map.c_str();
-    args.gid_map_len = static_cast<long>(gid_map.size());
+    p->uid_map = std::to_string(geteuid()) + " " + std::to_string(geteuid()) + " 1\n";
+    p->gid_map = std::to_string(getegid()) + " " + std::to_string(getegid()) + " 1\n";
+    args.uid_map = p->uid_map.c_str();
+    args.uid_map_len = static_cast<long>(p->uid_map.size());
+    args.gid_map = p->gid_map.c_str();
+    args.gid_map_len = static_cast<long>(p->gid_map.size());
   }
   args.close_range_works = close_range_cloexec_works();
-  std::vector<int> open_fds;
   if (!args.close_range_works) {
-    open_fds = list_open_fds();
-    args.open_fds = open_fds.data();
-    args.n_open_fds = static_cast<int>(open_fds.size());
+    p->open_fds = list_open_fds();
+    args.open_fds = p->open_fds.data();
+    args.n_open_fds = static_cast<int>(p->open_fds.size());
   }
+  args.report_fd = -1;
+}
+
+SysError stage_error(int stage, int err, const SpawnRequest& req) {
+  return SysError::of(err, child_stage_syscall(stage), stage == kStageChdir ? req.cwd : std::string());
+}
+
+}  // namespace
+
+SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* out) {
+  if (SysError e = validate_fds(req)) return e;
+  const int nfds = static_cast<int>(req.fds.size());
+  ChildPrep prep;
+  prepare_child(req, false, &prep);
+  ChildArgs& args = prep.args;
 
   Fd report_read, report_write;
   args.report_fd = -1;
@@ -178,11 +214,99 @@ SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* 
   }
   if (stage != kStageNone) {
     reap(child.pidfd.get());
-    return SysError::of(err, child_stage_syscall(stage), stage == kStageChdir ? req.cwd : std::string());
+    return stage_error(stage, err, req);
   }
   out->pid = child.pid;
   out->pidfd = std::move(child.pidfd);
   out->method = child.method;
+  return SysError::none();
+}
+
+// What a child not waited for runs on and reads, until its report.
+struct ExecBlock {
+  SpawnRequest req;
+  ChildPrep prep;
+  std::unique_ptr<ChildStack> stack;
+  // Non-zero until the kernel clears it (CloneRequest::clear_tid).
+  alignas(4) uint32_t running = 1;
+};
+
+PendingExec::PendingExec() = default;
+
+PendingExec::PendingExec(PendingExec&& o) noexcept : block_(o.block_) { o.block_ = nullptr; }
+
+PendingExec& PendingExec::operator=(PendingExec&& o) noexcept {
+  if (this != &o) {
+    if (block_) {
+      SysError ignored;
+      collect(true, &ignored);
+    }
+    block_ = o.block_;
+    o.block_ = nullptr;
+  }
+  return *this;
+}
+
+PendingExec::~PendingExec() {
+  if (!block_) return;
+  SysError ignored;
+  collect(true, &ignored);
+}
+
+bool PendingExec::collect(bool block, SysError* failed) {
+  if (!block_) return true;
+  for (;;) {
+    uint32_t v = __atomic_load_n(&block_->running, __ATOMIC_ACQUIRE);
+    if (v == 0) break;
+    if (!block) return false;
+    // A shared (not private) futex: the kernel's wake at the clear is one.
+    // EAGAIN (cleared meanwhile) and EINTR only mean: look again.
+    syscall(SYS_futex, &block_->running, FUTEX_WAIT, v, nullptr, nullptr, 0);
+  }
+  const ChildArgs& a = block_->prep.args;
+  *failed = a.stage != kStageNone ? stage_error(a.stage, a.err, block_->req) : SysError::none();
+  give_child_stack(std::move(block_->stack));
+  delete block_;
+  block_ = nullptr;
+  return true;
+}
+
+bool can_spawn_started(const SpawnRequest& req) {
+  return g_report_mode.load(std::memory_order_relaxed) == kSharedMemory && clone3_available() && !req.set_uid &&
+         !req.set_gid && req.ns_flags == 0 && !req.controlling_tty;
+}
+
+SysError spawn_process_started(SpawnRequest* req, SpawnResult* out, PendingExec* pending) {
+  if (SysError e = validate_fds(*req)) return e;
+  std::unique_ptr<ExecBlock> b(new ExecBlock);
+  b->stack = take_child_stack();
+  if (SysError e = b->stack->ensure()) return e;
+  b->req = std::move(*req);
+  // Handed back if no child comes of it (the caller may try again).
+  struct GiveBack {
+    ExecBlock* b;
+    SpawnRequest* req;
+    ~GiveBack() {
+      if (b) *req = std::move(b->req);
+    }
+  } give_back{b.get(), req};
+  prepare_child(b->req, true, &b->prep);
+  ChildArgs& args = b->prep.args;
+
+  CloneRequest creq;
+  creq.cgroup_fd = b->req.cgroup_dir;
+  creq.child_procs_fd = &args.procs_fd;
+  Fd late_procs;
+  creq.late_procs = &late_procs;
+  creq.wait_exec = false;
+  creq.clear_tid = &b->running;
+  Cloned child;
+  if (SysError e = clone_vfork(*b->stack, creq, child_main, &args, &child)) return e;
+  out->pid = child.pid;
+  out->pidfd = std::move(child.pidfd);
+  out->method = child.method;
+  give_back.b = nullptr;
+  pending->block_ = b.release();
   return SysError::none();
 }
 

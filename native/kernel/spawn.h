@@ -1,7 +1,8 @@
 // Starting one tool call's main process: the parent side. Prepares
 // everything the child side (kernel/child.cc) needs, clones it with
 // clone_vfork (kernel/clone.h) straight into the call's cgroup when there is
-// one, and reads its report: either it exec'd, or the step that failed.
+// one, and reads its report: either it exec'd, or the step that failed. The
+// report is waited for (spawn_process), or read later (spawn_process_started).
 #pragma once
 
 #include <sys/types.h>
@@ -61,6 +62,45 @@ struct SpawnResult {
 // exec has already been reaped. Blocks the calling thread only while the
 // child runs up to its exec (a vfork).
 SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* out);
+
+struct ExecBlock;
+
+// A child cloned without waiting for its exec (spawn_process_started). Until
+// it has exec'd or exited it runs on our memory: its stack, its ChildArgs and
+// every string it reads are held here, and only its report frees them. The
+// report is a word the kernel zeroes once the child is off our memory
+// (CLONE_CHILD_CLEARTID): no descriptor, and no system call when it is in.
+class PendingExec {
+ public:
+  PendingExec();
+  PendingExec(PendingExec&&) noexcept;
+  PendingExec& operator=(PendingExec&&) noexcept;
+  PendingExec(const PendingExec&) = delete;
+  PendingExec& operator=(const PendingExec&) = delete;
+  // Waits for the report (a child that never reports cannot exist: its exec
+  // or its exit clears the word).
+  ~PendingExec();
+
+  bool pending() const { return block_ != nullptr; }
+  // false: no report yet (only when !block). true: the report is in, the
+  // memory is freed, and *failed is the step that failed, or none: it exec'd.
+  // A failed child has exited, and is reaped by whoever holds its pidfd.
+  bool collect(bool block, SysError* failed);
+
+ private:
+  friend SysError spawn_process_started(SpawnRequest* req, SpawnResult* out, PendingExec* pending);
+  ExecBlock* block_ = nullptr;
+};
+
+// Whether spawn_process_started can be used for this request: a real
+// CLONE_VM (not an emulator's fork) seen on an earlier spawn, clone3, and a
+// request whose failure Node reports synchronously (uid, gid) excluded.
+bool can_spawn_started(const SpawnRequest& req);
+
+// Like spawn_process, but returns as soon as the child exists: *out has its
+// pid and pidfd, *pending its report. Errors returned are the clone's own
+// (or pipe2's, mmap's); *req is moved from only when the child exists.
+SysError spawn_process_started(SpawnRequest* req, SpawnResult* out, PendingExec* pending);
 
 // Whether close_range(CLOSE_RANGE_CLOEXEC) works here (Linux 5.11), asked
 // once. PROCTREE_TEST_NO_CLOSE_RANGE=1 answers no, so the fallback can be

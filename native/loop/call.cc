@@ -93,6 +93,21 @@ void Call::on_broker_lost(const SysError& e) {
   if (!main_exited_) on_broker_exited(ExitStatus{true, -1, SIGKILL});
 }
 
+void Call::collect_exec() {
+  if (!exec_.pending()) return;
+  SysError failed;
+  exec_.collect(true, &failed);
+  if (failed) {
+    exec_error_ = failed;
+    exit_posted_ = true;  // no exit event for a command that never ran
+  }
+}
+
+SysError Call::settle_exec() {
+  collect_exec();
+  return exec_error_;
+}
+
 void Call::start() {
   if (brokered_) return;  // the broker tells what happens to the command
   main_watched_ = !env_->reactor().watch_main(main_.pidfd.get(), id_);
@@ -132,6 +147,9 @@ void Call::post_error(const SysError& e) { env_->post(CallEvent{CallEvent::kErro
 
 void Call::on_main_readable() {
   if (main_exited_) return;
+  // It exec'd or failed before this exit: the report is in (and, for a
+  // command that never ran, there is no exit to report).
+  collect_exec();
   if (shim()) drain_control();
   ExitStatus st;
   // The pgroup tier keeps its command a zombie until the session is empty:
@@ -244,6 +262,7 @@ void Call::on_change() {
 }
 
 bool Call::terminate_frozen_by_group(int grace_ms, int sig, const std::string& reason) {
+  settle_exec();
   if (finished_ || ladder_.started() || !confinement_) {
     freeze_released();
     return terminate(grace_ms, sig, reason);
@@ -255,6 +274,7 @@ bool Call::terminate_frozen_by_group(int grace_ms, int sig, const std::string& r
 }
 
 void Call::prepare_stop() {
+  settle_exec();
   if (finished_ || !confinement_) return;
   // The subtree's freeze and thaw are written later, off the loop's thread:
   // a leaf handed on before they land would start its next call frozen.
@@ -282,6 +302,7 @@ void Call::resume_pass() {
 }
 
 bool Call::terminate(int grace_ms, int sig, const std::string& reason) {
+  settle_exec();
   if (finished_ || ladder_.started()) return ladder_.started();
   // The shim may have said which process is the command already, in a
   // message not read yet: "escaped" is counted against it.
@@ -372,6 +393,7 @@ void Call::check_finished() {
 }
 
 int Call::signal_all(int sig) {
+  settle_exec();
   if (finished_ || !confinement_) return 0;
   std::vector<pid_t> pids;
   if (sig == 0) {
@@ -417,6 +439,7 @@ int Call::signal_all(int sig) {
 }
 
 std::vector<pid_t> Call::members() {
+  settle_exec();
   std::vector<pid_t> pids;
   if (!finished_ && confinement_) confinement_->members(&pids);
   peak_processes_ = std::max(peak_processes_, pids.size());
@@ -424,6 +447,7 @@ std::vector<pid_t> Call::members() {
 }
 
 void Call::kill_now(bool sync) {
+  settle_exec();
   if (finished_ || !confinement_) return;
   if (sync) {
     confinement_->kill_all_now();
@@ -439,6 +463,7 @@ void Call::kill_now(bool sync) {
 }
 
 void Call::retire(CpuCounters* base) {
+  settle_exec();
   if (!confinement_) return;
   confinement_->retire();
   if (tier_ == Tier::kCgroup) *base = static_cast<CgroupConfinement*>(confinement_.get())->base();
@@ -447,6 +472,7 @@ void Call::retire(CpuCounters* base) {
 bool Call::populated_now() const { return !finished_ && confinement_ && !confinement_->empty(); }
 
 void Call::finish_sync() {
+  settle_exec();
   if (finished_) return;
   if (main_.pidfd && !brokered_) {
     ExitStatus st;

@@ -58,6 +58,15 @@ class Call : public LadderHost {
   Call& operator=(const Call&) = delete;
   ~Call() override;
 
+  // A command cloned without waiting for its exec (cgroup and pgroup tiers).
+  // No event says how its exec went: the caller asks settle_exec(), which
+  // everything acting on the command (a signal, a ladder, members()) also
+  // does first, so that it acts on what the command exec'd.
+  void set_pending_exec(PendingExec exec) { exec_ = std::move(exec); }
+  // Waits for that report if it is not in yet. Returns the step that
+  // failed, or none: it exec'd (or there was no pending exec).
+  SysError settle_exec();
+
   // Registers the main process (and control socket) with the reactor. The
   // call exists whatever happens here: if the reactor cannot take them (out
   // of memory for epoll), they are polled instead.
@@ -140,6 +149,8 @@ class Call : public LadderHost {
   void ensure_timer();
   static void on_timer(uv_timer_t* t);
   void on_timeout();
+  // Waits for the exec report, if one is pending.
+  void collect_exec();
 
   Environment* env_;
   uint64_t id_;
@@ -148,6 +159,7 @@ class Call : public LadderHost {
   std::unique_ptr<Confinement> confinement_;
   Ladder ladder_;
   Fd control_;
+  PendingExec exec_;
   pid_t command_ = -1;
 
   bool starting_ = false;      // a shim has not reported the exec yet
@@ -159,6 +171,7 @@ class Call : public LadderHost {
   bool ref_ = true;
   bool main_watched_ = false;
   bool control_watched_ = false;
+  SysError exec_error_;        // the step of a pending exec that failed
   int events_wd_ = -1;         // inotify watch of cgroup.events, added lazily
   bool polling_ = false;       // a tier without emptiness events is being watched
   bool main_polled_ = false;   // the reactor could not take the main pidfd

@@ -57,13 +57,17 @@ SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedC
     case Tier::kPgroup: {
       req.new_session = true;
       SpawnResult proc;
-      if (SysError e = spawn_process(req, stack_, &proc)) return e;
+      PendingExec exec;
+      if (SysError e = start_command(&req, &proc, &exec)) return e;
       uint64_t id = next_call_id();
       out->id = id;
       out->pid = proc.pid;
       out->method = proc.method;
+      out->exec_pending = exec.pending();
       pid_t leader = proc.pid;
-      return adopt(new Call(this, id, std::move(proc), std::make_unique<SessionConfinement>(leader), Fd()), out);
+      Call* call = new Call(this, id, std::move(proc), std::make_unique<SessionConfinement>(leader), Fd());
+      call->set_pending_exec(std::move(exec));
+      return adopt(call, out);
     }
     case Tier::kSystemd:
       return spawn_brokered(opts, req, out);
@@ -72,18 +76,28 @@ SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedC
   }
 }
 
+// The command itself (cgroup and pgroup tiers): not waited for up to its
+// exec where that can be done (see can_spawn_started), so a burst of spawns
+// does not hold the loop for each child's way to exec. *req is left as it
+// was if the clone fails.
+SysError Environment::start_command(SpawnRequest* req, SpawnResult* proc, PendingExec* exec) {
+  if (can_spawn_started(*req)) return spawn_process_started(req, proc, exec);
+  return spawn_process(*req, stack_, proc);
+}
+
 SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
   uint64_t id = next_call_id();
   CgroupDir leaf;
   CpuCounters base;
   SpawnResult proc;
+  PendingExec exec;
   SysError e;
   for (int round = 0; round < 2; ++round) {
     bool kept = false;
     e = subtrees_.make_leaf(opts.group, id, opts.helper, stack_, &leaf, &base, &kept, &out->guardian_error);
     if (e) break;
     req.cgroup_dir = leaf.dir_fd();
-    e = spawn_process(req, stack_, &proc);
+    e = start_command(&req, &proc, &exec);
     const bool missed_leaf = e && (e.syscall == std::string("clone3") || e.syscall == std::string("clone") ||
                                    e.path == "cgroup.procs");
     if (!kept || !missed_leaf) break;
@@ -105,12 +119,15 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   out->pid = proc.pid;
   out->cgroup = leaf.path();
   out->method = proc.method;
+  out->exec_pending = exec.pending();
   // The clone has used the leaf's descriptors: a live call keeps none (they
   // are reopened if a ladder or members() needs them).
   leaf.close();
   auto confinement = std::make_unique<CgroupConfinement>(std::move(leaf), Tier::kCgroup, &writes_);
   confinement->reuse_into(&subtrees_, base);
-  return adopt(new Call(this, id, std::move(proc), std::move(confinement), Fd()), out);
+  Call* call = new Call(this, id, std::move(proc), std::move(confinement), Fd());
+  call->set_pending_exec(std::move(exec));
+  return adopt(call, out);
 }
 
 SysError Environment::spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {

@@ -35,6 +35,9 @@ class EventSink {
 struct SpawnedCall {
   uint64_t id = 0;
   pid_t pid = -1;    // the command's pid; -1 while a shim has not reported it
+  // The command was cloned and may not have exec'd yet: Call::settle_exec()
+  // says whether it did (no event does).
+  bool exec_pending = false;
   pid_t shim = -1;   // pidns/subreaper: the shim's pid
   std::string cgroup;
   CloneMethod method = CloneMethod::kClone3;
@@ -119,6 +122,7 @@ class Environment {
  private:
   // Unique in the process: a call's id names its leaf (c<id>).
   static uint64_t next_call_id();
+  SysError start_command(SpawnRequest* req, SpawnResult* proc, PendingExec* exec);
   SysError spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_brokered(const SpawnOptions& opts, const SpawnRequest& req, SpawnedCall* out);

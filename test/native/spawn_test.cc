@@ -588,6 +588,75 @@ SCENARIO(no_pipe_after_the_first_spawn) {
   return 0;
 }
 
+// spawn_process_started returns while the child has not run a single
+// instruction of its own: cloned into a frozen cgroup, it cannot reach its
+// exec until thawed, yet the spawn is back with its pid and pidfd (a spawn
+// that waited for the exec would never return here). Its report comes once
+// thawed; a failed step comes the same way.
+TEST(started_spawn_returns_before_the_exec_and_reports_it_later) {
+  // The first spawn of a process waits: it learns whether CLONE_VM is real.
+  proctree::ExitStatus st;
+  output_of(request({"/bin/true"}), &st);
+  if (!proctree::clone3_available()) SKIP("clone3 is not available here");
+  proctree::CgroupDir cg;
+  std::string why;
+  std::string path = fixtures::make_test_cgroup(&cg, &why);
+  if (path.empty()) SKIP(why);
+  fixtures::CgroupGuard guard(&cg);
+  SpawnRequest req = request({"/bin/sh", "-c", "exit 3"});
+  CHECK(proctree::can_spawn_started(req));
+  CHECK_EQ(cg.write_file("cgroup.freeze", "1").err, 0);
+  req.cgroup_dir = cg.dir_fd();
+  SpawnResult r;
+  proctree::PendingExec pending;
+  CHECK_EQ(proctree::spawn_process_started(&req, &r, &pending).err, 0);
+  CHECK(pending.pending());
+  CHECK(r.pid > 0);
+  SysError failed;
+  CHECK(!pending.collect(false, &failed));
+  std::vector<pid_t> members;
+  cg.read_procs(&members);
+  CHECK_EQ(members.size(), size_t{1});
+  CHECK_EQ(cg.write_file("cgroup.freeze", "0").err, 0);
+  CHECK(pending.collect(true, &failed));
+  CHECK(!pending.pending());
+  CHECK_EQ(failed.err, 0);
+  st = fixtures::wait_exit(r.pidfd.get());
+  CHECK_EQ(st.code, 3);
+
+  // A step that fails: the report says which, and the child exits.
+  SpawnRequest missing = request({"/nonexistent/proctree-unit-started"});
+  missing.cgroup_dir = cg.dir_fd();
+  SpawnResult m;
+  proctree::PendingExec pm;
+  CHECK_EQ(proctree::spawn_process_started(&missing, &m, &pm).err, 0);
+  CHECK(pm.collect(true, &failed));
+  CHECK_EQ(failed.err, ENOENT);
+  CHECK_EQ(std::string(failed.syscall), "execve");
+  st = fixtures::wait_exit(m.pidfd.get());
+  CHECK_EQ(st.code, 127);
+}
+
+// A clone that fails leaves the request as it was, for a second try.
+TEST(started_spawn_that_fails_to_clone_keeps_the_request) {
+  proctree::ExitStatus st;
+  output_of(request({"/bin/true"}), &st);
+  if (!proctree::clone3_available()) SKIP("clone3 is not available here");
+  SpawnRequest req = request({"/bin/true", "kept"});
+  int bad[2];
+  CHECK_EQ(pipe2(bad, O_CLOEXEC), 0);
+  close(bad[1]);
+  req.cgroup_dir = bad[0];  // not a cgroup directory: clone3 refuses it
+  SpawnResult r;
+  proctree::PendingExec pending;
+  SysError e = proctree::spawn_process_started(&req, &r, &pending);
+  close(bad[0]);
+  CHECK(e.err != 0);
+  CHECK(!pending.pending());
+  CHECK_EQ(req.argv.size(), size_t{2});
+  CHECK_EQ(req.argv[1], std::string("kept"));
+}
+
 TEST(spawn_opens_no_pipe_after_the_first) { CHECK_EQ(fixtures::run_scenario("no_pipe_after_the_first_spawn"), 0); }
 
 CHECK_MAIN()

@@ -1,0 +1,160 @@
+// spawn() does not wait for the command's exec (issue 14: in a burst of
+// spawns, each wait for a child's way to exec held the event loop, and on a
+// busy machine that way includes waiting for a CPU). The child is cloned and
+// spawn() returns; its exec report is read on the tick where Node emits
+// 'spawn', or at once when something needs it (pid, kill, terminate). What
+// must not change is what Node's spawn shows: pid is the command's, or
+// undefined when it could not start; 'spawn' comes first, on the next tick,
+// and never for a command that did not start; 'error' then 'close' (-errno)
+// for one that did not. Proved from the kernel where the kernel can say it.
+import { once } from 'node:events';
+import fs from 'node:fs';
+import path from 'node:path';
+
+import { afterAll, describe, expect, it } from 'vitest';
+
+import { capabilities, Supervisor, type ToolCall } from '../dist/cjs/index.js';
+import { cgroupMembers, killCgroup } from './helpers';
+
+const supervisors: Supervisor[] = [];
+const cgroups: string[] = [];
+let n = 0;
+
+function supervisor(): Supervisor {
+  const sup = new Supervisor({ name: `execreport-${process.pid}-${++n}` });
+  supervisors.push(sup);
+  return sup;
+}
+
+afterAll(async () => {
+  for (const sup of supervisors) await sup.shutdown({ grace: 0 }).catch(() => undefined);
+  for (const cg of cgroups) killCgroup(cg);
+});
+
+/**
+ * Every event of a call, in order, with what 'data' carried. 'exit' and the
+ * output race (as in Node: the main process may be reaped before its pipe
+ * is read), so they are put in a fixed order: what is asserted is that
+ * 'spawn' comes first, 'close' last, and each of the others once.
+ */
+function record(call: ToolCall): { events: string[]; out: string[]; closed: Promise<unknown> } {
+  const events: string[] = [];
+  const out: string[] = [];
+  call.on('spawn', () => events.push('spawn'));
+  call.stdout?.on('data', (d: Buffer) => {
+    if (!events.includes('data')) events.push('data');
+    out.push(String(d));
+  });
+  call.on('exit', () => events.push('exit'));
+  call.on('error', (e: NodeJS.ErrnoException) => events.push(`error ${e.code}`));
+  const closed = new Promise((resolve) =>
+    call.on('close', (code) => {
+      const exit = events.indexOf('exit');
+      const data = events.indexOf('data');
+      if (exit >= 0 && data > exit) [events[exit], events[data]] = ['data', 'exit'];
+      resolve(events.push(`close ${code}`));
+    }),
+  );
+  return { events, out, closed };
+}
+
+const cgroupTier = capabilities().tier === 'cgroup';
+
+describe('spawn does not wait for the exec', () => {
+  it('in a burst, each call is Node-shaped: its own pid, spawn before its output, no spawn for one that failed', async () => {
+    const sup = supervisor();
+    const calls = Array.from({ length: 48 }, (_, i) =>
+      i % 6 === 5 ? sup.spawn(`proctree-no-such-command-${i}`) : sup.spawn('sh', ['-c', 'echo $$']),
+    );
+    const seen = calls.map(record);
+    await Promise.all(seen.map((s) => s.closed));
+    calls.forEach((call, i) => {
+      if (call.cgroup) cgroups.push(call.cgroup);
+      if (i % 6 === 5) {
+        expect(seen[i].events).toEqual(['error ENOENT', 'close -2']);
+        expect(call.pid).toBeUndefined();
+        expect(call.exitCode).toBe(-2);
+      } else {
+        expect(seen[i].events).toEqual(['spawn', 'data', 'exit', 'close 0']);
+        // $$ is the shell's own pid: the clone's pid is the command's.
+        expect(seen[i].out.join('').trim()).toBe(String(call.pid));
+      }
+    });
+  });
+
+  it('pid asked at once waits for the exec: the command\'s, or undefined when it could not start', async () => {
+    const sup = supervisor();
+    const bad = sup.spawn('proctree-no-such-command-sync');
+    expect(bad.pid).toBeUndefined();
+    const good = sup.spawn('sh', ['-c', 'echo $$']);
+    expect(good.pid).toBeGreaterThan(0);
+    const [b, g] = [record(bad), record(good)];
+    await Promise.all([b.closed, g.closed]);
+    expect(b.events).toEqual(['error ENOENT', 'close -2']);
+    expect(g.events).toEqual(['spawn', 'data', 'exit', 'close 0']);
+    expect(g.out.join('').trim()).toBe(String(good.pid));
+  });
+
+  it.skipIf(!cgroupTier)('spawn() is back before the child ran one instruction of its own (its leaf frozen)', async () => {
+    const sup = supervisor();
+    // Keeps the call's subtree there to freeze; the first spawn of a
+    // process also learns how the kernel clones.
+    const keeper = sup.spawn('sleep', ['30'], { stdio: 'ignore' });
+    await once(keeper, 'spawn');
+    cgroups.push(keeper.cgroup as string);
+    const subtree = path.dirname(keeper.cgroup as string);
+    fs.writeFileSync(`${subtree}/cgroup.freeze`, '1');
+    let call: ToolCall;
+    try {
+      // Its leaf is below a frozen cgroup: the child is frozen before it
+      // runs anything. A spawn that waited for the exec would never return.
+      call = sup.spawn('echo', ['after the thaw']);
+      cgroups.push(call.cgroup as string);
+      const members = cgroupMembers(call.cgroup as string);
+      expect(members).toHaveLength(1);
+      // Still the harness's memory and program: it has not exec'd.
+      expect(fs.readlinkSync(`/proc/${members[0]}/exe`)).toBe(fs.readlinkSync('/proc/self/exe'));
+    } finally {
+      // Thawed before the tick that waits for the report.
+      fs.writeFileSync(`${subtree}/cgroup.freeze`, '0');
+    }
+    const seen = record(call);
+    await seen.closed;
+    expect(seen.events).toEqual(['spawn', 'data', 'exit', 'close 0']);
+    expect(seen.out.join('')).toBe('after the thaw\n');
+    keeper.kill('SIGKILL');
+    await once(keeper, 'close');
+  });
+
+  it('kill() and terminate() right after spawn() act on the command, not on the child before its exec', async () => {
+    const sup = supervisor();
+    const killed = sup.spawn('sleep', ['30']);
+    expect(killed.kill('SIGTERM')).toBe(true);
+    const k = record(killed);
+    const stopped = sup.spawn('sleep', ['30']);
+    const report = stopped.terminate({ grace: 1000 });
+    const s = record(stopped);
+    await Promise.all([k.closed, s.closed]);
+    for (const c of [killed, stopped]) if (c.cgroup) cgroups.push(c.cgroup);
+    expect(k.events).toEqual(['spawn', 'exit', 'close null']);
+    expect(killed.signalCode).toBe('SIGTERM');
+    expect(s.events).toEqual(['spawn', 'exit', 'close null']);
+    expect((await report).verified).not.toBe('none');
+  });
+
+  it('kill() and terminate() right after spawn() of a command that cannot start: nothing signalled, not killed', async () => {
+    const sup = supervisor();
+    const a = sup.spawn('proctree-no-such-command-kill');
+    const ra = record(a);
+    expect(a.kill('SIGTERM')).toBe(false);
+    const b = sup.spawn('proctree-no-such-command-terminate');
+    const rb = record(b);
+    const report = await b.terminate();
+    await Promise.all([ra.closed, rb.closed]);
+    expect(ra.events).toEqual(['error ENOENT', 'close -2']);
+    expect(rb.events).toEqual(['error ENOENT', 'close -2']);
+    expect(a.killed).toBe(false);
+    expect(b.killed).toBe(false);
+    expect(report).toMatchObject({ signaled: 0, killed: 0, leftovers: [] });
+  });
+});
