@@ -31,7 +31,8 @@ const FULL = {
     reps: { 1: 7, 10: 7, 100: 3, 1000: 5 },
     modes: ['term', 'ignore'],
     grace: 200,
-    methods: ['proctree', 'killpg', 'tree-kill'],
+    // cgroup.kill: the kernel's floor (one write, SIGKILL, no grace).
+    methods: ['proctree', 'killpg', 'tree-kill', 'cgroup.kill'],
     // tree-kill runs one `ps --ppid` per process of the tree, all at once and
     // each reading all of /proc: at 1000 processes that takes minutes.
     skip: { 'tree-kill': [1000] },

@@ -4,13 +4,14 @@
 // (only so that the bench can count and remove what they leave behind; none
 // of them sees that cgroup).
 import cp from 'node:child_process';
+import fs from 'node:fs';
 import { once } from 'node:events';
 
 import { execa } from 'execa';
 import { spawn as proctreeSpawn } from 'proctree';
 import treeKill from 'tree-kill';
 
-import { liveMembers } from './cgroup.mjs';
+import { liveMembers, members, procStat } from './cgroup.mjs';
 import { sleep } from './stats.mjs';
 
 function exitPromise(child) {
@@ -79,7 +80,12 @@ class Killpg extends Baseline {
   // Signals the group only while one of our processes is still in it: once
   // the group is empty its number may be handed out again.
   #signal(sig) {
-    if (!liveMembers(this.treeDir).some((p) => p.pgid === this.pid)) return;
+    // Only a group that is still ours: its leader in the trial cgroup, or
+    // else any member of it (a read of each member's stat, which at 1000
+    // processes costs more than the killpg itself, so only then).
+    const leader = members(this.treeDir).includes(this.pid) ? procStat(this.pid) : null;
+    const ours = leader?.pgid === this.pid || liveMembers(this.treeDir).some((p) => p.pgid === this.pid);
+    if (!ours) return;
     try {
       process.kill(-this.pid, sig);
     } catch (err) {
@@ -93,6 +99,31 @@ class Killpg extends Baseline {
 
   async kill() {
     this.#signal('SIGKILL');
+  }
+}
+
+/**
+ * The kernel's floor for killing a tree at all: one write of cgroup.kill on
+ * the trial cgroup the tree was born in (SIGKILL to every member, no grace,
+ * nothing else), then the same wait for populated 0. No method can empty the
+ * tree sooner than its processes take to exit.
+ */
+class CgroupKill extends Baseline {
+  static label = 'cgroup.kill (floor)';
+  static start(harness, file, args) {
+    const dir = harness.openTrial();
+    const child = harness.startInside(dir, () => cp.spawn(file, args, { stdio: 'ignore' }));
+    const h = new CgroupKill(harness, child);
+    h.treeDir = dir;
+    return h;
+  }
+
+  async term() {
+    fs.writeFileSync(`${this.treeDir}/cgroup.kill`, '1');
+  }
+
+  async kill() {
+    fs.writeFileSync(`${this.treeDir}/cgroup.kill`, '1');
   }
 }
 
@@ -198,4 +229,11 @@ export async function settleHarnessHelpers(harness, file) {
   return harness.recordHelpers();
 }
 
-export const METHODS = { proctree: Proctree, killpg: Killpg, 'child.kill': ChildKill, execa: Execa, 'tree-kill': TreeKill };
+export const METHODS = {
+  proctree: Proctree,
+  killpg: Killpg,
+  'child.kill': ChildKill,
+  execa: Execa,
+  'tree-kill': TreeKill,
+  'cgroup.kill': CgroupKill,
+};

@@ -21,6 +21,7 @@ const COLORS = {
   'tree-kill': '#8c564b',
   'C floor': '#7f7f7f',
   'C floor + cgroup': '#2ca02c',
+  'cgroup.kill (floor)': '#2ca02c',
 };
 
 /** A colour scale for just these methods, in this order. */
