@@ -82,6 +82,18 @@ describe('spawn does not wait for the exec', () => {
     });
   });
 
+  it('a loop of 300 spawns with no tick between (past the 256 not yet reported, spawns wait again): all start and end', async () => {
+    const sup = supervisor();
+    const calls = Array.from({ length: 300 }, () => sup.spawn('true', [], { stdio: 'ignore' }));
+    const seen = calls.map(record);
+    await Promise.all(seen.map((s) => s.closed));
+    for (const [i, call] of calls.entries()) {
+      if (call.cgroup) cgroups.push(call.cgroup);
+      expect(seen[i].events).toEqual(['spawn', 'exit', 'close 0']);
+      expect(call.pid).toBeGreaterThan(0);
+    }
+  });
+
   it('pid asked at once waits for the exec: the command\'s, or undefined when it could not start', async () => {
     const sup = supervisor();
     const bad = sup.spawn('proctree-no-such-command-sync');
