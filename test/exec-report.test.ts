@@ -138,6 +138,39 @@ describe('spawn does not wait for the exec', () => {
     await once(keeper, 'close');
   });
 
+  it.skipIf(!cgroupTier)('a child held before its exec by someone else (its subtree frozen) does not hang the harness; terminate() still ends it', async () => {
+    const sup = supervisor();
+    const keeper = sup.spawn('sleep', ['30'], { stdio: 'ignore' });
+    await once(keeper, 'spawn');
+    cgroups.push(keeper.cgroup as string);
+    const subtree = path.dirname(keeper.cgroup as string);
+    // What a hostile command may do to the harness's cgroup that holds it
+    // (here the test does it): freeze it, and never thaw it.
+    fs.writeFileSync(`${subtree}/cgroup.freeze`, '1');
+    try {
+      const held = sup.spawn('echo', ['never printed']);
+      cgroups.push(held.cgroup as string);
+      const seen = record(held);
+      // The report is waited for a bounded time, then the call counts as started.
+      await once(held, 'spawn');
+      let ticks = 0;
+      const timer = setInterval(() => (ticks += 1), 1);
+      const report = await held.terminate({ grace: 50 });
+      clearInterval(timer);
+      await seen.closed;
+      expect(ticks).toBeGreaterThan(0); // the loop ran meanwhile
+      expect(seen.events).toEqual(['spawn', 'exit', 'close null']);
+      expect(held.signalCode).toBe('SIGKILL');
+      expect(seen.out).toEqual([]);
+      expect(report.leftovers).toEqual([]);
+      expect(cgroupMembers(held.cgroup as string)).toEqual([]);
+    } finally {
+      fs.writeFileSync(`${subtree}/cgroup.freeze`, '0');
+    }
+    keeper.kill('SIGKILL');
+    await once(keeper, 'close');
+  });
+
   it('kill() and terminate() right after spawn() act on the command, not on the child before its exec', async () => {
     const sup = supervisor();
     const killed = sup.spawn('sleep', ['30']);

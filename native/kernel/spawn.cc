@@ -7,6 +7,7 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -243,12 +244,26 @@ PendingExec::PendingExec() = default;
 
 PendingExec::PendingExec(PendingExec&& o) noexcept : block_(o.block_) { o.block_ = nullptr; }
 
+namespace {
+constexpr int kDropWaitMs = 1000;
+
+// Drops a block whose child may still run on it: waited for a while, then
+// left to the child (a stack and some strings, for a child someone holds).
+void drop(PendingExec* p) {
+  SysError ignored;
+  if (!p->collect(kDropWaitMs, &ignored)) p->abandon();
+}
+
+uint64_t monotonic_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
+}  // namespace
+
 PendingExec& PendingExec::operator=(PendingExec&& o) noexcept {
   if (this != &o) {
-    if (block_) {
-      SysError ignored;
-      collect(true, &ignored);
-    }
+    if (block_) drop(this);
     block_ = o.block_;
     o.block_ = nullptr;
   }
@@ -256,20 +271,31 @@ PendingExec& PendingExec::operator=(PendingExec&& o) noexcept {
 }
 
 PendingExec::~PendingExec() {
-  if (!block_) return;
-  SysError ignored;
-  collect(true, &ignored);
+  if (block_) drop(this);
 }
 
-bool PendingExec::collect(bool block, SysError* failed) {
+void PendingExec::abandon() { block_ = nullptr; }
+
+bool PendingExec::collect(int timeout_ms, SysError* failed) {
   if (!block_) return true;
+  const uint64_t deadline = timeout_ms > 0 ? monotonic_ms() + static_cast<uint64_t>(timeout_ms) : 0;
   for (;;) {
     uint32_t v = __atomic_load_n(&block_->running, __ATOMIC_ACQUIRE);
     if (v == 0) break;
-    if (!block) return false;
+    if (timeout_ms == 0) return false;
+    timespec rel{};
+    timespec* wait = nullptr;
+    if (timeout_ms > 0) {
+      uint64_t now = monotonic_ms();
+      if (now >= deadline) return false;
+      uint64_t left = deadline - now;
+      rel.tv_sec = static_cast<time_t>(left / 1000);
+      rel.tv_nsec = static_cast<long>((left % 1000) * 1000000);
+      wait = &rel;
+    }
     // A shared (not private) futex: the kernel's wake at the clear is one.
-    // EAGAIN (cleared meanwhile) and EINTR only mean: look again.
-    syscall(SYS_futex, &block_->running, FUTEX_WAIT, v, nullptr, nullptr, 0);
+    // EAGAIN (cleared meanwhile), EINTR and ETIMEDOUT only mean: look again.
+    syscall(SYS_futex, &block_->running, FUTEX_WAIT, v, wait, nullptr, 0);
   }
   const ChildArgs& a = block_->prep.args;
   *failed = a.stage != kStageNone ? stage_error(a.stage, a.err, block_->req) : SysError::none();

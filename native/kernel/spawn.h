@@ -77,15 +77,20 @@ class PendingExec {
   PendingExec& operator=(PendingExec&&) noexcept;
   PendingExec(const PendingExec&) = delete;
   PendingExec& operator=(const PendingExec&) = delete;
-  // Waits for the report (a child that never reports cannot exist: its exec
-  // or its exit clears the word).
+  // Waits for the report (its exec or its exit clears the word), up to a
+  // second: a child held before its exec (frozen by someone who may write
+  // its cgroup's parent) must not hang whoever drops it. Past that the
+  // memory is left to it, never freed under it.
   ~PendingExec();
 
   bool pending() const { return block_ != nullptr; }
-  // false: no report yet (only when !block). true: the report is in, the
-  // memory is freed, and *failed is the step that failed, or none: it exec'd.
-  // A failed child has exited, and is reaped by whoever holds its pidfd.
-  bool collect(bool block, SysError* failed);
+  // Waits up to timeout_ms (0: not at all, -1: for ever). false: no report
+  // yet. true: the report is in, the memory is freed, and *failed is the
+  // step that failed, or none: it exec'd. A failed child has exited, and is
+  // reaped by whoever holds its pidfd.
+  bool collect(int timeout_ms, SysError* failed);
+  // Forgets the block without freeing it: its child may still run on it.
+  void abandon();
 
  private:
   friend SysError spawn_process_started(SpawnRequest* req, SpawnResult* out, PendingExec* pending);

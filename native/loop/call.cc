@@ -96,11 +96,22 @@ void Call::on_broker_lost(const SysError& e) {
 void Call::collect_exec() {
   if (!exec_.pending()) return;
   SysError failed;
-  exec_.collect(true, &failed);
-  if (failed) {
-    exec_error_ = failed;
-    exit_posted_ = true;  // no exit event for a command that never ran
+  // Bounded: a child held before its exec (its cgroup frozen from above by
+  // whoever may write there) must not hang the loop. It is then taken as
+  // started, and is not waited for again.
+  if (!exec_.collect(exec_unknown_ ? 0 : kExecReportWaitMs, &failed)) {
+    exec_unknown_ = true;
+    return;
   }
+  if (!failed) return;
+  if (exec_unknown_) {
+    // Reported as started already: the failed step is an error of a call
+    // that ran, whose exit (127) follows.
+    post_error(failed);
+    return;
+  }
+  exec_error_ = failed;
+  exit_posted_ = true;  // no exit event for a command that never ran
 }
 
 SysError Call::settle_exec() {

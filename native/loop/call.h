@@ -63,8 +63,9 @@ class Call : public LadderHost {
   // everything acting on the command (a signal, a ladder, members()) also
   // does first, so that it acts on what the command exec'd.
   void set_pending_exec(PendingExec exec) { exec_ = std::move(exec); }
-  // Waits for that report if it is not in yet. Returns the step that
-  // failed, or none: it exec'd (or there was no pending exec).
+  // Waits for that report if it is not in yet, for half a second at most
+  // (then the command counts as started). Returns the step that failed, or
+  // none: it exec'd, counts as started, or there was no pending exec.
   SysError settle_exec();
 
   // Registers the main process (and control socket) with the reactor. The
@@ -172,6 +173,9 @@ class Call : public LadderHost {
   bool main_watched_ = false;
   bool control_watched_ = false;
   SysError exec_error_;        // the step of a pending exec that failed
+  // The exec report did not come within kExecReportWaitMs: taken as started.
+  bool exec_unknown_ = false;
+  static constexpr int kExecReportWaitMs = 500;
   int events_wd_ = -1;         // inotify watch of cgroup.events, added lazily
   bool polling_ = false;       // a tier without emptiness events is being watched
   bool main_polled_ = false;   // the reactor could not take the main pidfd

@@ -613,12 +613,13 @@ TEST(started_spawn_returns_before_the_exec_and_reports_it_later) {
   CHECK(pending.pending());
   CHECK(r.pid > 0);
   SysError failed;
-  CHECK(!pending.collect(false, &failed));
+  CHECK(!pending.collect(0, &failed));
+  CHECK(!pending.collect(50, &failed));  // still frozen: the wait ends, the report is not in
   std::vector<pid_t> members;
   cg.read_procs(&members);
   CHECK_EQ(members.size(), size_t{1});
   CHECK_EQ(cg.write_file("cgroup.freeze", "0").err, 0);
-  CHECK(pending.collect(true, &failed));
+  CHECK(pending.collect(-1, &failed));
   CHECK(!pending.pending());
   CHECK_EQ(failed.err, 0);
   st = fixtures::wait_exit(r.pidfd.get());
@@ -630,7 +631,7 @@ TEST(started_spawn_returns_before_the_exec_and_reports_it_later) {
   SpawnResult m;
   proctree::PendingExec pm;
   CHECK_EQ(proctree::spawn_process_started(&missing, &m, &pm).err, 0);
-  CHECK(pm.collect(true, &failed));
+  CHECK(pm.collect(-1, &failed));
   CHECK_EQ(failed.err, ENOENT);
   CHECK_EQ(std::string(failed.syscall), "execve");
   st = fixtures::wait_exit(m.pidfd.get());
