@@ -60,6 +60,21 @@ function record(call: ToolCall): { events: string[]; out: string[]; closed: Prom
 
 const cgroupTier = capabilities().tier === 'cgroup';
 
+/**
+ * A supervisor whose cgroup subtree is frozen (the caller thaws it): a call
+ * of its own keeps the subtree there, and is the process's first spawn,
+ * which learns how the kernel clones.
+ */
+async function frozenSubtree(): Promise<{ sup: Supervisor; keeper: ToolCall; subtree: string }> {
+  const sup = supervisor();
+  const keeper = sup.spawn('sleep', ['30'], { stdio: 'ignore' });
+  await once(keeper, 'spawn');
+  cgroups.push(keeper.cgroup as string);
+  const subtree = path.dirname(keeper.cgroup as string);
+  fs.writeFileSync(`${subtree}/cgroup.freeze`, '1');
+  return { sup, keeper, subtree };
+}
+
 describe('spawn does not wait for the exec', () => {
   it('in a burst, each call is Node-shaped: its own pid, spawn before its output, no spawn for one that failed', async () => {
     const sup = supervisor();
@@ -108,14 +123,7 @@ describe('spawn does not wait for the exec', () => {
   });
 
   it.skipIf(!cgroupTier)('spawn() is back before the child ran one instruction of its own (its leaf frozen)', async () => {
-    const sup = supervisor();
-    // Keeps the call's subtree there to freeze; the first spawn of a
-    // process also learns how the kernel clones.
-    const keeper = sup.spawn('sleep', ['30'], { stdio: 'ignore' });
-    await once(keeper, 'spawn');
-    cgroups.push(keeper.cgroup as string);
-    const subtree = path.dirname(keeper.cgroup as string);
-    fs.writeFileSync(`${subtree}/cgroup.freeze`, '1');
+    const { sup, keeper, subtree } = await frozenSubtree();
     let call: ToolCall;
     try {
       // Its leaf is below a frozen cgroup: the child is frozen before it
@@ -139,14 +147,9 @@ describe('spawn does not wait for the exec', () => {
   });
 
   it.skipIf(!cgroupTier)('a child held before its exec by someone else (its subtree frozen) does not hang the harness; terminate() still ends it', async () => {
-    const sup = supervisor();
-    const keeper = sup.spawn('sleep', ['30'], { stdio: 'ignore' });
-    await once(keeper, 'spawn');
-    cgroups.push(keeper.cgroup as string);
-    const subtree = path.dirname(keeper.cgroup as string);
     // What a hostile command may do to the harness's cgroup that holds it
     // (here the test does it): freeze it, and never thaw it.
-    fs.writeFileSync(`${subtree}/cgroup.freeze`, '1');
+    const { sup, keeper, subtree } = await frozenSubtree();
     try {
       const held = sup.spawn('echo', ['never printed']);
       cgroups.push(held.cgroup as string);
