@@ -11,25 +11,13 @@ import { once } from 'node:events';
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
 import { capabilities, Supervisor, type ToolCall } from '../dist/cjs/index.js';
-import { cgroupMembers, killCgroup } from './helpers';
+import { cgroupMembers } from './helpers';
+import { fileSupervisors } from './supervisors';
 
-const supervisors: Supervisor[] = [];
-const cgroups: string[] = [];
-let n = 0;
-
-function supervisor(): Supervisor {
-  const sup = new Supervisor({ name: `execreport-${process.pid}-${++n}` });
-  supervisors.push(sup);
-  return sup;
-}
-
-afterAll(async () => {
-  for (const sup of supervisors) await sup.shutdown({ grace: 0 }).catch(() => undefined);
-  for (const cg of cgroups) killCgroup(cg);
-});
+const { supervisor, cgroups } = fileSupervisors('execreport');
 
 /**
  * Every event of a call, in order, with what 'data' carried. 'exit' and the

@@ -12,21 +12,14 @@ import { once } from 'node:events';
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
 import { spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
 import { liveCalls } from '../dist/cjs/cli/ps.js';
-import { cgroupExists, cgroupMembers, killCgroup } from './helpers';
+import { cgroupExists, cgroupMembers } from './helpers';
+import { fileSupervisors } from './supervisors';
 
-const supervisors: Supervisor[] = [];
-const cgroups: string[] = [];
-let n = 0;
-
-function supervisor(): Supervisor {
-  const sup = new Supervisor({ name: `reuse-${process.pid}-${++n}` });
-  supervisors.push(sup);
-  return sup;
-}
+const { supervisor, cgroups } = fileSupervisors('reuse');
 
 const closing = new WeakMap<ToolCall, Promise<unknown>>();
 
@@ -38,16 +31,17 @@ function track(call: ToolCall): ToolCall {
 
 const closed = (call: ToolCall): Promise<unknown> => closing.get(call) as Promise<unknown>;
 
-afterAll(async () => {
-  for (const sup of supervisors) await sup.shutdown({ grace: 0 }).catch(() => undefined);
-  for (const cg of cgroups) killCgroup(cg);
-});
+/** A `true` run to its 'close': the leaf it had is kept for the next call, unless something spoilt it. */
+async function ranTrue(sup: Supervisor): Promise<ToolCall> {
+  const call = track(sup.spawn('true', [], { stdio: 'ignore' }));
+  await closed(call);
+  return call;
+}
 
 describe('cgroup leaves reused across calls', () => {
   it('a leaf is reused only after its call ended, and holds only the new call', async () => {
     const sup = supervisor();
-    const a = track(sup.spawn('true', [], { stdio: 'ignore' }));
-    await closed(a);
+    const a = await ranTrue(sup);
     // Empty, unfrozen, nothing below: the kernel says so, not our bookkeeping.
     expect(cgroupMembers(a.cgroup as string)).toEqual([]);
     expect(fs.readFileSync(`${a.cgroup}/cgroup.events`, 'utf8')).toMatch(/populated 0\nfrozen 0/);
@@ -90,15 +84,13 @@ describe('cgroup leaves reused across calls', () => {
     await a.terminate({ grace: 1000 });
     await closed(a);
     expect(cgroupExists(a.cgroup)).toBe(false);
-    const b = track(sup.spawn('true', [], { stdio: 'ignore' }));
-    await closed(b);
+    const b = await ranTrue(sup);
     expect(b.cgroup).not.toBe(a.cgroup);
   });
 
   it('a leaf with cgroups of its own below it is removed, never reused', async () => {
     const sup = supervisor();
-    const a = track(sup.spawn('true', [], { stdio: 'ignore' }));
-    await closed(a);
+    const a = await ranTrue(sup);
     // The command makes a cgroup in its own leaf (told its path on stdin).
     const b = track(sup.spawn('sh', ['-c', 'read leaf && mkdir "$leaf/nested"'], { stdio: ['pipe', 'ignore', 'ignore'] }));
     await once(b, 'spawn');
@@ -107,8 +99,7 @@ describe('cgroup leaves reused across calls', () => {
     await closed(b);
     expect(b.exitCode).toBe(0);
     expect(cgroupExists(b.cgroup)).toBe(false);
-    const c = track(sup.spawn('true', [], { stdio: 'ignore' }));
-    await closed(c);
+    const c = await ranTrue(sup);
     expect(c.cgroup).not.toBe(b.cgroup);
   });
 
@@ -124,16 +115,14 @@ describe('cgroup leaves reused across calls', () => {
     process.kill(a.pid as number, 'SIGKILL');
     await closed(a);
     expect(cgroupExists(leaf)).toBe(false);
-    const b = track(sup.spawn('true', [], { stdio: 'ignore' }));
-    await closed(b);
+    const b = await ranTrue(sup);
     expect(b.cgroup).not.toBe(leaf);
     expect(b.exitCode).toBe(0);
   });
 
   it('a kept leaf removed behind our back: the next call starts in a new one, not in an error', async () => {
     const sup = supervisor();
-    const a = track(sup.spawn('true', [], { stdio: 'ignore' }));
-    await closed(a);
+    const a = await ranTrue(sup);
     // An empty cgroup is anyone's to rmdir who may write the subtree.
     fs.rmdirSync(a.cgroup as string);
     const b = track(sup.spawn('true', [], { stdio: 'ignore' }));
@@ -150,8 +139,7 @@ describe('cgroup leaves reused across calls', () => {
     const busy = 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done';
     const a = track(sup.spawn('sh', ['-c', busy], { stdio: 'ignore' }));
     await closed(a);
-    const b = track(sup.spawn('true', [], { stdio: 'ignore' }));
-    await closed(b);
+    const b = await ranTrue(sup);
     expect(b.cgroup).toBe(a.cgroup);
     const ua = a.usage as { userMs: number; systemMs: number; source: string };
     const ub = b.usage as { userMs: number; systemMs: number; source: string };
@@ -164,8 +152,7 @@ describe('cgroup leaves reused across calls', () => {
 
   it("a job's id is its leaf's name, as `proctree ps` shows it, and its leaf never serves another call", async () => {
     const sup = supervisor();
-    const a = track(sup.spawn('true', [], { stdio: 'ignore' }));
-    await closed(a);
+    const a = await ranTrue(sup);
     const b = track(sup.spawn('sleep', ['30'], { background: true }));
     await once(b, 'spawn');
     expect(b.cgroup).toBe(a.cgroup);
@@ -177,8 +164,7 @@ describe('cgroup leaves reused across calls', () => {
     expect(sup.job(b.jobId as string)?.info().usage?.userMs ?? 0).toBeLessThan(50);
     await sup.job(b.jobId as string)?.stop({ grace: 0 });
     await closed(b);
-    const c = track(sup.spawn('true', [], { stdio: 'ignore' }));
-    await closed(c);
+    const c = await ranTrue(sup);
     expect(c.cgroup).not.toBe(b.cgroup);
   });
 

@@ -4,14 +4,13 @@
 // (only so that the bench can count and remove what they leave behind; none
 // of them sees that cgroup).
 import cp from 'node:child_process';
-import fs from 'node:fs';
 import { once } from 'node:events';
 
 import { execa } from 'execa';
 import { spawn as proctreeSpawn } from 'proctree';
 import treeKill from 'tree-kill';
 
-import { liveMembers, members, procStat } from './cgroup.mjs';
+import { cgroupKill, liveMembers, members, procStat } from './cgroup.mjs';
 import { sleep } from './stats.mjs';
 
 function exitPromise(child) {
@@ -56,6 +55,18 @@ class Baseline {
     this.hasExited = e.hasExited;
   }
 
+  /** What cp.spawn gets besides stdio 'ignore' (killpg: its own group). */
+  static spawnOptions = {};
+
+  /** Starts `file` in a trial cgroup of its own, as a harness using this method would. */
+  static start(harness, file, args) {
+    const treeDir = harness.openTrial();
+    const child = harness.startInside(treeDir, () => cp.spawn(file, args, { ...this.spawnOptions, stdio: 'ignore' }));
+    const h = new this(harness, child);
+    h.treeDir = treeDir;
+    return h;
+  }
+
   /** Stops the tree as this method does; `settled` defaults to the main process's exit. */
   cleanup(grace, settled = () => this.exited) {
     return ladder(this, grace, settled);
@@ -69,13 +80,7 @@ class Baseline {
 /** detached: true (a new session and group), then kill(-pgid): what most agent harnesses do. */
 class Killpg extends Baseline {
   static label = 'killpg';
-  static start(harness, file, args) {
-    const dir = harness.openTrial();
-    const child = harness.startInside(dir, () => cp.spawn(file, args, { detached: true, stdio: 'ignore' }));
-    const h = new Killpg(harness, child);
-    h.treeDir = dir;
-    return h;
-  }
+  static spawnOptions = { detached: true };
 
   // Signals the group only while one of our processes is still in it: once
   // the group is empty its number may be handed out again.
@@ -110,33 +115,19 @@ class Killpg extends Baseline {
  */
 class CgroupKill extends Baseline {
   static label = 'cgroup.kill (floor)';
-  static start(harness, file, args) {
-    const dir = harness.openTrial();
-    const child = harness.startInside(dir, () => cp.spawn(file, args, { stdio: 'ignore' }));
-    const h = new CgroupKill(harness, child);
-    h.treeDir = dir;
-    return h;
-  }
 
   async term() {
-    fs.writeFileSync(`${this.treeDir}/cgroup.kill`, '1');
+    cgroupKill(this.treeDir);
   }
 
   async kill() {
-    fs.writeFileSync(`${this.treeDir}/cgroup.kill`, '1');
+    cgroupKill(this.treeDir);
   }
 }
 
 /** child.kill(): the main process only. */
 class ChildKill extends Baseline {
   static label = 'child.kill()';
-  static start(harness, file, args) {
-    const dir = harness.openTrial();
-    const child = harness.startInside(dir, () => cp.spawn(file, args, { stdio: 'ignore' }));
-    const h = new ChildKill(harness, child);
-    h.treeDir = dir;
-    return h;
-  }
 
   async term() {
     this.child.kill('SIGTERM');
@@ -152,13 +143,6 @@ const treeKillAsync = (pid, sig) => new Promise((resolve) => treeKill(pid, sig, 
 /** tree-kill: a `ps --ppid` walk from the main process, then a signal to each pid found. */
 class TreeKill extends Baseline {
   static label = 'tree-kill';
-  static start(harness, file, args) {
-    const dir = harness.openTrial();
-    const child = harness.startInside(dir, () => cp.spawn(file, args, { stdio: 'ignore' }));
-    const h = new TreeKill(harness, child);
-    h.treeDir = dir;
-    return h;
-  }
 
   // tree-kill signals the root pid even when the walk finds nothing: once our
   // child is reaped that number may belong to someone else, so not then.
