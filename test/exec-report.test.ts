@@ -47,6 +47,7 @@ function record(call: ToolCall): { events: string[]; out: string[]; closed: Prom
 }
 
 const cgroupTier = capabilities().tier === 'cgroup';
+const setpriv = ['/usr/bin/setpriv', '/bin/setpriv'].find((f) => fs.existsSync(f));
 
 /**
  * A supervisor whose cgroup subtree is frozen (the caller thaws it): a call
@@ -160,6 +161,46 @@ describe('spawn does not wait for the exec', () => {
     }
     keeper.kill('SIGKILL');
     await once(keeper, 'close');
+  });
+
+  it.skipIf(!cgroupTier)('with a terminal or a uid/gid, a frozen subtree does not hang spawn() either (the uid report is waited for a bounded time)', async () => {
+    // A uid or gid that cannot be taken is an error Node throws from
+    // spawn(), so that report is waited for at spawn(); a terminal's command
+    // is cloned like any other. Before, both waited in a vfork, for ever.
+    const { sup, keeper, subtree } = await frozenSubtree();
+    const held: ToolCall[] = [];
+    try {
+      const uid = process.getuid?.() ?? 0;
+      const gid = process.getgid?.() ?? 0;
+      const t0 = performance.now();
+      held.push(sup.spawn('echo', ['never printed'], { pty: true }));
+      held.push(sup.spawn('echo', ['never printed'], { uid, gid }));
+      // Back within the bounded wait (500 ms for the uid call), not at the thaw.
+      expect(performance.now() - t0).toBeLessThan(5000);
+      for (const call of held) cgroups.push(call.cgroup as string);
+      const reports = await Promise.all(held.map((call) => call.terminate({ grace: 50 })));
+      for (const [i, call] of held.entries()) {
+        expect(call.signalCode).toBe('SIGKILL');
+        expect(reports[i].leftovers).toEqual([]);
+        expect(cgroupMembers(call.cgroup as string)).toEqual([]);
+      }
+    } finally {
+      fs.writeFileSync(`${subtree}/cgroup.freeze`, '0');
+    }
+    keeper.kill('SIGKILL');
+    await once(keeper, 'close');
+  });
+
+  it.skipIf(!setpriv || process.getuid?.() !== 0)('a uid the command cannot take still throws EPERM from spawn(), as in Node', async () => {
+    // Root without CAP_SETUID/CAP_SETGID: the child's setgroups fails. The
+    // first spawn of a process waits in a vfork; the second is cloned and
+    // its report waited for at spawn(): both throw, as child_process does.
+    const script = `const { spawn } = require(${JSON.stringify(path.resolve('dist/cjs/index.js'))});
+      const cp = require('node:child_process');
+      const tryIt = (f) => { try { f('true', [], { uid: 65534, stdio: 'ignore' }); return 'no throw'; } catch (e) { return e.code + ' ' + e.syscall; } };
+      console.log([tryIt(cp.spawn), tryIt(spawn), tryIt(spawn)].join(','));`;
+    const r = await supervisor().run(setpriv as string, ['--bounding-set=-setuid,-setgid', process.execPath, '-e', script]);
+    expect(r.stdout.trim()).toBe('EPERM spawn,EPERM spawn,EPERM spawn');
   });
 
   it('kill() and terminate() right after spawn() act on the command, not on the child before its exec', async () => {

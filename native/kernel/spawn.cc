@@ -307,8 +307,7 @@ bool PendingExec::collect(int timeout_ms, SysError* failed) {
 }
 
 bool can_spawn_started(const SpawnRequest& req) {
-  return g_report_mode.load(std::memory_order_relaxed) == kSharedMemory && clone3_available() && !req.set_uid &&
-         !req.set_gid && req.ns_flags == 0 && !req.controlling_tty &&
+  return g_report_mode.load(std::memory_order_relaxed) == kSharedMemory && clone3_available() && req.ns_flags == 0 &&
          g_started_unreported.load(std::memory_order_relaxed) < kMaxStartedUnreported;
 }
 
@@ -345,6 +344,15 @@ SysError spawn_process_started(SpawnRequest* req, SpawnResult* out, PendingExec*
   pending->block_ = b.release();
   g_started_unreported.fetch_add(1, std::memory_order_relaxed);
   return SysError::none();
+}
+
+SysError spawn_process_bounded(SpawnRequest* req, SpawnResult* out, PendingExec* pending, int wait_ms) {
+  if (SysError e = spawn_process_started(req, out, pending)) return e;
+  SysError failed;
+  if (!pending->collect(wait_ms, &failed) || !failed) return SysError::none();
+  reap(out->pidfd.get());
+  *out = SpawnResult();
+  return failed;
 }
 
 }  // namespace proctree

@@ -98,14 +98,22 @@ class PendingExec {
 };
 
 // Whether spawn_process_started can be used for this request: a real
-// CLONE_VM (not an emulator's fork) seen on an earlier spawn, clone3, and a
-// request whose failure Node reports synchronously (uid, gid) excluded.
+// CLONE_VM (not an emulator's fork) seen on an earlier spawn, clone3, no new
+// namespace, and not too many reports uncollected.
 bool can_spawn_started(const SpawnRequest& req);
 
 // Like spawn_process, but returns as soon as the child exists: *out has its
 // pid and pidfd, *pending its report. Errors returned are the clone's own
 // (or pipe2's, mmap's); *req is moved from only when the child exists.
 SysError spawn_process_started(SpawnRequest* req, SpawnResult* out, PendingExec* pending);
+
+// spawn_process_started, then the report waited for up to wait_ms: a step
+// that failed within that time is returned as spawn_process returns it (the
+// child reaped, *out empty). For a request whose failure Node reports
+// synchronously (uid, gid), without the unbounded wait of a vfork: a child
+// held before its exec (its cgroup frozen by someone) leaves the report in
+// *pending, to be read later like any other.
+SysError spawn_process_bounded(SpawnRequest* req, SpawnResult* out, PendingExec* pending, int wait_ms);
 
 // Whether close_range(CLOSE_RANGE_CLOEXEC) works here (Linux 5.11), asked
 // once. PROCTREE_TEST_NO_CLOSE_RANGE=1 answers no, so the fallback can be

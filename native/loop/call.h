@@ -48,6 +48,11 @@ class Environment;
 
 class Call : public LadderHost {
  public:
+  // How long an exec report is waited for where one is needed (the tick
+  // after spawn, a signal, a ladder; spawn() itself for a uid or gid). A
+  // child held before its exec longer than this counts as started.
+  static constexpr int kExecReportWaitMs = 500;
+
   // control: the shim's control socket (shim tiers), else empty; then the
   // call starts in the "starting" state until the shim reports the exec.
   Call(Environment* env, uint64_t id, SpawnResult main, std::unique_ptr<Confinement> confinement, Fd control);
@@ -175,7 +180,6 @@ class Call : public LadderHost {
   SysError exec_error_;        // the step of a pending exec that failed
   // The exec report did not come within kExecReportWaitMs: taken as started.
   bool exec_unknown_ = false;
-  static constexpr int kExecReportWaitMs = 500;
   int events_wd_ = -1;         // inotify watch of cgroup.events, added lazily
   bool polling_ = false;       // a tier without emptiness events is being watched
   bool main_polled_ = false;   // the reactor could not take the main pidfd
