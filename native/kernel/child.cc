@@ -132,10 +132,15 @@ PROCTREE_CHILD_ENTRY int child_main(void* arg) {
     r = raw::syscall2(__NR_setgroups, 0, 0);
     if (r < 0) child_fail(a, kStageSetgroups, r);
     r = raw::syscall1(__NR_setgid, a->gid);
+    if (r == -EINVAL && a->uid_map) r = -EPERM;  // as for setuid below
     if (r < 0) child_fail(a, kStageSetgid, r);
   }
   if (a->set_uid) {
     r = raw::syscall1(__NR_setuid, a->uid);
+    // In the user namespace of the pidns tier only the harness's own uid is
+    // mapped: any other is "invalid" there, and what the harness's user may
+    // not take (EPERM, as Node reports it) outside.
+    if (r == -EINVAL && a->uid_map) r = -EPERM;
     if (r < 0) child_fail(a, kStageSetuid, r);
   }
 
