@@ -410,6 +410,28 @@ describe("9. Node's codes, and uid/gid failures thrown as Node throws them", () 
   });
 });
 
+describe('a harness that dropped root with process.setuid()', () => {
+  it.skipIf(process.getuid?.() !== 0)('still runs calls: its tier is one that works for a process that is not dumpable', () => {
+    // After setuid() a process is not dumpable: its /proc files are root's,
+    // so a child cannot write its own uid_map before exec, and the pidns
+    // tier (a user namespace when not root) cannot start anything. The probe
+    // does that write too, so another tier is chosen.
+    const script = `
+      process.setgid(65534); process.setuid(65534);
+      const { spawn, capabilities } = require(${JSON.stringify(path.join(root, 'dist/cjs/index.js'))});
+      const c = spawn('id', ['-u']);
+      let out = '';
+      c.stdout.on('data', (d) => (out += d));
+      c.on('error', (e) => console.log(JSON.stringify({ error: e.code, step: e.step })));
+      c.on('close', (code) => console.log(JSON.stringify({ tier: capabilities().tier, code, out })));
+    `;
+    const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 20_000 });
+    const last = JSON.parse(r.stdout.trim().split('\n').pop() as string);
+    expect(last).toMatchObject({ code: 0, out: '65534\n' });
+    expect(last.tier).not.toBe('pidns');
+  });
+});
+
 describe('10. options nobody reads are reported; Node-only options accepted', () => {
   // process.emitWarning delivers on a later tick.
   async function warningsOf(fn: () => void): Promise<Array<{ code?: string; message: string }>> {

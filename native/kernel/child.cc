@@ -40,15 +40,6 @@ const char* child_stage_syscall(int stage) {
 
 namespace {
 
-// open + write + close; 0 or -errno.
-inline PROCTREE_CHILD_SIDE long write_proc_file(const char* path, const char* text, long len) {
-  long fd = raw::syscall4(__NR_openat, AT_FDCWD, reinterpret_cast<long>(path), O_WRONLY | O_CLOEXEC, 0);
-  if (fd < 0) return fd;
-  long r = raw::syscall3(__NR_write, fd, reinterpret_cast<long>(text), len);
-  raw::syscall1(__NR_close, fd);
-  return r < 0 ? r : 0;
-}
-
 [[noreturn]] inline PROCTREE_CHILD_SIDE void child_fail(ChildArgs* a, int stage, long neg_err) {
   a->stage = stage;
   a->err = static_cast<int>(-neg_err);
@@ -70,11 +61,11 @@ PROCTREE_CHILD_ENTRY int child_main(void* arg) {
   // one mapping an unprivileged process may write for itself), setgroups
   // denied first as the kernel requires for gid_map.
   if (a->uid_map) {
-    r = write_proc_file("/proc/self/setgroups", "deny", 4);
+    r = raw::write_file("/proc/self/setgroups", "deny", 4);
     if (r < 0 && r != -ENOENT) child_fail(a, kStageUserns, r);
-    r = write_proc_file("/proc/self/uid_map", a->uid_map, a->uid_map_len);
+    r = raw::write_file("/proc/self/uid_map", a->uid_map, a->uid_map_len);
     if (r < 0) child_fail(a, kStageUserns, r);
-    r = write_proc_file("/proc/self/gid_map", a->gid_map, a->gid_map_len);
+    r = raw::write_file("/proc/self/gid_map", a->gid_map, a->gid_map_len);
     if (r < 0) child_fail(a, kStageUserns, r);
   }
 

@@ -29,6 +29,10 @@ namespace {
 struct ChildTask {
   bool subreaper;  // try PR_SET_CHILD_SUBREAPER, exit with its errno
   int procs_fd;    // clone fallback: join this cgroup.procs first
+  // In a new user namespace: map our uid as a call's child does (a harness
+  // that changed its uid is not dumpable, and that write fails).
+  const char* uid_map = nullptr;
+  long uid_map_len = 0;
 };
 
 // The throwaway child: raw syscalls only (it shares our memory), then exit
@@ -37,6 +41,7 @@ __attribute__((no_sanitize("address", "undefined"))) int probe_child(void* arg) 
   const ChildTask* t = static_cast<const ChildTask*>(arg);
   long r = 0;
   if (t->procs_fd >= 0) r = raw::syscall3(__NR_write, t->procs_fd, reinterpret_cast<long>("0"), 1);
+  if (r >= 0 && t->uid_map) r = raw::write_file("/proc/self/uid_map", t->uid_map, t->uid_map_len);
   if (r >= 0 && t->subreaper) r = raw::syscall2(__NR_prctl, PR_SET_CHILD_SUBREAPER, 1);
   for (;;) raw::syscall1(__NR_exit, r < 0 ? -r : 0);
 }
@@ -206,7 +211,9 @@ HostProbes probe_host(const std::string& helper, ChildStack& stack) {
   // PID namespace: directly (root), else inside a user namespace.
   const char* how = clone3_available() ? "clone3" : "clone";
   int ns = run_child(stack, CLONE_NEWPID, -1, ChildTask{false, -1});
-  int uns = run_child(stack, CLONE_NEWUSER | CLONE_NEWPID, -1, ChildTask{false, -1});
+  const std::string uid_map = std::to_string(geteuid()) + " " + std::to_string(geteuid()) + " 1\n";
+  ChildTask in_userns{false, -1, uid_map.c_str(), static_cast<long>(uid_map.size())};
+  int uns = run_child(stack, CLONE_NEWUSER | CLONE_NEWPID, -1, in_userns);
   set(&h.userns, uns, how, "CLONE_NEWUSER|CLONE_NEWPID");
   set(&h.pidns, ns == 0 ? 0 : uns, how, ns == 0 ? "CLONE_NEWPID" : "CLONE_NEWUSER|CLONE_NEWPID");
 

@@ -3,6 +3,9 @@
 // malloc or any lock: these return -errno in the result instead.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/syscall.h>
+
 namespace proctree::raw {
 
 #if defined(__x86_64__)
@@ -42,6 +45,15 @@ __attribute__((always_inline)) inline long syscall2(long n, long a, long b) { re
 __attribute__((always_inline)) inline long syscall3(long n, long a, long b, long c) { return syscall6(n, a, b, c, 0, 0, 0); }
 __attribute__((always_inline)) inline long syscall4(long n, long a, long b, long c, long d) {
   return syscall6(n, a, b, c, d, 0, 0);
+}
+
+// open + write + close of a small file (/proc/self/uid_map); 0 or -errno.
+__attribute__((always_inline)) inline long write_file(const char* path, const char* text, long len) {
+  long fd = syscall4(__NR_openat, AT_FDCWD, reinterpret_cast<long>(path), O_WRONLY | O_CLOEXEC, 0);
+  if (fd < 0) return fd;
+  long r = syscall3(__NR_write, fd, reinterpret_cast<long>(text), len);
+  syscall1(__NR_close, fd);
+  return r < 0 ? r : 0;
 }
 
 }  // namespace proctree::raw
