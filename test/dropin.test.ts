@@ -652,7 +652,9 @@ describe('hardening (issue 18, JS side)', () => {
     const t = newToken();
     try {
       const r = await within(
-        run('bash', ['-c', `setsid sleep ${t} & echo started`], { confinement: 'pgroup', timeout: 300, grace: 20_000 }),
+        // 2 s, not less: on a loaded machine bash may not have said
+        // "started" yet when a shorter timeout ends it.
+        run('bash', ['-c', `setsid sleep ${t} & echo started`], { confinement: 'pgroup', timeout: 2000, grace: 20_000 }),
         10_000,
         'run()',
       );
