@@ -157,6 +157,20 @@ describe('kernels without cgroup.kill (PROCTREE_TEST_NO_CGROUP_KILL=1)', () => {
   });
 });
 
+describe('a guardian killed while the harness runs', () => {
+  it('is started again by a later spawn, and kills every call of the harness SIGKILLed after', async () => {
+    const t = token();
+    const { child, info } = await harness<{ old: number; now: number }>('guardian-killed', t);
+    expect(info.old).toBeGreaterThan(0);
+    expect(info.now).toBeGreaterThan(0);
+    expect(info.now).not.toBe(info.old);
+    expect(await waitForLive(t, 6, 'sleep')).toHaveLength(6);
+    await sigkill(child);
+    await waitUntil(() => liveWith(t, 'sleep').length === 0, 3000);
+    expect(liveWith(t, 'sleep')).toEqual([]);
+  });
+});
+
 describe('kernels without cgroup.kill, the exit hook', () => {
   it('a harness exiting normally stops every call (freeze + SIGKILL rounds) before it is gone', async () => {
     const t = token();

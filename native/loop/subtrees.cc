@@ -32,8 +32,15 @@ SysError Subtrees::make_leaf(const std::string& group, uint64_t id, const std::s
     if (SysError e = CgroupDir::create(loc.own_path + "/" + group, ours, &made.dir)) return e;
     made_.insert(group);
     g = groups_.emplace(group, std::move(made)).first;
-    // Checked once per subtree made, not per call: the guardian watches
-    // every subtree of this harness by its prefix.
+    guardian_checked_ms_ = 0;
+  }
+  // Checked when a subtree is made, and at most once a second otherwise (a
+  // poll of its pidfd): a guardian killed (by a same-uid call, the OOM
+  // killer) while calls keep coming is started again, and it watches every
+  // subtree of this harness by its prefix.
+  const uint64_t now = uv_now(loop_);
+  if (guardian_checked_ms_ == 0 || now - guardian_checked_ms_ >= kGuardianCheckMs) {
+    guardian_checked_ms_ = now == 0 ? 1 : now;
     GuardianInfo info;
     *guardian_error = ensure_guardian(helper, loc.own_path, subtree_prefix(), stack, &info);
   }

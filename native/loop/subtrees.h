@@ -39,7 +39,7 @@ class Subtrees : public LeafPool {
 
   // A leaf for call `id` in subtree `group`: one kept from an earlier call
   // (*kept; *base: its counters), else a new one, c<id>. *guardian_error is set when the
-  // subtree was made now and the guardian could not be started (the call
+  // guardian was found dead (or never started) and could not be started (the call
   // still runs; it is stopped on a normal exit, not on SIGKILL).
   SysError make_leaf(const std::string& group, uint64_t id, const std::string& helper, ChildStack& stack,
                      CgroupDir* out, CpuCounters* base, bool* kept, SysError* guardian_error);
@@ -65,6 +65,8 @@ class Subtrees : public LeafPool {
   // Leaves kept per subtree: enough for a harness that keeps this many short
   // calls in flight; each holds one descriptor (its directory).
   static constexpr size_t kPoolMax = 16;
+  // How often a spawn into an existing subtree checks the guardian.
+  static constexpr uint64_t kGuardianCheckMs = 1000;
 
  private:
   struct Pooled {
@@ -85,6 +87,7 @@ class Subtrees : public LeafPool {
   // Every subtree name this environment made: only those may be reopened.
   std::set<std::string> made_;
   uv_timer_t* linger_ = nullptr;
+  uint64_t guardian_checked_ms_ = 0;  // uv_now() of the last check, 0: never
   void (*closed_)(void*) = nullptr;
   void* closed_arg_ = nullptr;
 };
