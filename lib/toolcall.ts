@@ -540,6 +540,15 @@ export class ToolCall extends EventEmitter {
     return this.#pid;
   }
 
+  /**
+   * `pid` as Node has it once known: an own, enumerable data property
+   * (Object.keys, spread, util.inspect show it), shadowing the getter that
+   * waits for a pending exec report.
+   */
+  #publishPid(): void {
+    Object.defineProperty(this, 'pid', { value: this.#pid, writable: true, enumerable: true, configurable: true });
+  }
+
   /** Whether the command started is known from here on (a signal or a ladder needs it: a command that never ran gets neither). */
   #knowStart(): void {
     if (this.#flag(EXEC_PENDING)) this.#settleExec();
@@ -549,9 +558,9 @@ export class ToolCall extends EventEmitter {
   #settleExec(): void {
     this.#setFlag(EXEC_PENDING, false);
     const res = native.settle(this.#id);
-    if (res === true) return;
-    this.#pid = undefined;
-    this.#fail(spawnError(res, this.spawnfile, this.spawnargs));
+    if (res !== true) this.#pid = undefined;
+    this.#publishPid();
+    if (res !== true) this.#fail(spawnError(res, this.spawnfile, this.spawnargs));
   }
 
   /**
@@ -706,6 +715,7 @@ export class ToolCall extends EventEmitter {
     if ('error' in res) {
       if (this.#constructing && throwsLikeNode(res.error)) throwFromConstructor = spawnThrow(res.error);
       else this.#fail(spawnError(res.error, opts.file, opts.argv));
+      this.#publishPid();
       return;
     }
     this.#id = res.id;
@@ -719,6 +729,7 @@ export class ToolCall extends EventEmitter {
         this.#setFlag(EXEC_PENDING, true);
         process.nextTick(ToolCall.#spawnTick, this);
       } else {
+        this.#publishPid();
         process.nextTick(emitSpawn, this);
       }
     }
@@ -1076,6 +1087,7 @@ export class ToolCall extends EventEmitter {
         break;
       case NativeEventKind.Started:
         this.#pid = a as number;
+        this.#publishPid();
         // The systemd tier learns its leaf from the broker.
         if (typeof b === 'string') this.cgroup = b;
         this.emit('spawn');

@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import util from 'node:util';
 
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
@@ -570,6 +571,30 @@ describe('14. the fields harness code duck-types', () => {
     await Promise.all([call.done, shell.done]);
     expect(typeof call.pid).toBe('number');
     expect(call.exitCode).toBe(0);
+  });
+
+  it("pid is an own property, as Node's: Object.keys, spread and util.inspect show it (undefined for a failed start)", async () => {
+    const ok = spawn('true', [], { stdio: 'ignore' });
+    const bad = spawn('proctree-no-such-command-keys', [], { stdio: 'ignore' });
+    const node = cpSpawn('true', [], { stdio: 'ignore' });
+    const badNode = cpSpawn('proctree-no-such-command-keys', [], { stdio: 'ignore' });
+    const closed = (c: { on(e: string, f: (...a: unknown[]) => void): unknown }) =>
+      new Promise((resolve) => {
+        c.on('error', () => {}); // the failed starts' ENOENT
+        c.on('close', resolve);
+      });
+    await Promise.all([ok, bad, node, badNode].map(closed));
+    for (const [ours, theirs] of [
+      [ok, node],
+      [bad, badNode],
+    ] as const) {
+      expect(Object.keys(ours).includes('pid')).toBe(Object.keys(theirs).includes('pid'));
+      expect({ ...ours }.pid).toBe(ours.pid);
+    }
+    expect(Object.keys(ok)).toContain('pid');
+    expect(util.inspect(ok, { depth: 0 })).toContain(`pid: ${ok.pid}`);
+    expect(bad.pid).toBeUndefined();
+    expect(Object.prototype.hasOwnProperty.call(bad, 'pid')).toBe(true);
   });
 });
 
