@@ -214,8 +214,14 @@ HostProbes probe_host(const std::string& helper, ChildStack& stack) {
   const std::string uid_map = std::to_string(geteuid()) + " " + std::to_string(geteuid()) + " 1\n";
   ChildTask in_userns{false, -1, uid_map.c_str(), static_cast<long>(uid_map.size())};
   int uns = run_child(stack, CLONE_NEWUSER | CLONE_NEWPID, -1, in_userns);
-  set(&h.userns, uns, how, "CLONE_NEWUSER|CLONE_NEWPID");
-  set(&h.pidns, ns == 0 ? 0 : uns, how, ns == 0 ? "CLONE_NEWPID" : "CLONE_NEWUSER|CLONE_NEWPID");
+  // The likely cause, named: after a uid change the process is not
+  // dumpable, its /proc files are root's, and the map cannot be written.
+  const char* uns_how =
+      uns == EACCES && prctl(PR_GET_DUMPABLE) == 0
+          ? "CLONE_NEWUSER|CLONE_NEWPID, then /proc/self/uid_map: this process is not dumpable (it changed its uid)"
+          : "CLONE_NEWUSER|CLONE_NEWPID";
+  set(&h.userns, uns, how, uns_how);
+  set(&h.pidns, ns == 0 ? 0 : uns, how, ns == 0 ? "CLONE_NEWPID" : uns_how);
 
   int sr = run_child(stack, 0, -1, ChildTask{true, -1});
   set(&h.subreaper, sr, "prctl", "PR_SET_CHILD_SUBREAPER");
