@@ -191,6 +191,28 @@ describe('spawn does not wait for the exec', () => {
     await once(keeper, 'close');
   });
 
+  it.skipIf(!cgroupTier)('past 256 children held before their exec (a frozen subtree), a loop of spawns still ends: each waits a bounded time', async () => {
+    const { sup, keeper, subtree } = await frozenSubtree();
+    const calls: ToolCall[] = [];
+    try {
+      const t0 = performance.now();
+      for (let i = 0; i < 258; i += 1) calls.push(sup.spawn('true', [], { stdio: 'ignore' }));
+      // The last two waited 500 ms each for a report that cannot come
+      // (before, they waited in a vfork for ever).
+      expect(performance.now() - t0).toBeGreaterThan(900);
+      for (const call of calls) cgroups.push(call.cgroup as string);
+      const members = calls.reduce((n, call) => n + cgroupMembers(call.cgroup as string).length, 0);
+      expect(members).toBe(258);
+    } finally {
+      fs.writeFileSync(`${subtree}/cgroup.freeze`, '0');
+    }
+    const closed = calls.map((call) => record(call).closed);
+    await Promise.all(closed);
+    for (const call of calls) expect(call.exitCode).toBe(0);
+    keeper.kill('SIGKILL');
+    await once(keeper, 'close');
+  });
+
   it.skipIf(!setpriv || process.getuid?.() !== 0)('a uid the command cannot take still throws EPERM from spawn(), as in Node', async () => {
     // Root without CAP_SETUID/CAP_SETGID: the child's setgroups fails. The
     // first spawn of a process waits in a vfork; the second is cloned and

@@ -225,7 +225,8 @@ SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* 
 
 // Children not waited for whose report is not collected yet: each holds a
 // stack (two mappings) and its arguments. Past this many (a loop of
-// thousands of spawns with no tick between), spawns wait as before.
+// thousands of spawns with no tick between), each spawn waits for its own
+// report (started_reports_full).
 namespace {
 std::atomic<int> g_started_unreported{0};
 constexpr int kMaxStartedUnreported = 256;
@@ -307,8 +308,11 @@ bool PendingExec::collect(int timeout_ms, SysError* failed) {
 }
 
 bool can_spawn_started(const SpawnRequest& req) {
-  return g_report_mode.load(std::memory_order_relaxed) == kSharedMemory && clone3_available() && req.ns_flags == 0 &&
-         g_started_unreported.load(std::memory_order_relaxed) < kMaxStartedUnreported;
+  return g_report_mode.load(std::memory_order_relaxed) == kSharedMemory && clone3_available() && req.ns_flags == 0;
+}
+
+bool started_reports_full() {
+  return g_started_unreported.load(std::memory_order_relaxed) >= kMaxStartedUnreported;
 }
 
 SysError spawn_process_started(SpawnRequest* req, SpawnResult* out, PendingExec* pending) {

@@ -98,9 +98,14 @@ class PendingExec {
 };
 
 // Whether spawn_process_started can be used for this request: a real
-// CLONE_VM (not an emulator's fork) seen on an earlier spawn, clone3, no new
-// namespace, and not too many reports uncollected.
+// CLONE_VM (not an emulator's fork) seen on an earlier spawn, clone3, and no
+// new namespace.
 bool can_spawn_started(const SpawnRequest& req);
+// So many children's reports are not collected yet (256, each holding a
+// stack) that a new child's should be waited for at once
+// (spawn_process_bounded), as a loop of spawns with no tick between would
+// otherwise hold ever more.
+bool started_reports_full();
 
 // Like spawn_process, but returns as soon as the child exists: *out has its
 // pid and pidfd, *pending its report. Errors returned are the clone's own

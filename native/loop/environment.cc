@@ -79,13 +79,16 @@ SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedC
 // The command itself (cgroup and pgroup tiers): not waited for up to its
 // exec where that can be done (see can_spawn_started), so a burst of spawns
 // does not hold the loop for each child's way to exec. A uid or gid that
-// cannot be taken is an error Node throws from spawn(): that report is
-// waited for, but never for ever (a child frozen before its exec by whoever
-// may write its cgroup would hang a vfork). *req is left as it was if the
-// clone fails.
+// cannot be taken is an error Node throws from spawn(), and past 256
+// uncollected reports a loop of spawns must not hold more: those reports are
+// waited for at once, but never for ever (a child frozen before its exec by
+// whoever may write its cgroup would hang a vfork). *req is left as it was
+// if the clone fails.
 SysError Environment::start_command(SpawnRequest* req, SpawnResult* proc, PendingExec* exec) {
   if (!can_spawn_started(*req)) return spawn_process(*req, stack_, proc);
-  if (req->set_uid || req->set_gid) return spawn_process_bounded(req, proc, exec, Call::kExecReportWaitMs);
+  if (req->set_uid || req->set_gid || started_reports_full()) {
+    return spawn_process_bounded(req, proc, exec, Call::kExecReportWaitMs);
+  }
   return spawn_process_started(req, proc, exec);
 }
 
