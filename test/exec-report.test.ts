@@ -50,18 +50,24 @@ const cgroupTier = capabilities().tier === 'cgroup';
 const setpriv = ['/usr/bin/setpriv', '/bin/setpriv'].find((f) => fs.existsSync(f));
 
 /**
- * A supervisor whose cgroup subtree is frozen (the caller thaws it): a call
- * of its own keeps the subtree there, and is the process's first spawn,
- * which learns how the kernel clones.
+ * Runs `frozen` with a supervisor whose cgroup subtree is frozen, and thaws
+ * it after, even when `frozen` fails. A call of the supervisor's own keeps
+ * the subtree there (it goes with the file's supervisors), and is the
+ * process's first spawn, which learns how the kernel clones. The thaw comes
+ * before the tick where spawn() reads its reports.
  */
-async function frozenSubtree(): Promise<{ sup: Supervisor; keeper: ToolCall; subtree: string }> {
+async function whileFrozen<T>(frozen: (sup: Supervisor) => T | Promise<T>): Promise<T> {
   const sup = supervisor();
   const keeper = sup.spawn('sleep', ['30'], { stdio: 'ignore' });
   await once(keeper, 'spawn');
   cgroups.push(keeper.cgroup as string);
   const subtree = path.dirname(keeper.cgroup as string);
   fs.writeFileSync(`${subtree}/cgroup.freeze`, '1');
-  return { sup, keeper, subtree };
+  try {
+    return await frozen(sup);
+  } finally {
+    fs.writeFileSync(`${subtree}/cgroup.freeze`, '0');
+  }
 }
 
 describe('spawn does not wait for the exec', () => {
@@ -112,34 +118,27 @@ describe('spawn does not wait for the exec', () => {
   });
 
   it.skipIf(!cgroupTier)('spawn() is back before the child ran one instruction of its own (its leaf frozen)', async () => {
-    const { sup, keeper, subtree } = await frozenSubtree();
-    let call: ToolCall;
-    try {
+    const call = await whileFrozen((sup) => {
       // Its leaf is below a frozen cgroup: the child is frozen before it
       // runs anything. A spawn that waited for the exec would never return.
-      call = sup.spawn('echo', ['after the thaw']);
-      cgroups.push(call.cgroup as string);
-      const members = cgroupMembers(call.cgroup as string);
+      const c = sup.spawn('echo', ['after the thaw']);
+      cgroups.push(c.cgroup as string);
+      const members = cgroupMembers(c.cgroup as string);
       expect(members).toHaveLength(1);
       // Still the harness's memory and program: it has not exec'd.
       expect(fs.readlinkSync(`/proc/${members[0]}/exe`)).toBe(fs.readlinkSync('/proc/self/exe'));
-    } finally {
-      // Thawed before the tick that waits for the report.
-      fs.writeFileSync(`${subtree}/cgroup.freeze`, '0');
-    }
+      return c;
+    });
     const seen = record(call);
     await seen.closed;
     expect(seen.events).toEqual(['spawn', 'data', 'exit', 'close 0']);
     expect(seen.out.join('')).toBe('after the thaw\n');
-    keeper.kill('SIGKILL');
-    await once(keeper, 'close');
   });
 
   it.skipIf(!cgroupTier)('a child held before its exec by someone else (its subtree frozen) does not hang the harness; terminate() still ends it', async () => {
     // What a hostile command may do to the harness's cgroup that holds it
     // (here the test does it): freeze it, and never thaw it.
-    const { sup, keeper, subtree } = await frozenSubtree();
-    try {
+    await whileFrozen(async (sup) => {
       const held = sup.spawn('echo', ['never printed']);
       cgroups.push(held.cgroup as string);
       const seen = record(held);
@@ -156,20 +155,15 @@ describe('spawn does not wait for the exec', () => {
       expect(seen.out).toEqual([]);
       expect(report.leftovers).toEqual([]);
       expect(cgroupMembers(held.cgroup as string)).toEqual([]);
-    } finally {
-      fs.writeFileSync(`${subtree}/cgroup.freeze`, '0');
-    }
-    keeper.kill('SIGKILL');
-    await once(keeper, 'close');
+    });
   });
 
   it.skipIf(!cgroupTier)('with a terminal or a uid/gid, a frozen subtree does not hang spawn() either (the uid report is waited for a bounded time)', async () => {
     // A uid or gid that cannot be taken is an error Node throws from
     // spawn(), so that report is waited for at spawn(); a terminal's command
     // is cloned like any other. Before, both waited in a vfork, for ever.
-    const { sup, keeper, subtree } = await frozenSubtree();
-    const held: ToolCall[] = [];
-    try {
+    await whileFrozen(async (sup) => {
+      const held: ToolCall[] = [];
       const uid = process.getuid?.() ?? 0;
       const gid = process.getgid?.() ?? 0;
       const t0 = performance.now();
@@ -184,33 +178,25 @@ describe('spawn does not wait for the exec', () => {
         expect(reports[i].leftovers).toEqual([]);
         expect(cgroupMembers(call.cgroup as string)).toEqual([]);
       }
-    } finally {
-      fs.writeFileSync(`${subtree}/cgroup.freeze`, '0');
-    }
-    keeper.kill('SIGKILL');
-    await once(keeper, 'close');
+    });
   });
 
   it.skipIf(!cgroupTier)('past 256 children held before their exec (a frozen subtree), a loop of spawns still ends: each waits a bounded time', async () => {
-    const { sup, keeper, subtree } = await frozenSubtree();
-    const calls: ToolCall[] = [];
-    try {
+    const calls = await whileFrozen((sup) => {
+      const spawned: ToolCall[] = [];
       const t0 = performance.now();
-      for (let i = 0; i < 258; i += 1) calls.push(sup.spawn('true', [], { stdio: 'ignore' }));
+      for (let i = 0; i < 258; i += 1) spawned.push(sup.spawn('true', [], { stdio: 'ignore' }));
       // The last two waited 500 ms each for a report that cannot come
       // (before, they waited in a vfork for ever).
       expect(performance.now() - t0).toBeGreaterThan(900);
-      for (const call of calls) cgroups.push(call.cgroup as string);
-      const members = calls.reduce((n, call) => n + cgroupMembers(call.cgroup as string).length, 0);
+      for (const call of spawned) cgroups.push(call.cgroup as string);
+      const members = spawned.reduce((n, call) => n + cgroupMembers(call.cgroup as string).length, 0);
       expect(members).toBe(258);
-    } finally {
-      fs.writeFileSync(`${subtree}/cgroup.freeze`, '0');
-    }
+      return spawned;
+    });
     const closed = calls.map((call) => record(call).closed);
     await Promise.all(closed);
     for (const call of calls) expect(call.exitCode).toBe(0);
-    keeper.kill('SIGKILL');
-    await once(keeper, 'close');
   });
 
   it.skipIf(!setpriv || process.getuid?.() !== 0)('a uid the command cannot take still throws EPERM from spawn(), as in Node', async () => {
