@@ -36,6 +36,24 @@ export const pinned = {
 // The list: spawn, kill, stdio, exit, cwd, env, flush-stdio,
 // spawn-timeout, spawn-controller, spawn-error, spawn-typeerror, default-options.
 const selection = /^test-child-process-(spawn|kill|stdio|exit|cwd|env|flush-stdio|default-options).*\.js$/;
+// Others of Node's that start a child with spawn() (not through exec, fork or
+// IPC, which proctree does not replace or offer).
+const alsoSpawning = new Set([
+  'test-child-process-bad-stdio.js',
+  'test-child-process-can-write-to-stdout.js',
+  'test-child-process-destroy.js',
+  'test-child-process-detached.js',
+  'test-child-process-double-pipe.js',
+  'test-child-process-pipe-dataflow.js',
+  'test-child-process-prototype-tampering.mjs',
+  'test-child-process-reject-null-bytes.js',
+  'test-child-process-set-blocking.js',
+  'test-child-process-silent.js',
+  'test-child-process-stdin.js',
+  'test-child-process-stdout-flush-exit.js',
+  'test-child-process-stdout-flush.js',
+  'test-child-process-uid-gid.js',
+]);
 // spawnSync is Node's own, not replaced: those tests say nothing about proctree.
 const notApplicable = /^test-child-process-spawnsync/;
 
@@ -130,7 +148,7 @@ export function obtain() {
 export function selectedTests() {
   return fs
     .readdirSync(path.join(testRoot, 'parallel'))
-    .filter((f) => selection.test(f))
+    .filter((f) => selection.test(f) || alsoSpawning.has(f))
     .sort();
 }
 
