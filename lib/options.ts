@@ -245,6 +245,14 @@ const proctreeOptions = [
 ];
 const runOptions = ['input', 'encoding'];
 const knownOptions = new Set([...nodeOptions, ...proctreeOptions, ...runOptions]);
+// Options of a library that hands its whole options object to spawn() (execa,
+// when child_process.spawn is replaced by proctree's): its own, not a
+// misspelling of ours, so not reported (Node's spawn ignores them too).
+const passedThrough = new Set([
+  'buffer', 'cancelSignal', 'cleanup', 'extendEnv', 'forceKillAfterDelay', 'gracefulCancel', 'inputFile', 'ipc',
+  'ipcInput', 'lines', 'localDir', 'localDirectory', 'node', 'nodeOptions', 'nodePath', 'piped', 'preferLocal',
+  'reject', 'stderr', 'stdin', 'stdout', 'stripFinalNewline', 'timeoutDuration', 'verbose',
+]);
 const warned = new Set<string>();
 
 /**
@@ -308,7 +316,7 @@ function distance(a: string, b: string): number {
  */
 function warnUnknownKeys(keys: readonly string[], where: string): void {
   for (const key of keys) {
-    if (knownOptions.has(key) || warned.has(key)) continue;
+    if (knownOptions.has(key) || passedThrough.has(key) || warned.has(key)) continue;
     warned.add(key);
     const near = [...knownOptions].find((k) => distance(k, key) <= 2);
     process.emitWarning(
@@ -440,7 +448,7 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
   }
   const background = checkBoolean(opts.background, 'options.background');
   const idleTimeout = checkMs(opts.idleTimeout, 'idleTimeout', 0);
-  const output = resolveOutput(opts);
+  const output = resolveOutput(opts, defaults.where === 'run');
   const jobBuffer = checkBytes(opts.jobBuffer, 'options.jobBuffer', defaults.jobBuffer ?? DEFAULT_JOB_BUFFER);
   const confinement = opts.confinement ?? 'auto';
   if (!confinements.includes(confinement as 'auto' | Confinement)) {
@@ -524,19 +532,25 @@ export function isDefaultOutput(o: OutputSettings): boolean {
   return o === DEFAULT_OUTPUT;
 }
 
-/** The output options (OutputOptions), validated. */
-function resolveOutput(o: SpawnOptions): OutputSettings {
-  if (o.maxBuffer == null && o.keep == null && o.marker === undefined && o.all == null && o.onOutput === undefined) {
+/**
+ * The output options (OutputOptions), validated. `run`: run()'s, where a
+ * maxBuffer that is not a number is an error as in Node's exec; spawn()
+ * leaves one to whoever passed it, as Node's spawn (which reads none) does:
+ * execa hands spawn its per-fd arrays.
+ */
+function resolveOutput(o: SpawnOptions, run: boolean): OutputSettings {
+  const ownMaxBuffer = run || typeof o.maxBuffer === 'number' ? o.maxBuffer : undefined;
+  if (ownMaxBuffer == null && o.keep == null && o.marker === undefined && o.all == null && o.onOutput === undefined) {
     return DEFAULT_OUTPUT;
   }
   let maxBuffer = DEFAULT_MAX_BUFFER;
-  const given = o.maxBuffer !== undefined && o.maxBuffer !== null;
+  const given = ownMaxBuffer !== undefined && ownMaxBuffer !== null;
   if (given) {
     // Node's validateMaxBuffer: any number >= 0, else ERR_OUT_OF_RANGE.
-    if (!(typeof o.maxBuffer === 'number' && o.maxBuffer >= 0)) {
-      throw outOfRange('options.maxBuffer', 'a positive number', o.maxBuffer);
+    if (!(typeof ownMaxBuffer === 'number' && ownMaxBuffer >= 0)) {
+      throw outOfRange('options.maxBuffer', 'a positive number', ownMaxBuffer);
     }
-    maxBuffer = Number.isFinite(o.maxBuffer) ? Math.floor(o.maxBuffer) : Number.MAX_SAFE_INTEGER;
+    maxBuffer = Number.isFinite(ownMaxBuffer) ? Math.floor(ownMaxBuffer) : Number.MAX_SAFE_INTEGER;
   }
   const keep = (o.keep ?? 'head') as Keep;
   if (keep !== 'head' && keep !== 'tail' && keep !== 'both') {

@@ -1304,3 +1304,17 @@ export interface ToolCall {
   off<E extends keyof ToolCallEvents>(event: E, listener: (...args: ToolCallEvents[E]) => void): this;
   emit<E extends keyof ToolCallEvents>(event: E, ...args: ToolCallEvents[E]): boolean;
 }
+
+// Node's ChildProcess has data properties only, and code that drives one
+// adds its own to the instance (execa sets `subprocess.all` to its merged
+// stream): an assignment to one of ToolCall's getters makes an own property
+// there, as on a ChildProcess, instead of throwing in strict mode.
+for (const [name, d] of Object.entries(Object.getOwnPropertyDescriptors(ToolCall.prototype))) {
+  if (!d.get || d.set) continue;
+  Object.defineProperty(ToolCall.prototype, name, {
+    ...d,
+    set(this: ToolCall, value: unknown) {
+      Object.defineProperty(this, name, { value, writable: true, enumerable: true, configurable: true });
+    },
+  });
+}

@@ -465,6 +465,40 @@ describe('10. options nobody reads are reported; Node-only options accepted', ()
     await Promise.all(calls.map((c) => c.done));
   });
 
+  it("a library's own options passed through (execa's) are not reported; a maxBuffer that is not a number is left to it", async () => {
+    // What execa hands spawn() besides Node's options: per-fd arrays among them.
+    const execaLike = {
+      lines: [false, false, false, false],
+      buffer: [true, true, true, true],
+      maxBuffer: [1e8, 1e8, 1e8, 1e8],
+      stripFinalNewline: [true, true, true, true],
+      verbose: ['none', 'none', 'none', 'none'],
+      reject: true,
+      cleanup: true,
+      extendEnv: true,
+      forceKillAfterDelay: 5000,
+      ipc: false,
+      timeoutDuration: 0,
+    };
+    const calls: ToolCall[] = [];
+    const seen = await warningsOf(() => calls.push(spawn('echo', ['ok'], execaLike as object)));
+    expect(seen).toEqual([]);
+    expect((await calls[0].done).stdout).toBe('ok\n');
+    // run() is exec's kind: there, as in Node's exec, it is an error.
+    await expect(run('true', [], { maxBuffer: [1] } as object)).rejects.toMatchObject({ code: 'ERR_OUT_OF_RANGE' });
+  });
+
+  it("assigning to one of ToolCall's getters makes an own property, as on a ChildProcess (execa sets `all`)", async () => {
+    const call = spawn('true', [], { stdio: 'ignore' });
+    const mine = { theirs: true };
+    (call as unknown as { all: unknown }).all = mine;
+    (call as unknown as { done: unknown }).done = 42;
+    expect(call.all).toBe(mine);
+    expect(Object.keys(call)).toEqual(expect.arrayContaining(['all', 'done']));
+    expect((call as unknown as { done: unknown }).done).toBe(42);
+    await new Promise((resolve) => call.once('close', resolve));
+  });
+
   it('run() reports its unknown options too', async () => {
     const warnings: string[] = [];
     const onWarning = (w: Error): void => {
