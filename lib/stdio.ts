@@ -158,6 +158,10 @@ export function makePipes(entries: readonly StdioEntry[], owner: StdioOwner, run
         // Portable binding (no pipe pairs of its own): our side is a
         // PassThrough now, connected to the child's pipe when it starts.
         const pipe: PortablePipe = { stream: writableQuiet(new PassThrough(), i !== 0), readable: i !== 0, connected: false };
+        // stdin is for writing only to the caller, as ChildProcess#stdin is
+        // (readable false); the stream's own state, which its pipe() to the
+        // child reads, is left as it is.
+        if (i === 0) Object.defineProperty(pipe.stream, 'readable', { get: () => false, configurable: true });
         (child.portablePipes ??= []).push(pipe);
         forChild[i] = pipe;
         streams[i] = pipe.stream;

@@ -400,7 +400,11 @@ describe("Node 20's child_process tests on the portable binding", async () => {
   const unavailable = runner.obtain();
   // A call's pipe given as another call's stdio needs an fd: the portable
   // streams have none (README, "Off Linux").
-  const unsupported = ['test-child-process-stdio-merge-stdouts-into-cat.js', 'test-child-process-stdio-reuse-readable-stdio.js'];
+  const unsupported = [
+    'test-child-process-pipe-dataflow.js',
+    'test-child-process-stdio-merge-stdouts-into-cat.js',
+    'test-child-process-stdio-reuse-readable-stdio.js',
+  ];
   it.skipIf(unavailable !== null && process.env.PROCTREE_REQUIRE_NODE_TESTS !== '1')(
     unavailable ? `skipped: ${unavailable}` : 'pass, but for a pipe handed to another call',
     async () => {
@@ -410,7 +414,7 @@ describe("Node 20's child_process tests on the portable binding", async () => {
       const failed = results.filter((r) => r.status === 'fail' && !unsupported.includes(r.name));
       for (const r of failed) console.log(`--- ${r.name}\n${r.output}`);
       expect(failed.map((r) => r.name)).toEqual([]);
-      expect(results.filter((r) => r.status === 'pass').length).toBeGreaterThanOrEqual(18);
+      expect(results.filter((r) => r.status === 'pass').length).toBeGreaterThanOrEqual(32);
     },
     300_000,
   );
