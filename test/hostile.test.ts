@@ -168,6 +168,12 @@ describe('a guardian killed while the harness runs', () => {
     await sigkill(child);
     await waitUntil(() => liveWith(t, 'sleep').length === 0, 3000);
     expect(liveWith(t, 'sleep')).toEqual([]);
+    // The new guardian removes the harness's subtree too (before this
+    // file's cleanup reaches its leaves).
+    const subtree = path.dirname((info as { cgroups: string[] }).cgroups[0]);
+    cgroups.push(subtree);
+    await waitUntil(() => !fs.existsSync(subtree), 5000);
+    expect(fs.existsSync(subtree)).toBe(false);
   });
 });
 
