@@ -65,9 +65,10 @@ struct ChildArgs {
   int n_open_fds;
 
   // Written by the child. With a real vfork the parent reads them after the
-  // clone returns, and a started spawn once its report pipe is at EOF (the
-  // child exec'd or exited); under an emulator that copies memory instead,
-  // the child also writes its report to report_fd (a pipe), -1 otherwise.
+  // clone returns, and a started spawn once the kernel has cleared its
+  // report word (the child exec'd or exited: PendingExec); under an emulator
+  // that copies memory instead, the child also writes its report to
+  // report_fd (a pipe), -1 otherwise.
   volatile int ran;
   volatile int stage;
   volatile int err;

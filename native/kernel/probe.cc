@@ -211,7 +211,7 @@ HostProbes probe_host(const std::string& helper, ChildStack& stack) {
   // PID namespace: directly (root), else inside a user namespace.
   const char* how = clone3_available() ? "clone3" : "clone";
   int ns = run_child(stack, CLONE_NEWPID, -1, ChildTask{false, -1});
-  const std::string uid_map = std::to_string(geteuid()) + " " + std::to_string(geteuid()) + " 1\n";
+  const std::string uid_map = own_id_map(geteuid());
   ChildTask in_userns{false, -1, uid_map.c_str(), static_cast<long>(uid_map.size())};
   int uns = run_child(stack, CLONE_NEWUSER | CLONE_NEWPID, -1, in_userns);
   // The likely cause, named: after a uid change the process is not

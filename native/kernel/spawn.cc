@@ -86,6 +86,8 @@ bool close_range_cloexec_works() {
   return works;
 }
 
+std::string own_id_map(unsigned id) { return std::to_string(id) + " " + std::to_string(id) + " 1\n"; }
+
 namespace {
 
 // Everything the child reads, built from a request that outlives it.
@@ -142,8 +144,8 @@ void prepare_child(const SpawnRequest& req, bool copy_env, ChildPrep* p) {
   args.pdeathsig = req.pdeathsig;
   args.default_action = &kDefaultAction;
   if (req.ns_flags & CLONE_NEWUSER) {
-    p->uid_map = std::to_string(geteuid()) + " " + std::to_string(geteuid()) + " 1\n";
-    p->gid_map = std::to_string(getegid()) + " " + std::to_string(getegid()) + " 1\n";
+    p->uid_map = own_id_map(geteuid());
+    p->gid_map = own_id_map(getegid());
     args.uid_map = p->uid_map.c_str();
     args.uid_map_len = static_cast<long>(p->uid_map.size());
     args.gid_map = p->gid_map.c_str();

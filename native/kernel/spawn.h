@@ -115,14 +115,18 @@ SysError spawn_process_started(SpawnRequest* req, SpawnResult* out, PendingExec*
 // spawn_process_started, then the report waited for up to wait_ms: a step
 // that failed within that time is returned as spawn_process returns it (the
 // child reaped, *out empty). For a request whose failure Node reports
-// synchronously (uid, gid), without the unbounded wait of a vfork: a child
-// held before its exec (its cgroup frozen by someone) leaves the report in
-// *pending, to be read later like any other.
+// synchronously (uid, gid), and past started_reports_full(), without the
+// unbounded wait of a vfork: a child held before its exec (its cgroup frozen
+// by someone) leaves the report in *pending, to be read later like any other.
 SysError spawn_process_bounded(SpawnRequest* req, SpawnResult* out, PendingExec* pending, int wait_ms);
 
 // Whether close_range(CLOSE_RANGE_CLOEXEC) works here (Linux 5.11), asked
 // once. PROCTREE_TEST_NO_CLOSE_RANGE=1 answers no, so the fallback can be
 // tested on a newer kernel.
 bool close_range_cloexec_works();
+
+// The one line a process may write to a new user namespace's uid_map or
+// gid_map by itself: its own id, mapped 1:1 ("<id> <id> 1\n").
+std::string own_id_map(unsigned id);
 
 }  // namespace proctree

@@ -49,8 +49,9 @@ class Environment;
 class Call : public LadderHost {
  public:
   // How long an exec report is waited for where one is needed (the tick
-  // after spawn, a signal, a ladder; spawn() itself for a uid or gid). A
-  // child held before its exec longer than this counts as started.
+  // after spawn, a signal, a ladder; spawn() itself for a uid or gid, or
+  // past 256 reports uncollected). A child held before its exec longer than
+  // this counts as started.
   static constexpr int kExecReportWaitMs = 500;
 
   // control: the shim's control socket (shim tiers), else empty; then the
