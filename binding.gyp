@@ -35,7 +35,10 @@
         "native/loop/file_writer.cc",
         "native/loop/output_pipes.cc",
         "native/loop/reactor.cc",
-        "native/loop/subtrees.cc"
+        "native/loop/subtrees.cc",
+        "native/loop/thread.cc",
+        "native/loop/timers.cc",
+        "native/loop/waiter.cc"
       ],
       "include_dirs": ["native", "<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NAPI_DISABLE_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],

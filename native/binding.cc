@@ -1,6 +1,8 @@
 // The only file that knows about N-API: turns the Environment (loop/) of each
-// Node environment (main thread or worker) into a JavaScript object, and
-// delivers call events through napi_make_callback on that environment's loop.
+// Node environment (main thread or worker) into a JavaScript object, runs its
+// turns through a thread-safe function (the Environment's Waiter thread calls
+// it; nothing of libuv: Node, Bun and Deno all have Node-API), and delivers
+// call events through napi_make_callback with the addon's async context.
 #include <napi.h>
 
 #include <string>
@@ -110,7 +112,11 @@ Napi::Object report_object(Napi::Env env, const CleanupReport& report) {
   return r;
 }
 
-class Addon : public Napi::Addon<Addon>, public EventSink {
+// What a call of the thread-safe function asks for.
+void* const kTurn = reinterpret_cast<void*>(1);
+void* const kDeliver = reinterpret_cast<void*>(2);
+
+class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
  public:
   Addon(Napi::Env env, Napi::Object exports) : env_(env) {
     DefineAddon(exports, {
@@ -135,23 +141,39 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
                              InstanceMethod("subtreePrefix", &Addon::SubtreePrefix),
                              InstanceMethod("probe", &Addon::ProbeHost),
                          });
-    // node_api.h declares the loop type; only loop/ includes uv.h.
-    struct uv_loop_s* loop = nullptr;
-    napi_get_uv_event_loop(env, &loop);
-    env_state_ = new Environment(loop, this);
     napi_value resource_name = Napi::String::New(env, "proctree:call");
     napi_async_init(env, nullptr, resource_name, &async_context_);
-    // Registered first so it runs last: the synchronous hook below has
-    // already killed everything by then, this one only closes libuv handles
-    // (closing them in a synchronous hook can crash a worker).
-    napi_add_async_cleanup_hook(env, AsyncCleanup, this, &async_hook_);
+    // The Environment's turns: called from its Waiter thread (kTurn) and
+    // from this thread (kDeliver); unreferenced until a call or an event
+    // needs the loop (keep_alive).
+    napi_value loop_name = Napi::String::New(env, "proctree:loop");
+    if (napi_create_threadsafe_function(env, nullptr, nullptr, loop_name, 0, 1, nullptr, nullptr, this, CallJs,
+                                        &tsfn_) == napi_ok) {
+      napi_unref_threadsafe_function(env, tsfn_);
+      env_state_ = new Environment(this, this);
+    }
+    // Synchronous: everything is killed, the threads are joined, before the
+    // environment (a worker's, or the process's at exit) goes.
     napi_add_env_cleanup_hook(env, SyncCleanup, this);
   }
 
   ~Addon() override {
-    // The environment's state frees itself once its handles have closed
-    // (AsyncCleanup); if that never started, the process is exiting.
-    if (env_state_) env_state_->shutdown_sync(0);
+    // The cleanup hook has run already, unless the process is exiting.
+    Teardown(0);
+  }
+
+  // LoopHost: kTurn from the Waiter's thread, the rest on this thread.
+  void wake() override { napi_call_threadsafe_function(tsfn_, kTurn, napi_tsfn_nonblocking); }
+  void deliver_later() override {
+    if (tsfn_) napi_call_threadsafe_function(tsfn_, kDeliver, napi_tsfn_nonblocking);
+  }
+  void keep_alive(bool alive) override {
+    if (!tsfn_) return;
+    if (alive) {
+      napi_ref_threadsafe_function(env_, tsfn_);
+    } else {
+      napi_unref_threadsafe_function(env_, tsfn_);
+    }
   }
 
   void deliver(const CallEvent& ev) override {
@@ -236,36 +258,33 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
     if (st == napi_pending_exception) rethrow_uncaught();
   }
 
-  static void SyncCleanup(void* arg) {
-    Addon* self = static_cast<Addon*>(arg);
-    if (self->env_state_) self->env_state_->shutdown_sync(2000);
+  // On the JavaScript thread; env is null when the function is being torn
+  // down with calls still queued (nothing to run then).
+  static void CallJs(napi_env env, napi_value /*js_callback*/, void* context, void* data) {
+    if (env == nullptr) return;
+    Addon* self = static_cast<Addon*>(context);
+    if (!self->env_state_) return;
+    if (data == kTurn) {
+      self->env_state_->turn();
+    } else {
+      self->env_state_->deliver_next();
+    }
   }
 
-  static void AsyncCleanup(napi_async_cleanup_hook_handle handle, void* arg) {
-    Addon* self = static_cast<Addon*>(arg);
-    Environment* reg = self->env_state_;
-    self->env_state_ = nullptr;
-    self->callbacks_.clear();
-    self->pipe_callbacks_.clear();
-    napi_async_destroy(self->env_, self->async_context_);
-    if (!reg) {
-      napi_remove_async_cleanup_hook(handle);
-      return;
-    }
-    reg->shutdown_sync(2000);
-    struct Closing {
-      Environment* reg;
-      napi_async_cleanup_hook_handle handle;
-    };
-    auto* closing = new Closing{reg, handle};
-    reg->close_handles(
-        [](void* p) {
-          auto* c = static_cast<Closing*>(p);
-          napi_remove_async_cleanup_hook(c->handle);
-          delete c->reg;
-          delete c;
-        },
-        closing);
+  static void SyncCleanup(void* arg) { static_cast<Addon*>(arg)->Teardown(2000); }
+
+  void Teardown(int wait_ms) {
+    Environment* reg = env_state_;
+    if (!reg) return;
+    callbacks_.clear();
+    pipe_callbacks_.clear();
+    reg->shutdown_sync(wait_ms);
+    // Joins the Waiter: no call of the thread-safe function after this.
+    reg->close();
+    env_state_ = nullptr;
+    delete reg;
+    napi_release_threadsafe_function(tsfn_, napi_tsfn_abort);
+    tsfn_ = nullptr;
   }
 
   Napi::Value ThrowSys(Napi::Env env, const SysError& e) {
@@ -645,7 +664,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink {
   Napi::Env env_;
   Environment* env_state_ = nullptr;
   napi_async_context async_context_ = nullptr;
-  napi_async_cleanup_hook_handle async_hook_ = nullptr;
+  napi_threadsafe_function tsfn_ = nullptr;
   std::unordered_map<uint64_t, Napi::FunctionReference> callbacks_;
   // OutputPipes ids (their own numbering) -> onChunk, until the end is delivered.
   std::unordered_map<uint64_t, Napi::FunctionReference> pipe_callbacks_;

@@ -3,6 +3,7 @@
 // native/{compat,kernel,ladder,loop}/*.cc, and binding.gyp must name the same files,
 // or the node-gyp build (what users and prebuilds get) and the cmake build
 // (what the unit tests check) drift apart.
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 
@@ -60,10 +61,10 @@ describe('native sources', () => {
   it('CMakeLists.txt takes the addon sources from the same globs', () => {
     const cmake = fs.readFileSync(path.join(root, 'CMakeLists.txt'), 'utf8');
     expect(cmake).toMatch(/file\(GLOB PROCTREE_PURE_SOURCES CONFIGURE_DEPENDS "\$\{_native\}\/kernel\/\*\.cc" "\$\{_native\}\/ladder\/\*\.cc"\)/);
-    expect(cmake).toMatch(/file\(GLOB PROCTREE_UV_SOURCES CONFIGURE_DEPENDS "\$\{_native\}\/loop\/\*\.cc"\)/);
+    expect(cmake).toMatch(/file\(GLOB PROCTREE_LOOP_SOURCES CONFIGURE_DEPENDS "\$\{_native\}\/loop\/\*\.cc"\)/);
     expect(cmake).toMatch(/file\(GLOB PROCTREE_COMPAT_SOURCES CONFIGURE_DEPENDS "\$\{_native\}\/compat\/\*\.cc"\)/);
     expect(cmake).toMatch(
-      /set\(PROCTREE_SOURCES "\$\{_native\}\/binding\.cc" \$\{PROCTREE_COMPAT_SOURCES\} \$\{PROCTREE_PURE_SOURCES\} \$\{PROCTREE_UV_SOURCES\}\)/,
+      /set\(PROCTREE_SOURCES "\$\{_native\}\/binding\.cc" \$\{PROCTREE_COMPAT_SOURCES\} \$\{PROCTREE_PURE_SOURCES\} \$\{PROCTREE_LOOP_SOURCES\}\)/,
     );
     expect(cmake).toMatch(/add_library\(proctree SHARED \$\{PROCTREE_SOURCES\}/);
   });
@@ -77,12 +78,38 @@ describe('native sources', () => {
     for (const src of named) expect(src, `${src}: the helper takes helper/ and kernel/ only`).toMatch(/^native\/(helper|kernel)\//);
   });
 
+  it('no libuv call anywhere in native/ (Bun and Deno have Node-API, not libuv)', () => {
+    const all = [
+      ...['native/compat', 'native/kernel', 'native/ladder', 'native/loop', 'native/helper'].flatMap((d) => files(d, /\.(cc|h)$/)),
+      'native/binding.cc',
+    ];
+    for (const file of all) {
+      const code = fs
+        .readFileSync(path.join(root, file), 'utf8')
+        .replace(/\/\*[\s\S]*?\*\//g, '')
+        .replace(/\/\/.*$/gm, '');
+      expect(code, `${file} calls libuv`).not.toMatch(/\buv_[a-z_]+\s*\(|napi_get_uv_event_loop|\buv_[a-z]+_t\b/);
+    }
+  });
+
+  it('the built addon and helper need no libuv symbol', () => {
+    for (const name of ['proctree.node', 'proctree-helper']) {
+      const file = path.join(root, 'build', 'Release', name);
+      if (!fs.existsSync(file)) continue;
+      const syms = execFileSync('readelf', ['--dyn-syms', '-W', file], { encoding: 'utf8' })
+        .split('\n')
+        .filter((line) => /\bUND\b/.test(line))
+        .map((line) => line.trim().split(/\s+/)[7] ?? '');
+      expect(syms.filter((sym) => /^uv_|^napi_get_uv_event_loop/.test(sym)), name).toEqual([]);
+    }
+  });
+
   it('no native file outside the layer folders', () => {
     const top = fs.readdirSync(path.join(root, 'native')).filter((f) => /\.(cc|h)$/.test(f));
     expect(top).toEqual(['binding.cc']);
   });
 
-  it('the folder tells the layer: N-API only in binding.cc, libuv only in loop/', () => {
+  it('the folder tells the layer: N-API only in binding.cc, libuv nowhere', () => {
     const all = [
       ...['native/compat', 'native/kernel', 'native/ladder', 'native/loop', 'native/helper'].flatMap((d) => files(d, /\.(cc|h)$/)),
       'native/binding.cc',
@@ -92,7 +119,9 @@ describe('native sources', () => {
       const napi = inc.some((i) => /^<(napi|node_api)\.h>$/.test(i));
       const uv = inc.some((i) => i === '<uv.h>');
       expect(napi, `${file} includes N-API`).toBe(file === 'native/binding.cc');
-      if (!file.startsWith('native/loop/')) expect(uv, `${file} includes uv.h`).toBe(false);
+      // The addon runs its own loop (loop/waiter.h): Bun and Deno have
+      // Node-API, not libuv.
+      expect(uv, `${file} includes uv.h`).toBe(false);
       // Lower layers never reach up: kernel/ sees only kernel/ (and the
       // helper's protocol), ladder/ only kernel/ and ladder/.
       const local = inc.filter((i) => i.startsWith('"')).map((i) => i.slice(1, -1));

@@ -33,13 +33,15 @@ Call::Call(Environment* env, uint64_t id, SpawnResult main, std::unique_ptr<Conf
       main_(std::move(main)),
       confinement_(std::move(confinement)),
       ladder_(confinement_.get(), this),
-      control_(std::move(control)) {
+      control_(std::move(control)),
+      timer_(env->timers(), [this] { on_timer(); }) {
   starting_ = control_.valid();
   if (!starting_) command_ = main_.pid;
 }
 
 Call::Call(Environment* env, uint64_t id, Tier tier)
-    : env_(env), id_(id), tier_(tier), ladder_(nullptr, this), brokered_(true) {
+    : env_(env), id_(id), tier_(tier), ladder_(nullptr, this), brokered_(true),
+      timer_(env->timers(), [this] { on_timer(); }) {
   starting_ = true;
 }
 
@@ -138,13 +140,6 @@ void Call::set_referenced(bool ref) {
   if (ref == ref_) return;
   env_->on_call_ref_changed(ref_, ref);
   ref_ = ref;
-  if (timer_ && uv_is_active(reinterpret_cast<uv_handle_t*>(timer_))) {
-    if (ref) {
-      uv_ref(reinterpret_cast<uv_handle_t*>(timer_));
-    } else {
-      uv_unref(reinterpret_cast<uv_handle_t*>(timer_));
-    }
-  }
 }
 
 void Call::post_exit(ExitStatus st) {
@@ -376,7 +371,7 @@ void Call::check_finished() {
   if (!main_exited_) {
     // A main process the reactor could not watch is polled on the one
     // timer, which a ladder that just ended may have taken.
-    if (main_polled_ && (!timer_ || !uv_is_active(reinterpret_cast<uv_handle_t*>(timer_)))) arm_timer(kMainPollMs);
+    if (main_polled_ && !timer_.active()) arm_timer(kMainPollMs);
     return;
   }
   // Read before the cgroup goes (its files go with it); harmless when the
@@ -515,37 +510,16 @@ void Call::watch_member(Fd pidfd) {
   if (!env_->reactor().watch_member(pidfd.get(), id_)) watched_members_.push_back(std::move(pidfd));
 }
 
-void Call::ensure_timer() {
-  if (timer_) return;
-  timer_ = new uv_timer_t;
-  uv_timer_init(env_->loop(), timer_);
-  timer_->data = this;
-  uv_unref(reinterpret_cast<uv_handle_t*>(timer_));
-}
+// The call's one timer (the ladder's steps, a poll, the shim's start
+// deadline): a referenced call keeps the loop alive anyway, so the timer
+// itself never does.
+void Call::arm_timer(int ms) { timer_.start(static_cast<uint64_t>(std::max(ms, 1))); }
 
-void Call::arm_timer(int ms) {
-  ensure_timer();
-  // Deadlines count from now, not from the loop's cached time (it can be
-  // tens of ms old): the lag is added rather than the loop's time updated,
-  // and a timer is never due before the loop's next turn (at least 1 ms).
-  // Re-arming a due timer from its own callback would otherwise keep some
-  // libuv versions in their timers phase for ever.
-  int64_t lag = static_cast<int64_t>(uv_hrtime() / 1000000ULL) - static_cast<int64_t>(uv_now(env_->loop()));
-  uv_timer_start(timer_, on_timer, static_cast<uint64_t>(std::max(ms, 1) + std::max<int64_t>(lag, 0)), 0);
-  if (ref_) uv_ref(reinterpret_cast<uv_handle_t*>(timer_));
-}
+void Call::cancel_timer() { timer_.stop(); }
 
-void Call::cancel_timer() {
-  if (!timer_) return;
-  uv_timer_stop(timer_);
-  uv_unref(reinterpret_cast<uv_handle_t*>(timer_));
-}
-
-void Call::on_timer(uv_timer_t* t) {
-  Call* self = static_cast<Call*>(t->data);
-  uv_unref(reinterpret_cast<uv_handle_t*>(t));
-  self->on_timeout();
-  self->env_->flush();
+void Call::on_timer() {
+  on_timeout();
+  env_->flush();
 }
 
 void Call::on_timeout() {
@@ -578,18 +552,7 @@ void Call::on_timeout() {
 
 void Call::dispose() {
   unwatch();
-  if (!timer_) {
-    env_->on_call_disposed();
-    delete this;
-    return;
-  }
-  uv_timer_stop(timer_);
-  uv_close(reinterpret_cast<uv_handle_t*>(timer_), [](uv_handle_t* h) {
-    Call* self = static_cast<Call*>(h->data);
-    delete reinterpret_cast<uv_timer_t*>(h);
-    self->env_->on_call_disposed();
-    delete self;
-  });
+  delete this;
 }
 
 }  // namespace proctree

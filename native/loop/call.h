@@ -10,8 +10,6 @@
 // come from the broker through the Environment: the broker is its parent).
 #pragma once
 
-#include <uv.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +22,7 @@
 #include "ladder/cgroup_confinement.h"
 #include "ladder/confinement.h"
 #include "ladder/ladder.h"
+#include "loop/timers.h"
 
 namespace proctree {
 
@@ -129,11 +128,11 @@ class Call : public LadderHost {
   bool populated_now() const;
   void finish_sync();
 
-  // Frees the call once its timer has closed. Once, when finished.
+  // Frees the call. Once, when finished (or at teardown).
   void dispose();
 
   // LadderHost
-  uint64_t now_ns() override { return uv_hrtime(); }
+  uint64_t now_ns() override { return monotonic_ns(); }
   void arm_timer(int ms) override;
   void cancel_timer() override;
   void watch_member(Fd pidfd) override;
@@ -153,8 +152,7 @@ class Call : public LadderHost {
   void watch_emptiness();
   void unwatch();
   void unwatch_control();
-  void ensure_timer();
-  static void on_timer(uv_timer_t* t);
+  void on_timer();
   void on_timeout();
   // Waits for the exec report, if one is pending.
   void collect_exec();
@@ -194,7 +192,7 @@ class Call : public LadderHost {
   std::vector<Fd> watched_members_;
   Usage usage_;
   size_t peak_processes_ = 1;
-  uv_timer_t* timer_ = nullptr;
+  Timer timer_;
 };
 
 }  // namespace proctree

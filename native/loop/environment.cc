@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,12 +31,10 @@ void sleep_ms(int ms) {
 
 }  // namespace
 
-Environment::Environment(uv_loop_t* loop, EventSink* sink)
-    : loop_(loop), sink_(sink), reactor_(loop, this), subtrees_(loop), writes_(loop) {}
+Environment::Environment(EventSink* sink, LoopHost* host)
+    : sink_(sink), host_(host), reactor_(this), subtrees_(&timers_) {}
 
-Environment::~Environment() {
-  for (auto& kv : calls_) delete kv.second;
-}
+Environment::~Environment() { close(); }
 
 uint64_t Environment::next_call_id() { return g_next_call_id.fetch_add(1); }
 
@@ -44,8 +43,77 @@ SysError Environment::location(CgroupLocation* out) { return subtrees_.location(
 SysError Environment::ensure_open() {
   if (opened_) return open_error_;
   opened_ = true;
-  open_error_ = reactor_.open();
+  open_error_ = [this]() -> SysError {
+    if (SysError e = reactor_.open()) return e;
+    if (SysError e = timers_.open()) return e;
+    if (SysError e = reactor_.watch_loop(timers_.fd(), Reactor::LoopFd::kTimers)) return e;
+    wake_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!wake_) return SysError::from_errno("eventfd");
+    if (SysError e = reactor_.watch_loop(wake_.get(), Reactor::LoopFd::kWake)) return e;
+    if (SysError e = writes_.open([](void* self) { static_cast<Environment*>(self)->update_keep_alive(); }, this)) {
+      return e;
+    }
+    if (SysError e = reactor_.watch_loop(writes_.done_fd(), Reactor::LoopFd::kWrites)) return e;
+    return waiter_.start(reactor_.fd(), [](void* host) { static_cast<LoopHost*>(host)->wake(); }, host_);
+  }();
+  // What was asked for before the loop ran (a turn for a post) needs it.
+  if (!open_error_ && wake_signalled_) {
+    wake_signalled_ = false;
+    signal_wake();
+  }
   return open_error_;
+}
+
+void Environment::turn() {
+  if (closing_) return;
+  // A new turn: ladders and deliveries get their milliseconds again.
+  turn_start_ns_ = 0;
+  yielded_ = false;
+  continuing_ = false;
+  dispatching_ = true;
+  reactor_.dispatch();
+  dispatching_ = false;
+  flush();
+  if (closing_) return;
+  if (!continuing_) turn_start_ns_ = 0;
+  waiter_.rearm(yielded_);
+}
+
+void Environment::deliver_next() {
+  delivery_scheduled_ = false;
+  if (closing_) return;
+  // Not a continuation of a turn (events posted by a JavaScript call): a
+  // turn of its own.
+  if (!continuing_) turn_start_ns_ = 0;
+  continuing_ = false;
+  flush();
+  if (!continuing_) turn_start_ns_ = 0;
+}
+
+void Environment::on_timers() { timers_.run_due(); }
+
+void Environment::on_writes_done() { writes_.on_done(); }
+
+void Environment::signal_wake() {
+  if (closing_ || wake_signalled_) return;
+  wake_signalled_ = true;
+  if (!wake_) return;  // not open yet: ensure_open() signals it
+  uint64_t one = 1;
+  while (write(wake_.get(), &one, sizeof one) < 0 && errno == EINTR) {
+  }
+}
+
+void Environment::schedule_delivery() {
+  if (delivery_scheduled_ || closing_) return;
+  delivery_scheduled_ = true;
+  host_->deliver_later();
+}
+
+void Environment::update_keep_alive() {
+  bool alive = !closing_ && (referenced_ > 0 || !pending_.empty() || writes_.busy());
+  if (alive == kept_alive_) return;
+  kept_alive_ = alive;
+  host_->keep_alive(alive);
 }
 
 SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
@@ -200,7 +268,7 @@ SysError Environment::adopt(Call* call, SpawnedCall* out) {
   out->verified = call->verified();
   calls_[call->id()] = call;
   ++referenced_;
-  reactor_.set_ref(true);
+  update_keep_alive();
   // From here the call exists: whatever fails now is the call's to report,
   // never a reason to pretend it did not start.
   call->start();
@@ -222,7 +290,7 @@ void Environment::on_call_ref_changed(bool was, bool now) {
   } else {
     --referenced_;
   }
-  reactor_.set_ref(referenced_ > 0);
+  update_keep_alive();
 }
 
 Call* Environment::find(uint64_t id) {
@@ -232,39 +300,46 @@ Call* Environment::find(uint64_t id) {
 
 void Environment::post(CallEvent event) {
   pending_.push_back(std::move(event));
-  // Events caused by a JavaScript call (terminate, kill) are delivered on a
-  // later turn of the loop, never from inside that call: the same turns
-  // (and handle) that deliver what one flush could not.
-  if (!flushing_) deliver_next_turn();
+  // Events caused by a JavaScript call (terminate, kill) are delivered
+  // later, never from inside that call; those posted in a turn, at its end.
+  if (!flushing_ && !dispatching_) schedule_delivery();
+  update_keep_alive();
 }
 
 void Environment::flush() {
-  if (flushing_) return;
+  if (flushing_ || dispatching_) return;
   flushing_ = true;
   // A listener may call back into us (terminate from an 'exit' handler):
-  // what it posts is appended and delivered by this same loop, in order.
-  // Each listener may do real work (a 'close' that starts the next call), so
-  // one flush delivers for a few milliseconds at most, then lets the loop
-  // serve everything else and goes on in its next turn. The milliseconds are
-  // the turn's: what ladders took of them this turn (starts, signal passes)
-  // is not delivered on top.
-  uint64_t start = turn_start_ns_ != 0 ? turn_start_ns_ : uv_hrtime();
-  while (!pending_.empty() && !closing_) {
+  // what it posts is appended and delivered after it, in order. Each
+  // listener may do real work (a 'close' that starts the next call), so a
+  // turn delivers for a few milliseconds at most, then lets the loop serve
+  // everything else and goes on in the next turn. The milliseconds are the
+  // turn's: what ladders took of them this turn (starts, signal passes) is
+  // not delivered on top. One event per callback into JavaScript: its
+  // microtasks (a promise a listener resolved) run before the next event.
+  if (turn_start_ns_ == 0) turn_start_ns_ = monotonic_ns();
+  if (!pending_.empty() && !closing_) {
     CallEvent ev = std::move(pending_.front());
     pending_.pop_front();
     sink_->deliver(ev);
-    if (!pending_.empty() && uv_hrtime() - start >= kTurnBudgetNs) break;
   }
   if (closing_) pending_.clear();
   flushing_ = false;
   if (!pending_.empty()) {
-    // The rest goes out in the next turn (an idle handle: a 0 ms timer
-    // restarted from its own callback could run again in the same turn).
-    deliver_next_turn();
+    if (monotonic_ns() - turn_start_ns_ < kTurnBudgetNs) {
+      continuing_ = true;
+      schedule_delivery();
+    } else {
+      // The rest goes out in the next turn, a task of its own.
+      yielded_ = true;
+      signal_wake();
+    }
+    update_keep_alive();
     return;
   }
   // Only once every event is out: a listener may still ask about its call.
   reap_finished();
+  update_keep_alive();
 }
 
 void Environment::reap_finished() {
@@ -328,54 +403,29 @@ void Environment::kill_all_sync() {
   }
 }
 
-void Environment::close_handles(void (*done)(void*), void* arg) {
+void Environment::close() {
+  if (closing_ && !waiter_.running() && calls_.empty()) return;
   closing_ = true;
-  closed_cb_ = done;
-  closed_arg_ = arg;
-  // One count for this function itself, released at its end, so that
-  // handles closing synchronously cannot finish the count early.
-  handles_open_ = 1;
+  // No turn after this: the Waiter is joined before anything it reads closes.
+  waiter_.stop();
   std::vector<Call*> calls;
   for (auto& kv : calls_) calls.push_back(kv.second);
   calls_.clear();
-  for (Call* c : calls) {
-    ++handles_open_;
-    c->dispose();
-  }
-  ++handles_open_;
-  reactor_.close([](void* self) { static_cast<Environment*>(self)->handle_closed(); }, this);
+  for (Call* c : calls) c->dispose();
   if (broker_) broker_->close();
   subtrees_.remove_all();
-  ++handles_open_;
-  subtrees_.close([](void* self) { static_cast<Environment*>(self)->handle_closed(); }, this);
-  ++handles_open_;
-  writes_.close([](void* self) { static_cast<Environment*>(self)->handle_closed(); }, this);
+  subtrees_.close();
+  writes_.close();
   deferred_stops_.clear();
   budget_waiters_.clear();
-  if (budget_refill_) uv_idle_stop(budget_refill_);
-  close_handle(&budget_refill_);
-  handle_closed();
-}
-
-template <typename Handle>
-void Environment::close_handle(Handle** handle) {
-  if (!*handle) return;
-  ++handles_open_;
-  uv_close(reinterpret_cast<uv_handle_t*>(*handle), [](uv_handle_t* h) {
-    Environment* self = static_cast<Environment*>(h->data);
-    delete reinterpret_cast<Handle*>(h);
-    self->handle_closed();
-  });
-  *handle = nullptr;
-}
-
-void Environment::on_call_disposed() {
-  if (closing_) handle_closed();
-}
-
-void Environment::handle_closed() {
-  if (--handles_open_ > 0) return;
-  if (closed_cb_) closed_cb_(closed_arg_);
+  pending_.clear();
+  timers_.close();
+  reactor_.close();
+  wake_.reset();
+  if (kept_alive_) {
+    kept_alive_ = false;
+    host_->keep_alive(false);
+  }
 }
 
 }  // namespace proctree

@@ -3,9 +3,14 @@
 // delivered to JavaScript in order, the reactor that watches them, and the
 // cgroup subtrees their leaves live in. Spawning a call in any tier starts
 // here.
+//
+// Its event loop is its own (no libuv: only Node-API, which Node, Bun and
+// Deno all have): a Waiter thread blocks in epoll_wait on the reactor and
+// asks the host (the binding) for a turn on the JavaScript thread; timers are
+// a timerfd in the reactor's set; slow cgroup writes go to a FileWriter
+// thread. Everything else runs on the JavaScript thread, in turn() and
+// deliver_next().
 #pragma once
-
-#include <uv.h>
 
 #include <cstdint>
 #include <deque>
@@ -22,6 +27,8 @@
 #include "loop/output_pipes.h"
 #include "loop/reactor.h"
 #include "loop/subtrees.h"
+#include "loop/timers.h"
+#include "loop/waiter.h"
 
 namespace proctree {
 
@@ -30,6 +37,23 @@ class EventSink {
  public:
   virtual ~EventSink() = default;
   virtual void deliver(const CallEvent& event) = 0;
+};
+
+// What runs the environment's turns: the binding (a thread-safe function of
+// Node-API), or a unit test.
+class LoopHost {
+ public:
+  virtual ~LoopHost() = default;
+  // From the Waiter's thread: run Environment::turn() on the JavaScript
+  // thread, as a task of its own.
+  virtual void wake() = 0;
+  // On the JavaScript thread: run Environment::deliver_next() there soon,
+  // once the current callback into JavaScript has returned (and its
+  // microtasks have run), within the same turn.
+  virtual void deliver_later() = 0;
+  // On the JavaScript thread: whether the runtime's loop must stay alive for
+  // us (a referenced call, events to deliver, writes in flight).
+  virtual void keep_alive(bool alive) = 0;
 };
 
 struct SpawnedCall {
@@ -56,7 +80,7 @@ struct SpawnOptions {
 
 class Environment {
  public:
-  Environment(uv_loop_t* loop, EventSink* sink);
+  Environment(EventSink* sink, LoopHost* host);
   Environment(const Environment&) = delete;
   Environment& operator=(const Environment&) = delete;
   ~Environment();
@@ -68,8 +92,13 @@ class Environment {
   // no process, no directory, no descriptor.
   SysError spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
 
-  // Opens the reactor (once): before anything is watched.
+  // Opens the reactor, its timers and the Waiter (once): before anything is
+  // watched.
   SysError ensure_open();
+  // The Waiter's wake-up, on the JavaScript thread: one turn of the loop.
+  void turn();
+  // LoopHost::deliver_later's call: the next event, within the turn.
+  void deliver_next();
   // run()'s stdout and stderr, read here (see output_pipes.h).
   OutputPipes& output_pipes() { return output_pipes_; }
 
@@ -98,18 +127,20 @@ class Environment {
   void shutdown_sync(int wait_ms);
   // One synchronous SIGKILL round over every call (see shutdown_sync).
   void kill_all_sync();
-  // Closes libuv handles; done() runs when all have closed.
-  void close_handles(void (*done)(void*), void* arg);
+  // Stops the Waiter and the writer (joined), frees every call, closes every
+  // descriptor: after shutdown_sync, at the environment's teardown.
+  void close();
 
   // For calls.
-  uv_loop_t* loop() { return loop_; }
+  Timers* timers() { return &timers_; }
   Reactor& reactor() { return reactor_; }
   SlowWrites* slow_writes() { return &writes_; }
   void post(CallEvent event);
-  // Deliver what was posted, now: called at the end of a libuv callback.
+  // Deliver what was posted: one event per callback into JavaScript (its
+  // microtasks run before the next, as after any I/O callback), the rest
+  // later in the turn, or in the next turn once the turn's time is spent.
   void flush();
   void on_call_ref_changed(bool was, bool now);
-  void on_call_disposed();
 
   // For the reactor.
   void on_main_readable(uint64_t id);
@@ -118,6 +149,9 @@ class Environment {
   void on_members_exited(uint64_t id, size_t n);
   void on_broker_socket(bool writable);
   void on_broker_process();
+  void on_timers();
+  void on_wake();
+  void on_writes_done();
 
  private:
   // Unique in the process: a call's id names its leaf (c<id>).
@@ -130,16 +164,26 @@ class Environment {
   void broker_gone(const SysError& e);
   SysError adopt(Call* call, SpawnedCall* out);
   void reap_finished();
-  void handle_closed();
-  // uv_close, then delete; counted until its close callback has run.
-  template <typename Handle>
-  void close_handle(Handle** handle);
+  // Whether the runtime's loop must stay alive for us, told to the host.
+  void update_keep_alive();
+  // Ask for another turn (the wake eventfd).
+  void signal_wake();
+  void schedule_delivery();
 
-  uv_loop_t* loop_;
   EventSink* sink_;
+  LoopHost* host_;
+  Timers timers_;
   Reactor reactor_;
   Subtrees subtrees_;
   FileWriter writes_;
+  Waiter waiter_;
+  Fd wake_;
+  bool wake_signalled_ = false;
+  bool kept_alive_ = false;
+  bool dispatching_ = false;      // inside turn()'s reactor dispatch
+  bool delivery_scheduled_ = false;  // a deliver_next() is coming
+  bool continuing_ = false;       // ...within the same turn
+  bool yielded_ = false;          // the turn ran out of time with work left
   OutputPipes output_pipes_{this};
   bool opened_ = false;
   bool closing_ = false;
@@ -163,7 +207,6 @@ class Environment {
   std::deque<CallEvent> pending_;
   bool flushing_ = false;
   bool reaping_ = false;
-  uv_idle_t* budget_refill_ = nullptr;
   std::deque<uint64_t> budget_waiters_;
   // Ladders of terminate_group not started yet, for want of time this turn.
   struct DeferredStop {
@@ -176,17 +219,12 @@ class Environment {
   std::deque<DeferredStop> deferred_stops_;
   uint64_t turn_start_ns_ = 0;  // 0: this turn has not spent any time yet
   bool turn_has_time();
+  // Ladders waiting for time (deferred stops, passes) go on next turn.
   void start_turns();
-  // The next turn delivers what is pending (and the loop stays alive for it).
-  void deliver_next_turn();
-  static void on_budget_turn(uv_idle_t* h);
   // What ladders may spend of one turn of the loop, and how many members
   // they may ask for at once within it.
   static constexpr uint64_t kTurnBudgetNs = 2000000;
   static constexpr size_t kMembersPerGrant = 32;
-  int handles_open_ = 0;
-  void (*closed_cb_)(void*) = nullptr;
-  void* closed_arg_ = nullptr;
 };
 
 }  // namespace proctree

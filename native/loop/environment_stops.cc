@@ -2,7 +2,10 @@
 // shared cgroup subtree for a supervisor's shutdown, and the few
 // milliseconds of each turn of the loop that all ladders share for their
 // starts and signal passes (what does not fit goes on in the next turn).
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 
 #include "kernel/procfs.h"
 #include "loop/environment.h"
@@ -43,6 +46,7 @@ std::vector<bool> Environment::terminate_group(const std::vector<uint64_t>& ids,
       // Later in this turn's place: a ladder that starts on an empty tree
       // still reports, so the answer is already known.
       deferred_stops_.push_back(DeferredStop{ids[i], sigs[i], grace_ms, reason, group});
+      start_turns();
       out[i] = !c->finished();
       continue;
     }
@@ -52,79 +56,56 @@ std::vector<bool> Environment::terminate_group(const std::vector<uint64_t>& ids,
 }
 
 bool Environment::turn_has_time() {
-  uint64_t now = uv_hrtime();
-  if (turn_start_ns_ == 0) {
-    turn_start_ns_ = now;
-    start_turns();
-  }
+  uint64_t now = monotonic_ns();
+  if (turn_start_ns_ == 0) turn_start_ns_ = now;
   return now - turn_start_ns_ < kTurnBudgetNs;
 }
 
-// An idle handle runs once per turn (and keeps the loop from blocking while
-// work waits): it gives the next turn its time and resumes what waits.
-void Environment::start_turns() {
-  if (closing_) return;
-  if (!budget_refill_) {
-    budget_refill_ = new uv_idle_t;
-    uv_idle_init(loop_, budget_refill_);
-    budget_refill_->data = this;
-    uv_unref(reinterpret_cast<uv_handle_t*>(budget_refill_));
-  }
-  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(budget_refill_))) uv_idle_start(budget_refill_, on_budget_turn);
-}
-
-void Environment::deliver_next_turn() {
-  start_turns();
-  // Events still to deliver keep the loop alive.
-  if (budget_refill_) uv_ref(reinterpret_cast<uv_handle_t*>(budget_refill_));
-}
+// The wake eventfd: the next turn (a task of its own) resumes what waits.
+void Environment::start_turns() { signal_wake(); }
 
 size_t Environment::take_pass_budget(uint64_t call_id, size_t wanted) {
   if (turn_has_time()) return std::min(wanted, kMembersPerGrant);
   budget_waiters_.push_back(call_id);
+  start_turns();
   return 0;
 }
 
-void Environment::on_budget_turn(uv_idle_t* h) {
-  Environment* self = static_cast<Environment*>(h->data);
-  self->turn_start_ns_ = 0;
+void Environment::on_wake() {
+  uint64_t n;
+  while (read(wake_.get(), &n, sizeof n) < 0 && errno == EINTR) {
+  }
+  wake_signalled_ = false;
   // What waits goes on, in order, while this turn has time; the rest waits
   // for the next one.
-  while (!self->deferred_stops_.empty() && self->turn_has_time()) {
-    DeferredStop d = std::move(self->deferred_stops_.front());
-    self->deferred_stops_.pop_front();
-    if (Call* c = self->find(d.id)) {
+  while (!deferred_stops_.empty() && turn_has_time()) {
+    DeferredStop d = std::move(deferred_stops_.front());
+    deferred_stops_.pop_front();
+    if (Call* c = find(d.id)) {
       if (d.group_frozen) {
         c->terminate_frozen_by_group(d.grace_ms, d.sig, d.reason);
       } else {
         c->terminate(d.grace_ms, d.sig, d.reason);
       }
     } else if (d.group_frozen) {
-      self->group_freeze_released(d.id);
+      group_freeze_released(d.id);
     }
   }
   std::deque<uint64_t> waiting;
-  waiting.swap(self->budget_waiters_);
-  while (!waiting.empty() && self->turn_has_time()) {
+  waiting.swap(budget_waiters_);
+  while (!waiting.empty() && turn_has_time()) {
     uint64_t id = waiting.front();
     waiting.pop_front();
-    if (Call* c = self->find(id)) c->resume_pass();
+    if (Call* c = find(id)) c->resume_pass();
   }
   // Whoever did not get a turn keeps its place, ahead of newcomers.
   while (!waiting.empty()) {
-    self->budget_waiters_.push_front(waiting.back());
+    budget_waiters_.push_front(waiting.back());
     waiting.pop_back();
   }
-  self->flush();
-  if (self->budget_waiters_.empty() && self->deferred_stops_.empty() && self->pending_.empty()) {
-    uv_idle_stop(h);
-    self->turn_start_ns_ = 0;
-  }
-  // Events still to deliver keep the loop alive.
-  if (self->pending_.empty()) {
-    uv_unref(reinterpret_cast<uv_handle_t*>(h));
-  } else {
-    uv_ref(reinterpret_cast<uv_handle_t*>(h));
+  if (!budget_waiters_.empty() || !deferred_stops_.empty()) {
+    yielded_ = true;
+    start_turns();
   }
 }
 

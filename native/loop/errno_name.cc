@@ -1,27 +1,161 @@
+// The name Node gives an errno ("ENOENT"), for the `code` of the errors the
+// binding builds: every errno Linux has (EPERM..EHWPOISON), spelled as Node
+// (libuv) spells them, so our codes are exactly Node's.
 #include "loop/errno_name.h"
 
-#include <uv.h>
-
-#include <cerrno>
-#include <cstring>
+#include <cstdio>
 
 namespace proctree {
+namespace {
+
+// By value; two gaps (41, 58) Linux never assigned. Aliases take the name
+// Node uses: EAGAIN (EWOULDBLOCK), EDEADLK (EDEADLOCK), ENOTSUP (EOPNOTSUPP).
+const char* const kNames[] = {
+    nullptr,  // 0
+    "EPERM",
+    "ENOENT",
+    "ESRCH",
+    "EINTR",
+    "EIO",
+    "ENXIO",
+    "E2BIG",
+    "ENOEXEC",
+    "EBADF",
+    "ECHILD",
+    "EAGAIN",
+    "ENOMEM",
+    "EACCES",
+    "EFAULT",
+    "ENOTBLK",
+    "EBUSY",
+    "EEXIST",
+    "EXDEV",
+    "ENODEV",
+    "ENOTDIR",
+    "EISDIR",
+    "EINVAL",
+    "ENFILE",
+    "EMFILE",
+    "ENOTTY",
+    "ETXTBSY",
+    "EFBIG",
+    "ENOSPC",
+    "ESPIPE",
+    "EROFS",
+    "EMLINK",
+    "EPIPE",
+    "EDOM",
+    "ERANGE",
+    "EDEADLK",
+    "ENAMETOOLONG",
+    "ENOLCK",
+    "ENOSYS",
+    "ENOTEMPTY",
+    "ELOOP",
+    nullptr,  // 41: unused
+    "ENOMSG",
+    "EIDRM",
+    "ECHRNG",
+    "EL2NSYNC",
+    "EL3HLT",
+    "EL3RST",
+    "ELNRNG",
+    "EUNATCH",
+    "ENOCSI",
+    "EL2HLT",
+    "EBADE",
+    "EBADR",
+    "EXFULL",
+    "ENOANO",
+    "EBADRQC",
+    "EBADSLT",
+    nullptr,  // 58: unused
+    "EBFONT",
+    "ENOSTR",
+    "ENODATA",
+    "ETIME",
+    "ENOSR",
+    "ENONET",
+    "ENOPKG",
+    "EREMOTE",
+    "ENOLINK",
+    "EADV",
+    "ESRMNT",
+    "ECOMM",
+    "EPROTO",
+    "EMULTIHOP",
+    "EDOTDOT",
+    "EBADMSG",
+    "EOVERFLOW",
+    "ENOTUNIQ",
+    "EBADFD",
+    "EREMCHG",
+    "ELIBACC",
+    "ELIBBAD",
+    "ELIBSCN",
+    "ELIBMAX",
+    "ELIBEXEC",
+    "EILSEQ",
+    "ERESTART",
+    "ESTRPIPE",
+    "EUSERS",
+    "ENOTSOCK",
+    "EDESTADDRREQ",
+    "EMSGSIZE",
+    "EPROTOTYPE",
+    "ENOPROTOOPT",
+    "EPROTONOSUPPORT",
+    "ESOCKTNOSUPPORT",
+    "ENOTSUP",
+    "EPFNOSUPPORT",
+    "EAFNOSUPPORT",
+    "EADDRINUSE",
+    "EADDRNOTAVAIL",
+    "ENETDOWN",
+    "ENETUNREACH",
+    "ENETRESET",
+    "ECONNABORTED",
+    "ECONNRESET",
+    "ENOBUFS",
+    "EISCONN",
+    "ENOTCONN",
+    "ESHUTDOWN",
+    "ETOOMANYREFS",
+    "ETIMEDOUT",
+    "ECONNREFUSED",
+    "EHOSTDOWN",
+    "EHOSTUNREACH",
+    "EALREADY",
+    "EINPROGRESS",
+    "ESTALE",
+    "EUCLEAN",
+    "ENOTNAM",
+    "ENAVAIL",
+    "EISNAM",
+    "EREMOTEIO",
+    "EDQUOT",
+    "ENOMEDIUM",
+    "EMEDIUMTYPE",
+    "ECANCELED",
+    "ENOKEY",
+    "EKEYEXPIRED",
+    "EKEYREVOKED",
+    "EKEYREJECTED",
+    "EOWNERDEAD",
+    "ENOTRECOVERABLE",
+    "ERFKILL",
+    "EHWPOISON",
+};
+
+}  // namespace
 
 const char* errno_name(int err) {
-  const char* name = uv_err_name(-err);
-  // libuv names the errors Node knows; a few that the kernel gives us it
-  // does not (it then answers "Unknown system error").
-  if (strncmp(name, "Unknown", 7) != 0) return name;
-  switch (err) {
-    case ECHILD: return "ECHILD";
-    case ENOTSUP: return "ENOTSUP";
-    case EDEADLK: return "EDEADLK";
-    case ENOLINK: return "ENOLINK";
-    case EOWNERDEAD: return "EOWNERDEAD";
-    case ESTALE: return "ESTALE";
-    case EDQUOT: return "EDQUOT";
-    default: return name;
-  }
+  if (err > 0 && static_cast<size_t>(err) < sizeof kNames / sizeof kNames[0] && kNames[err]) return kNames[err];
+  // What Node says of an errno it has no name for (the number negated, as
+  // libuv's error codes are).
+  thread_local char unknown[40];
+  std::snprintf(unknown, sizeof unknown, "Unknown system error %d", -err);
+  return unknown;
 }
 
 }  // namespace proctree

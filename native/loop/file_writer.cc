@@ -1,69 +1,91 @@
 #include "loop/file_writer.h"
 
 #include <fcntl.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
 
+#include "loop/thread.h"
+
 namespace proctree {
 
+SysError FileWriter::open(void (*busy_changed)(void*), void* arg) {
+  busy_changed_ = busy_changed;
+  busy_arg_ = arg;
+  if (done_) return SysError::none();
+  done_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!done_) return SysError::from_errno("eventfd");
+  return SysError::none();
+}
+
 void FileWriter::write_later(const std::string& path, const char* value) {
-  if (closing_) return;
-  queue_.emplace_back(path, value);
-  next();
-}
-
-void FileWriter::next() {
-  if (running_ || queue_.empty() || closing_) return;
-  running_ = new Job{};
-  running_->owner = this;
-  running_->path = std::move(queue_.front().first);
-  running_->value = std::move(queue_.front().second);
-  queue_.pop_front();
-  running_->req.data = running_;
-  if (uv_queue_work(loop_, &running_->req, work, after) != 0) {
-    // No thread pool: write here, as without a writer.
-    work(&running_->req);
-    delete running_;
-    running_ = nullptr;
-    next();
+  if (closed_) return;
+  if (!started_ && done_) started_ = !start_thread(run, this, &thread_);
+  if (!started_) {
+    // No thread (or no eventfd): write here, as without a writer.
+    write_now(path, value);
+    return;
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.emplace_back(path, value);
+  }
+  cv_.notify_one();
+  if (outstanding_++ == 0 && busy_changed_) busy_changed_(busy_arg_);
 }
 
-void FileWriter::work(uv_work_t* req) {
-  Job* job = static_cast<Job*>(req->data);
+void FileWriter::on_done() {
+  uint64_t n = 0;
+  if (read(done_.get(), &n, sizeof n) != sizeof n) return;
+  outstanding_ = n >= outstanding_ ? 0 : outstanding_ - n;
+  if (outstanding_ == 0 && busy_changed_) busy_changed_(busy_arg_);
+}
+
+void FileWriter::write_now(const std::string& path, const std::string& value) {
   // Errors are the reader's to see: a freeze that did not take shows in
   // cgroup.events, a kill that did not in populated.
-  int fd = open(job->path.c_str(), O_WRONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return;
   ssize_t n;
   do {
-    n = write(fd, job->value.data(), job->value.size());
+    n = write(fd, value.data(), value.size());
   } while (n < 0 && errno == EINTR);
   ::close(fd);
 }
 
-void FileWriter::after(uv_work_t* req, int /*status*/) {
-  Job* job = static_cast<Job*>(req->data);
-  FileWriter* self = job->owner;
-  delete job;
-  self->running_ = nullptr;
-  if (self->closing_) {
-    if (self->closed_) self->closed_(self->closed_arg_);
-    return;
+void* FileWriter::run(void* arg) {
+  FileWriter* self = static_cast<FileWriter*>(arg);
+  std::unique_lock<std::mutex> lock(self->mu_);
+  for (;;) {
+    self->cv_.wait(lock, [self] { return self->stopping_ || !self->queue_.empty(); });
+    if (self->stopping_) return nullptr;
+    std::pair<std::string, std::string> job = std::move(self->queue_.front());
+    self->queue_.pop_front();
+    lock.unlock();
+    write_now(job.first, job.second);
+    uint64_t one = 1;
+    while (write(self->done_.get(), &one, sizeof one) < 0 && errno == EINTR) {
+    }
+    lock.lock();
   }
-  self->next();
 }
 
-void FileWriter::close(void (*done)(void*), void* arg) {
-  closing_ = true;
-  queue_.clear();
-  if (!running_) {
-    done(arg);
-    return;
+void FileWriter::close() {
+  if (closed_) return;
+  closed_ = true;
+  if (started_) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      queue_.clear();
+    }
+    cv_.notify_one();
+    join_thread(thread_);
+    started_ = false;
   }
-  closed_ = done;
-  closed_arg_ = arg;
+  outstanding_ = 0;
+  done_.reset();
 }
 
 }  // namespace proctree

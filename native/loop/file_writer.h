@@ -1,47 +1,63 @@
-// Writes to cgroup control files off the loop thread, one at a time and in
-// order (a freeze queued before a thaw must land first), on libuv's thread
-// pool: cgroup.kill of a tree of a thousand processes takes tens of ms in the
-// kernel, and the harness's event loop must not wait for it.
+// Writes to cgroup control files off the JavaScript thread, one at a time and
+// in order (a freeze queued before a thaw must land first), on a worker
+// thread of our own: cgroup.kill of a tree of a thousand processes takes tens
+// of ms in the kernel, and the harness's event loop must not wait for it.
+// Each finished write is counted on an eventfd in the reactor's set, read on
+// the JavaScript thread (on_done), which keeps the loop alive while writes
+// are outstanding, as a request on libuv's thread pool did.
 #pragma once
 
-#include <uv.h>
+#include <pthread.h>
 
+#include <condition_variable>
 #include <deque>
+#include <mutex>
 #include <string>
 #include <utility>
 
+#include "kernel/fd.h"
+#include "kernel/sys_error.h"
 #include "ladder/confinement.h"
 
 namespace proctree {
 
 class FileWriter : public SlowWrites {
  public:
-  explicit FileWriter(uv_loop_t* loop) : loop_(loop) {}
+  FileWriter() = default;
   FileWriter(const FileWriter&) = delete;
   FileWriter& operator=(const FileWriter&) = delete;
+  ~FileWriter() override { close(); }
+
+  // The completion eventfd; busy_changed(arg) on the JavaScript thread when
+  // busy() may have changed.
+  SysError open(void (*busy_changed)(void*), void* arg);
+  int done_fd() const { return done_.get(); }
 
   void write_later(const std::string& path, const char* value) override;
+  // The eventfd turned readable.
+  void on_done();
+  // Writes queued or in flight.
+  bool busy() const { return outstanding_ > 0; }
   // Teardown: what is queued is dropped (the caller kills synchronously);
-  // a write in flight finishes, then done(arg).
-  void close(void (*done)(void*), void* arg);
+  // a write in flight finishes, then the thread is joined.
+  void close();
 
  private:
-  struct Job {
-    uv_work_t req;
-    FileWriter* owner;
-    std::string path;
-    std::string value;
-  };
-  void next();
-  static void work(uv_work_t* req);
-  static void after(uv_work_t* req, int status);
+  static void* run(void* self);
+  static void write_now(const std::string& path, const std::string& value);
 
-  uv_loop_t* loop_;
+  Fd done_;
+  void (*busy_changed_)(void*) = nullptr;
+  void* busy_arg_ = nullptr;
+  uint64_t outstanding_ = 0;  // JavaScript thread only
+  bool started_ = false;
+  bool closed_ = false;
+  pthread_t thread_{};
+  // Shared with the worker.
+  std::mutex mu_;
+  std::condition_variable cv_;
   std::deque<std::pair<std::string, std::string>> queue_;
-  Job* running_ = nullptr;
-  bool closing_ = false;
-  void (*closed_)(void*) = nullptr;
-  void* closed_arg_ = nullptr;
+  bool stopping_ = false;
 };
 
 }  // namespace proctree

@@ -15,6 +15,9 @@ namespace {
 constexpr uint64_t kInotifyTag = ~uint64_t{0};
 constexpr uint64_t kBrokerSocketTag = ~uint64_t{0} - 1;
 constexpr uint64_t kBrokerProcessTag = ~uint64_t{0} - 2;
+constexpr uint64_t kTimersTag = ~uint64_t{0} - 3;
+constexpr uint64_t kWakeTag = ~uint64_t{0} - 4;
+constexpr uint64_t kWritesTag = ~uint64_t{0} - 5;
 // Call ids count up from 1 and never reach bit 61: the top bits say what
 // kind of descriptor became ready.
 constexpr uint64_t kControlBit = uint64_t{1} << 62;
@@ -42,17 +45,12 @@ SysError Reactor::open() {
   inotify_.reset(inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
   if (!inotify_) return SysError::from_errno("inotify_init1");
   if (SysError e = add(epoll_.get(), inotify_.get(), EPOLLIN, kInotifyTag)) return e;
-  poll_ = new uv_poll_t;
-  int r = uv_poll_init(loop_, poll_, epoll_.get());
-  if (r != 0) {
-    delete poll_;
-    poll_ = nullptr;
-    return SysError::of(-r, "uv_poll_init");
-  }
-  poll_->data = this;
-  uv_poll_start(poll_, UV_READABLE, on_poll);
-  uv_unref(reinterpret_cast<uv_handle_t*>(poll_));
   return SysError::none();
+}
+
+SysError Reactor::watch_loop(int fd, LoopFd which) {
+  uint64_t tag = which == LoopFd::kTimers ? kTimersTag : which == LoopFd::kWake ? kWakeTag : kWritesTag;
+  return add(epoll_.get(), fd, EPOLLIN, tag);
 }
 
 SysError Reactor::watch_main(int pidfd, uint64_t call_id) { return add(epoll_.get(), pidfd, EPOLLIN, call_id); }
@@ -110,39 +108,10 @@ void Reactor::unwatch_cgroup(int wd) {
   if (watches_.erase(wd) > 0) inotify_rm_watch(inotify_.get(), wd);
 }
 
-void Reactor::set_ref(bool ref) {
-  if (!poll_) return;
-  if (ref) {
-    uv_ref(reinterpret_cast<uv_handle_t*>(poll_));
-  } else {
-    uv_unref(reinterpret_cast<uv_handle_t*>(poll_));
-  }
-}
-
-void Reactor::close(void (*closed)(void*), void* arg) {
-  if (poll_) {
-    closed_ = closed;
-    closed_arg_ = arg;
-    uv_poll_stop(poll_);
-    uv_close(reinterpret_cast<uv_handle_t*>(poll_), [](uv_handle_t* h) {
-      Reactor* self = static_cast<Reactor*>(h->data);
-      delete reinterpret_cast<uv_poll_t*>(h);
-      if (self->closed_) self->closed_(self->closed_arg_);
-    });
-    poll_ = nullptr;
-  } else if (closed) {
-    closed(arg);
-  }
-  // uv_poll_stop has removed the fd from libuv's own epoll set, so closing it
-  // now cannot confuse the loop.
+void Reactor::close() {
   watches_.clear();
   inotify_.reset();
   epoll_.reset();
-}
-
-void Reactor::on_poll(uv_poll_t* handle, int status, int /*events*/) {
-  if (status < 0) return;
-  static_cast<Reactor*>(handle->data)->dispatch();
 }
 
 bool Reactor::drain_inotify(std::unordered_map<uint64_t, bool>* changed) {
@@ -175,11 +144,18 @@ void Reactor::dispatch() {
   bool inotify_ready = false;
   int broker = -1;  // -1: not ready; 0: readable; 1: writable too
   bool broker_process = false;
+  bool timers = false, wake = false, writes = false;
   int n = epoll_wait(epoll_.get(), evs, kMaxEventsPerTurn, 0);
   for (int i = 0; i < n; ++i) {
     uint64_t tag = evs[i].data.u64;
     if (tag == kInotifyTag) {
       inotify_ready = true;
+    } else if (tag == kTimersTag) {
+      timers = true;
+    } else if (tag == kWakeTag) {
+      wake = true;
+    } else if (tag == kWritesTag) {
+      writes = true;
     } else if (tag == kBrokerSocketTag) {
       broker = (evs[i].events & EPOLLOUT) ? 1 : 0;
     } else if (tag == kBrokerProcessTag) {
@@ -195,6 +171,11 @@ void Reactor::dispatch() {
       exited.push_back(tag);
     }
   }
+  // As a libuv loop runs them: timers, then the turn's own work (ladders
+  // waiting for time, deliveries that did not fit), then I/O.
+  if (timers) env_->on_timers();
+  if (wake) env_->on_wake();
+  if (writes) env_->on_writes_done();
   if (inotify_ready && !drain_inotify(&changed)) {
     // The kernel dropped events (IN_Q_OVERFLOW): a lost 'populated 0' would
     // leave a call open forever, so every watched call looks again.

@@ -1,12 +1,12 @@
-// One epoll descriptor for every live call of an environment, watched by a
-// single uv_poll_t on the environment's own loop (no thread): each call's
-// main-process pidfd (readable when it exits), each shim's control socket,
+// One epoll descriptor for every live call of an environment, waited on by
+// the environment's Waiter thread and read on the JavaScript thread (turn):
+// each call's main-process pidfd (readable when it exits), each shim's control socket,
 // the pidfds of members a ladder signalled (their exit may end the grace
 // early), and one inotify descriptor carrying the watches on the
-// cgroup.events files of calls whose tree outlived their main process.
+// cgroup.events files of calls whose tree outlived their main process. The
+// loop's own descriptors sit in it too: the timerfd of its timers, the
+// eventfd that asks for another turn, the file writer's completion eventfd.
 #pragma once
-
-#include <uv.h>
 
 #include <cstdint>
 #include <string>
@@ -21,11 +21,16 @@ class Environment;
 
 class Reactor {
  public:
-  Reactor(uv_loop_t* loop, Environment* env) : loop_(loop), env_(env) {}
+  explicit Reactor(Environment* env) : env_(env) {}
   Reactor(const Reactor&) = delete;
   Reactor& operator=(const Reactor&) = delete;
 
   SysError open();
+  // The epoll descriptor (for the Waiter), -1 until open.
+  int fd() const { return epoll_.get(); }
+  // The loop's own descriptors (see Environment::turn).
+  enum class LoopFd { kTimers, kWake, kWrites };
+  SysError watch_loop(int fd, LoopFd which);
   SysError watch_main(int pidfd, uint64_t call_id);
   SysError watch_control(int fd, uint64_t call_id);
   // One-shot: a dead member's pidfd stays readable, and one wake-up is all
@@ -45,26 +50,21 @@ class Reactor {
   void set_broker_writable(int socket, bool writable);
   void unwatch_cgroup(int wd);
 
-  // Keeps the loop alive while any call is referenced, like a ChildProcess.
-  void set_ref(bool ref);
-  // Stops watching; the poll handle closes asynchronously, then closed(arg).
-  void close(void (*closed)(void*) = nullptr, void* arg = nullptr);
+  // Stops watching: the descriptors close (the Waiter is stopped first).
+  void close();
+  // One turn's readiness, handled in order: timers, the wake-up (the
+  // environment's per-turn work), then the calls' descriptors.
+  void dispatch();
 
  private:
-  static void on_poll(uv_poll_t* handle, int status, int events);
-  void dispatch();
   // Returns false when the kernel's event queue overflowed: every watch may
   // have changed.
   bool drain_inotify(std::unordered_map<uint64_t, bool>* changed);
 
-  uv_loop_t* loop_;
   Environment* env_;
   Fd epoll_;
   Fd inotify_;
-  uv_poll_t* poll_ = nullptr;
   std::unordered_map<int, uint64_t> watches_;  // inotify wd -> call id
-  void (*closed_)(void*) = nullptr;
-  void* closed_arg_ = nullptr;
 };
 
 }  // namespace proctree

@@ -20,7 +20,7 @@ SysError Subtrees::make_leaf(const std::string& group, uint64_t id, const std::s
                              CgroupDir* out, CpuCounters* base, bool* kept, SysError* guardian_error) {
   CgroupLocation loc;
   if (SysError e = location(&loc)) return e;
-  if (linger_) uv_timer_stop(linger_);
+  linger_.stop();
   auto g = groups_.find(group);
   if (g == groups_.end()) {
     // The delegation rule: only ever below the harness's own cgroup. The
@@ -38,7 +38,7 @@ SysError Subtrees::make_leaf(const std::string& group, uint64_t id, const std::s
   // poll of its pidfd): a guardian killed (by a same-uid call, the OOM
   // killer) while calls keep coming is started again, and it watches every
   // subtree of this harness by its prefix.
-  const uint64_t now = uv_now(loop_);
+  const uint64_t now = monotonic_ns() / 1000000ULL;
   if (guardian_checked_ms_ == 0 || now - guardian_checked_ms_ >= kGuardianCheckMs) {
     guardian_checked_ms_ = now == 0 ? 1 : now;
     GuardianInfo info;
@@ -91,17 +91,8 @@ void Subtrees::drop_kept(const std::string& group) {
 
 void Subtrees::idle() {
   if (groups_.empty()) return;
-  if (!linger_) {
-    linger_ = new uv_timer_t;
-    uv_timer_init(loop_, linger_);
-    linger_->data = this;
-  }
-  // Unreferenced: at exit the 'exit' hook (or the guardian) removes them.
-  uv_timer_start(linger_, on_linger, kLingerMs, 0);
-  uv_unref(reinterpret_cast<uv_handle_t*>(linger_));
+  linger_.start(kLingerMs);
 }
-
-void Subtrees::on_linger(uv_timer_t* t) { static_cast<Subtrees*>(t->data)->remove_all(); }
 
 bool Subtrees::kill_round() {
   bool whole = true;
@@ -131,22 +122,6 @@ void Subtrees::remove_all() {
       ++it;
     }
   }
-}
-
-void Subtrees::close(void (*closed)(void*), void* arg) {
-  if (!linger_) {
-    closed(arg);
-    return;
-  }
-  closed_ = closed;
-  closed_arg_ = arg;
-  uv_timer_stop(linger_);
-  uv_close(reinterpret_cast<uv_handle_t*>(linger_), [](uv_handle_t* h) {
-    Subtrees* self = static_cast<Subtrees*>(h->data);
-    delete reinterpret_cast<uv_timer_t*>(h);
-    self->linger_ = nullptr;
-    self->closed_(self->closed_arg_);
-  });
 }
 
 }  // namespace proctree

@@ -14,8 +14,6 @@
 // call's leaf is c<id of the call that made it>.
 #pragma once
 
-#include <uv.h>
-
 #include <cstdint>
 #include <map>
 #include <set>
@@ -25,12 +23,13 @@
 #include "kernel/cgroup.h"
 #include "kernel/clone.h"
 #include "ladder/cgroup_confinement.h"
+#include "loop/timers.h"
 
 namespace proctree {
 
 class Subtrees : public LeafPool {
  public:
-  explicit Subtrees(uv_loop_t* loop) : loop_(loop) {}
+  explicit Subtrees(Timers* timers) : linger_(timers, [this] { remove_all(); }) {}
   Subtrees(const Subtrees&) = delete;
   Subtrees& operator=(const Subtrees&) = delete;
 
@@ -58,8 +57,8 @@ class Subtrees : public LeafPool {
   bool kill_round();
   bool populated() const;
   void remove_all();
-  // Closes the linger timer; closed(arg) once it has.
-  void close(void (*closed)(void*), void* arg);
+  // Stops the linger timer.
+  void close() { linger_.stop(); }
 
   static constexpr uint64_t kLingerMs = 1000;
   // Leaves kept per subtree: enough for a harness that keeps this many short
@@ -77,19 +76,15 @@ class Subtrees : public LeafPool {
     CgroupDir dir;
     std::vector<Pooled> pool;
   };
-  static void on_linger(uv_timer_t* t);
-
-  uv_loop_t* loop_;
   CgroupLocation location_;
   SysError location_error_;
   bool located_ = false;
   std::map<std::string, Group> groups_;
   // Every subtree name this environment made: only those may be reopened.
   std::set<std::string> made_;
-  uv_timer_t* linger_ = nullptr;
-  uint64_t guardian_checked_ms_ = 0;  // uv_now() of the last check, 0: never
-  void (*closed_)(void*) = nullptr;
-  void* closed_arg_ = nullptr;
+  // Unreferenced: at exit the 'exit' hook (or the guardian) removes them.
+  Timer linger_;
+  uint64_t guardian_checked_ms_ = 0;  // monotonic ms of the last check, 0: never
 };
 
 }  // namespace proctree

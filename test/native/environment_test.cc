@@ -1,14 +1,14 @@
-// environment.cc + call.cc + reactor.cc + subtrees.cc on a real libuv loop,
-// without Node: a command that escapes its session and outlives its main
-// process is found through the cgroup and stopped; the events come in order
-// (exit, cleanup, empty); every directory is removed; and every libuv handle
-// is closed, so uv_loop_close succeeds (under the sanitizer build, leaks fail
-// the test too). The pgroup tier (no cgroup) runs the same way.
+// environment.cc + call.cc + reactor.cc + subtrees.cc on their own loop (the
+// Waiter thread, turns run here as the binding runs them), without Node: a
+// command that escapes its session and outlives its main process is found
+// through the cgroup and stopped; the events come in order (exit, cleanup,
+// empty); every directory is removed; and once closed the environment keeps
+// nothing alive (under the sanitizer build, leaks fail the test too). The
+// pgroup tier (no cgroup) runs the same way.
 #include "loop/environment.h"
 
 #include <signal.h>
 #include <sys/stat.h>
-#include <uv.h>
 
 #include <cstring>
 #include <random>
@@ -19,6 +19,7 @@
 #include "fixtures.h"
 #include "kernel/procfs.h"
 #include "kernel/stdio_fds.h"
+#include "test_loop.h"
 
 using proctree::CallEvent;
 using proctree::Environment;
@@ -60,31 +61,6 @@ struct Recorder : proctree::EventSink {
   }
 };
 
-struct Loop {
-  uv_loop_t loop;
-  uv_timer_t deadline;
-  bool timed_out = false;
-  Loop() {
-    uv_loop_init(&loop);
-    uv_timer_init(&loop, &deadline);
-    deadline.data = this;
-    // Unreferenced: it fires only while the environment keeps the loop alive.
-    uv_timer_start(
-        &deadline,
-        [](uv_timer_t* t) {
-          static_cast<Loop*>(t->data)->timed_out = true;
-          uv_stop(t->loop);
-        },
-        15000, 0);
-    uv_unref(reinterpret_cast<uv_handle_t*>(&deadline));
-  }
-  int close() {
-    uv_close(reinterpret_cast<uv_handle_t*>(&deadline), nullptr);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    return uv_loop_close(&loop);
-  }
-};
-
 SpawnRequest shell(const std::string& script, proctree::PreparedStdio* io) {
   std::vector<proctree::StdioSpec> spec(3, proctree::StdioSpec{proctree::StdioSpec::kIgnore, -1});
   proctree::prepare_stdio(spec, proctree::PtySize{}, io);
@@ -110,7 +86,7 @@ proctree::SpawnOptions cgroup_tier(const std::string& group) {
 // cgroup; the token's processes in its session), the handles are closed, the
 // loop is closed. A test that checks the teardown calls it itself first.
 struct Harness {
-  Loop loop;
+  TestLoop loop;
   Recorder rec;
   Environment* env;
   std::string tok = unique_token();
@@ -118,9 +94,15 @@ struct Harness {
   std::string group;   // the call's subtree, below our own cgroup
   pid_t session = 0;   // the pgroup tier's call: its session
   bool closed = false;
-  int loop_rc = -1;
+  bool timed_out = false;
+  int loop_rc = -1;  // 0: nothing kept the loop alive once closed
 
-  Harness() : env(new Environment(&loop.loop, &rec)) { rec.environment = env; }
+  Harness() : env(new Environment(&rec, &loop)) {
+    rec.environment = env;
+    loop.env = env;
+  }
+  // As the runtime's loop runs until nothing keeps it alive.
+  void run() { timed_out = timed_out || !loop.run(); }
   Harness(const Harness&) = delete;
   Harness& operator=(const Harness&) = delete;
   ~Harness() { teardown(); }
@@ -144,11 +126,12 @@ struct Harness {
     // end it the way the harness's exit does before closing the handles.
     if (check::current().failed || check::current().skipped) env->shutdown_sync(2000);
     stop_leftovers();
-    env->close_handles([](void* p) { *static_cast<bool*>(p) = true; }, &closed);
-    uv_run(&loop.loop, UV_RUN_DEFAULT);
+    env->close();
+    closed = true;
+    loop_rc = loop.alive ? 1 : 0;
     delete env;
     env = nullptr;
-    loop_rc = loop.close();
+    loop.env = nullptr;
     if (!group.empty()) rmdir(group.c_str());  // after a failure; gone already otherwise
   }
 };
@@ -183,21 +166,16 @@ void escape_scenario() {
   CHECK(call.pid > 0);
   CHECK_EQ(call.guardian_error.err, ENOENT);
 
-  uv_run(&h.loop.loop, UV_RUN_DEFAULT);
+  h.run();
   std::vector<pid_t> survivors = fixtures::live_mentioning(tok);
   bool cgroup_gone = !exists(call.cgroup);
   // The idle subtree lingers for a moment (its timer does not hold the loop):
-  // keep the loop alive a little longer than that and it is gone.
-  uv_timer_t linger;
-  uv_timer_init(&h.loop.loop, &linger);
-  uv_timer_start(&linger, [](uv_timer_t*) {}, proctree::Subtrees::kLingerMs + 300, 0);
-  uv_run(&h.loop.loop, UV_RUN_DEFAULT);
-  uv_close(reinterpret_cast<uv_handle_t*>(&linger), nullptr);
-  uv_run(&h.loop.loop, UV_RUN_DEFAULT);
+  // keep the loop running a little longer than that and it is gone.
+  h.loop.run_for(proctree::Subtrees::kLingerMs + 300);
   bool group_gone = !exists(h.group);
   h.teardown();
 
-  CHECK(!h.loop.timed_out);
+  CHECK(!h.timed_out);
   CHECK(survivors.empty());
   const std::vector<CallEvent>& events = h.rec.events;
   CHECK_EQ(events.size(), size_t{3});
@@ -289,11 +267,11 @@ TEST(pgroup_tier_stops_a_session_member_after_main_exits) {
   // command's session (which this test made) is killed at teardown.
   h.session = call.pid;
   CHECK(call.cgroup.empty());
-  uv_run(&h.loop.loop, UV_RUN_DEFAULT);
+  h.run();
   std::vector<pid_t> survivors = fixtures::live_mentioning(tok);
   h.teardown();
 
-  CHECK(!h.loop.timed_out);
+  CHECK(!h.timed_out);
   CHECK(survivors.empty());
   const std::vector<CallEvent>& events = h.rec.events;
   CHECK_EQ(events.size(), size_t{3});

@@ -1,14 +1,13 @@
-// loop/output_pipes.cc on a real libuv loop, without Node: a command's
-// output read to the byte through the reactor and delivered as events; the
-// end at EOF (with or without data left); finish() delivers what the pipe
-// holds while a writer still has it open; no descriptor stays open; every
-// libuv handle closes.
+// loop/output_pipes.cc on the environment's own loop, without Node: a
+// command's output read to the byte through the reactor and delivered as
+// events; the end at EOF (with or without data left); finish() delivers what
+// the pipe holds while a writer still has it open; no descriptor stays open;
+// once closed the environment keeps nothing alive.
 #include "loop/output_pipes.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <uv.h>
 
 #include <functional>
 #include <map>
@@ -18,6 +17,7 @@
 #include "check.h"
 #include "kernel/stdio_fds.h"
 #include "loop/environment.h"
+#include "test_loop.h"
 
 using proctree::CallEvent;
 using proctree::Environment;
@@ -54,58 +54,30 @@ struct Sink : proctree::EventSink {
   }
 };
 
-struct Loop {
-  uv_loop_t loop;
-  Loop() { uv_loop_init(&loop); }
-  // Runs the loop until done() holds (checked every 2 ms) or 10 s pass.
-  bool run_until(const std::function<bool()>& done) {
-    struct Ctx {
-      const std::function<bool()>* done;
-      uint64_t deadline;
-      bool ok = false;
-    } ctx{&done, uv_hrtime() + 10000000000ULL};
-    uv_timer_t t;
-    uv_timer_init(&loop, &t);
-    t.data = &ctx;
-    uv_timer_start(
-        &t,
-        [](uv_timer_t* h) {
-          auto* c = static_cast<Ctx*>(h->data);
-          if ((*c->done)()) c->ok = true;
-          if (c->ok || uv_hrtime() > c->deadline) uv_stop(h->loop);
-        },
-        2, 2);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    uv_close(reinterpret_cast<uv_handle_t*>(&t), nullptr);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    return ctx.ok;
-  }
-  void close_env(Environment* env) {
-    bool closed = false;
-    env->close_handles([](void* p) { *static_cast<bool*>(p) = true; }, &closed);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    delete env;
-  }
-  int close() { return uv_loop_close(&loop); }
-};
-
 // One environment on its own loop, with its sink; closed on every way out
 // of a test (a failed CHECK returns early), or by close() to check the rc.
 struct Harness {
-  Loop loop;
+  TestLoop loop;
   Sink sink;
   Environment* env;
-  Harness() : env(new Environment(&loop.loop, &sink)) { sink.env = env; }
+  Harness() : env(new Environment(&sink, &loop)) {
+    sink.env = env;
+    loop.env = env;
+  }
   Harness(const Harness&) = delete;
   Harness& operator=(const Harness&) = delete;
   ~Harness() { close(); }
   OutputPipes& pipes() { return env->output_pipes(); }
-  // The environment's handles, then the loop: uv_loop_close's result.
+  // Closes the environment: 0 when nothing keeps the loop alive after it.
   int close() {
     if (!env) return 0;
-    loop.close_env(env);
+    env->close();
+    delete env;
     env = nullptr;
-    return loop.close();
+    loop.env = nullptr;
+    // The loop's own descriptor goes too (the Waiter is joined).
+    loop.woken.reset();
+    return loop.alive ? 1 : 0;
   }
 };
 

@@ -1,0 +1,34 @@
+#include "loop/thread.h"
+
+#include <signal.h>
+
+// glibc 2.34 moved pthread_create and pthread_join into libc under a new
+// symbol version; the old one is still there. Bound to it, the addon needs
+// no glibc newer than Node's own official builds do (scripts/symbol-ceiling.js).
+// Not under the sanitizers, which intercept the default version only.
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if defined(__x86_64__)
+__asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
+__asm__(".symver pthread_join,pthread_join@GLIBC_2.2.5");
+#elif defined(__aarch64__)
+__asm__(".symver pthread_create,pthread_create@GLIBC_2.17");
+__asm__(".symver pthread_join,pthread_join@GLIBC_2.17");
+#endif
+#endif
+
+namespace proctree {
+
+SysError start_thread(void* (*fn)(void*), void* arg, pthread_t* out) {
+  sigset_t all, old;
+  sigfillset(&all);
+  // The new thread inherits this mask; ours is restored at once.
+  sigprocmask(SIG_SETMASK, &all, &old);
+  int r = pthread_create(out, nullptr, fn, arg);
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+  if (r != 0) return SysError::of(r, "pthread_create");
+  return SysError::none();
+}
+
+void join_thread(pthread_t thread) { pthread_join(thread, nullptr); }
+
+}  // namespace proctree

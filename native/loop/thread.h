@@ -1,0 +1,15 @@
+// The addon's own threads (the reactor's waiter, the file writer): started
+// with every signal blocked, so that a signal meant for the process (SIGINT,
+// SIGCHLD) is never handled on a thread the runtime does not know.
+#pragma once
+
+#include <pthread.h>
+
+#include "kernel/sys_error.h"
+
+namespace proctree {
+
+SysError start_thread(void* (*fn)(void*), void* arg, pthread_t* out);
+void join_thread(pthread_t thread);
+
+}  // namespace proctree
