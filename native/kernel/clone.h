@@ -69,6 +69,19 @@ struct CloneRequest {
   // of no return, or its exit (CLONE_CHILD_CLEARTID, as a thread's tid). The
   // caller sets it non-zero first; the clone() fallback zeroes it itself.
   uint32_t* clear_tid = nullptr;
+  // false: no CLONE_VM. The child runs on a copy of our memory (a fork:
+  // page tables copied, a cost that grows with our RSS), still with
+  // CLONE_VFORK. For a child that changes its uid or gid: one that shares
+  // our memory would make the harness non-dumpable.
+  bool share_memory = true;
+  // Where the kernel writes the child's pid (clone3's CLONE_PARENT_SETTID)
+  // and its pidfd (CLONE_PIDFD), both before the calling thread waits for
+  // the exec, so another thread can read them meanwhile (EarlyIds in
+  // kernel/spawn.h). nullptr: not wanted. clone() has one slot for both: it
+  // gets the pidfd only (the pid is the child's to store, or the caller's
+  // once the clone returns).
+  int* parent_tid = nullptr;
+  int* pidfd_out = nullptr;
 };
 
 struct Cloned {
@@ -77,7 +90,8 @@ struct Cloned {
   CloneMethod method = CloneMethod::kClone3;
 };
 
-// Runs fn(arg) in a new child (CLONE_VM | CLONE_VFORK, every signal blocked
+// Runs fn(arg) in a new child (CLONE_VM | CLONE_VFORK, or CLONE_VFORK alone
+// without share_memory; every signal blocked
 // in the parent meanwhile, so no handler can run on the shared memory; the
 // child inherits that mask and unblocks only once its handlers are reset). With
 // a real vfork it returns once the child has exec'd or exited; under an
