@@ -75,6 +75,15 @@ describe('the child side of spawn calls nothing outside child.o and reads no TLS
     }
   });
 
+  // The linked addon node-gyp made (unstripped; prebuilds are stripped, so
+  // their child side is checked as child.cc cross-compiled, below).
+  const linked = path.join(root, 'build', 'Release', 'proctree.node');
+  it.skipIf(!fs.existsSync(linked))("node-gyp's linked proctree.node", () => {
+    const r = check(linked);
+    expect(r.output).toContain('child_main');
+    expect(r.status, r.output).toBe(0);
+  });
+
   // The check must be able to fail: child.cc itself with one libc call added
   // at the top of child_main, built with binding.gyp's flags.
   const childSource = fs.readFileSync(path.join(root, 'native', 'kernel', 'child.cc'), 'utf8');

@@ -17,6 +17,9 @@
 // is checked for such an operand.
 //
 // Usage: node child-side-calls.mjs [--objdump PATH] [--find NAME] [--root REGEX] FILE...
+//   FILE is an object file, or a linked one that still has its symbols (an
+//   unstripped addon: its calls into the PLT and its TLS reads are what can
+//   be seen there);
 //   FILE may be a ;-separated list (CMake's $<TARGET_OBJECTS:...>); --find
 //   picks the one whose name is NAME. Roots: the functions whose (mangled)
 //   name matches REGEX (default child_main); every function of the file they
@@ -157,6 +160,11 @@ function main() {
     const name = queue.shift();
     if (seen.has(name)) continue;
     seen.add(name);
+    // A linked file (the addon itself): a call into its PLT.
+    if (/@plt$/.test(name)) {
+      violations.push(`${name.replace(/@plt$/, '')}: called through the PLT from the child side`);
+      continue;
+    }
     const fn = functions.get(name);
     if (!fn) {
       violations.push(`${name}: called from the child side but not in this file`);
