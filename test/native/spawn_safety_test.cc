@@ -337,11 +337,11 @@ int oom_scenario(Path path, std::string* why) {
   if (filler == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (!memcg.add(getpid())) _exit(2);
-    if (!touch(52 * kMiB)) _exit(3);
+    if (!touch(40 * kMiB)) _exit(3);
     if (write(ready[1], "r", 1) != 1) _exit(4);
     char c;
     if (read(go[0], &c, 1) != 1) _exit(5);
-    touch(48 * kMiB);  // past the limit: someone here is killed
+    touch(64 * kMiB);  // past the limit: someone here is killed
     for (;;) pause();
   }
   children.add(filler);
@@ -685,6 +685,50 @@ TEST(early_ids_are_published_before_the_exec_and_kept_on_failure) {
   // Reaped already: the pidfd is open, its process gone.
   CHECK_EQ(fcntl(pidfd, F_GETFD) >= 0, true);
   CHECK_EQ(proctree::pidfd_signal(pidfd, 0), ESRCH);
+}
+
+// A child killed by its pidfd while held before its first step (born into
+// a frozen cgroup): the spawn returns it (no step failed), and its exit
+// status says SIGKILL. In a fresh process too, whose first spawn still
+// reads a report pipe (a real vfork not yet seen).
+int killed_before_it_ran() {
+  if (!proctree::clone3_available()) return 0;
+  std::string why;
+  Leaf leaf;
+  if (!leaf.create(&why) || !leaf.freeze(true)) {
+    std::printf("     skipped: %s\n", why.c_str());
+    return 0;
+  }
+  SpawnerThread spawner;
+  spawner.req = request({"/bin/true"});
+  spawner.req.cgroup_dir = leaf.dir.dir_fd();
+  spawner.start();
+  pid_t pid = 0;
+  int pidfd = -1;
+  if (!wait_for([&] { return proctree::read_early_ids(spawner.ids, &pid, &pidfd) && pidfd >= 0; })) return 2;
+  if (proctree::pidfd_signal(pidfd, SIGKILL) != 0) return 3;
+  if (!wait_for([&] { return spawner.done.load(); })) return 4;
+  spawner.thread.join();
+  if (spawner.error) {
+    std::printf("     spawn: %s %s\n", spawner.error.syscall, strerror(spawner.error.err));
+    return 5;
+  }
+  if (spawner.result.pid != pid) return 6;
+  if (fixtures::wait_exit(spawner.result.pidfd.get()).signal != SIGKILL) return 7;
+  // And the next spawn is an ordinary one.
+  static ChildStack s;
+  SpawnResult r;
+  if (proctree::spawn_process(request({"/bin/sh", "-c", "exit 4"}), s, &r)) return 8;
+  if (fixtures::wait_exit(r.pidfd.get()).code != 4) return 9;
+  return 0;
+}
+
+SCENARIO(killed_before_it_ran_first_spawn) { return killed_before_it_ran(); }
+
+TEST(a_child_killed_before_it_ran_is_returned_killed) {
+  CHECK(prime());
+  CHECK_EQ(fixtures::run_forked([] { return killed_before_it_ran(); }), 0);
+  CHECK_EQ(fixtures::run_scenario("killed_before_it_ran_first_spawn"), 0);
 }
 
 }  // namespace
