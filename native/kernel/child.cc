@@ -17,9 +17,8 @@
 // which a child not waited for may outlive. CMakeLists.txt compiles this
 // file with -fno-stack-protector; node-gyp cannot set a flag for one file,
 // so the attribute below is what turns it off there (and wherever else this
-// file is built). A test
-// disassembles the built object to check that it calls nothing and reads no
-// thread pointer.
+// file is built). A test disassembles the built object to check that it
+// calls nothing and reads no thread pointer.
 #if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 11)
 #define PROCTREE_NO_STACK_PROTECTOR no_stack_protector,
 #else

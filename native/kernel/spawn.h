@@ -169,22 +169,22 @@ class PendingExec {
   ExecBlock* block_ = nullptr;
 };
 
-// Whether spawn_process_started can be used for this request: a real
+// DEPRECATED. Whether spawn_process_started can be used for this request: a real
 // CLONE_VM (not an emulator's fork) seen on an earlier spawn, clone3, and no
 // new namespace.
 bool can_spawn_started(const SpawnRequest& req);
-// So many children's reports are not collected yet (256, each holding a
+// DEPRECATED. So many children's reports are not collected yet (256, each holding a
 // stack) that a new child's should be waited for at once
 // (spawn_process_bounded), as a loop of spawns with no tick between would
 // otherwise hold ever more.
 bool started_reports_full();
 
-// Like spawn_process, but returns as soon as the child exists: *out has its
+// DEPRECATED. Like spawn_process, but returns as soon as the child exists: *out has its
 // pid and pidfd, *pending its report. Errors returned are the clone's own
 // (or pipe2's, mmap's); *req is moved from only when the child exists.
 SysError spawn_process_started(SpawnRequest* req, SpawnResult* out, PendingExec* pending);
 
-// spawn_process_started, then the report waited for up to wait_ms: a step
+// DEPRECATED. spawn_process_started, then the report waited for up to wait_ms: a step
 // that failed within that time is returned as spawn_process returns it (the
 // child reaped, *out empty). For a request whose failure Node reports
 // synchronously (uid, gid), and past started_reports_full(), without the
