@@ -223,6 +223,13 @@ bool child_exited(int pidfd) {
 
 }  // namespace
 
+void snapshot_environ(SpawnRequest* req) {
+  if (!req->inherit_env) return;
+  req->envp.clear();
+  for (char** e = environ; *e; ++e) req->envp.emplace_back(*e);
+  req->inherit_env = false;
+}
+
 bool read_early_ids(const EarlyIds& ids, pid_t* pid, int* pidfd) {
   int p = __atomic_load_n(&ids.pid, __ATOMIC_ACQUIRE);
   if (p <= 0) return false;

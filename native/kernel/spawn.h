@@ -192,6 +192,13 @@ SysError spawn_process_started(SpawnRequest* req, SpawnResult* out, PendingExec*
 // by someone) leaves the report in *pending, to be read later like any other.
 SysError spawn_process_bounded(SpawnRequest* req, SpawnResult* out, PendingExec* pending, int wait_ms);
 
+// Replaces inherit_env by a copy of `environ` in req->envp. For the thread
+// that may call setenv (Node's main thread, through process.env): a
+// spawner thread reading `environ` itself could still race a setenv on
+// another thread (musl frees the string it replaces), however short its
+// own copy; the copy made on the setenv thread races nothing.
+void snapshot_environ(SpawnRequest* req);
+
 // Whether close_range(CLOSE_RANGE_CLOEXEC) works here (Linux 5.11), asked
 // once. PROCTREE_TEST_NO_CLOSE_RANGE=1 answers no, so the fallback can be
 // tested on a newer kernel.

@@ -654,6 +654,25 @@ TEST(inherited_environment_is_copied_when_the_spawn_starts) {
   CHECK_EQ(out, std::string("at-spawn"));
 }
 
+// snapshot_environ, on the thread that may setenv, turns inherit_env into
+// a copy in envp: what the child gets is the environment at that moment.
+TEST(snapshot_environ_copies_the_environment_into_the_request) {
+  CHECK_EQ(setenv("PROCTREE_SAFETY_SNAPSHOT", "snap", 1), 0);
+  SpawnRequest req = request({"/bin/true"});
+  req.envp = {"PROCTREE_SAFETY_OWN=1"};
+  req.inherit_env = true;
+  proctree::snapshot_environ(&req);
+  unsetenv("PROCTREE_SAFETY_SNAPSHOT");
+  CHECK(!req.inherit_env);
+  bool found = false, own = false;
+  for (const std::string& kv : req.envp) {
+    found = found || kv == "PROCTREE_SAFETY_SNAPSHOT=snap";
+    own = own || kv == "PROCTREE_SAFETY_OWN=1";
+  }
+  CHECK(found);
+  CHECK(!own);  // the request's own envp was replaced, not appended to
+}
+
 // EarlyIds on the usual path: published while the child is held, the same
 // pid and pidfd the spawn returns; and a failed step leaves the pidfd open
 // in the result (the number a reader saw is not reused under it).
