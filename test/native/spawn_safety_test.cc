@@ -582,8 +582,9 @@ int dumpable_scenario(Path path) {
   }
   proctree::ExitStatus st = fixtures::wait_exit(r.pidfd.get());
   int dumpable = prctl(PR_GET_DUMPABLE);
-  std::printf("     %s: PR_GET_DUMPABLE after a uid/gid spawn: %d; the child: code %d\n",
-              path == Path::kVfork ? "spawn_process" : "spawn_process_bounded", dumpable, st.code);
+  std::printf("     %s (%s): PR_GET_DUMPABLE after a uid/gid spawn: %d; the child: code %d\n",
+              path == Path::kVfork ? "spawn_process" : "spawn_process_bounded", proctree::clone_method_name(r.method),
+              dumpable, st.code);
   if (!st.done || st.code != 0) return 5;
   if (dumpable != 1) return 40;
   if (path == Path::kVfork) {
@@ -606,6 +607,18 @@ int dumpable_scenario(Path path) {
 TEST(uid_gid_spawn_leaves_the_harness_dumpable) {
   if (geteuid() != 0) SKIP("needs root (setuid to 65534)");
   CHECK_EQ(fixtures::run_forked([] { return dumpable_scenario(Path::kVfork); }), 0);
+}
+
+// The same through both clone() fallbacks (no clone3; no CLONE_PIDFD).
+TEST(uid_gid_spawn_through_the_clone_fallbacks_leaves_the_harness_dumpable) {
+  if (geteuid() != 0) SKIP("needs root (setuid to 65534)");
+  for (bool refuse_clone_pidfd : {false, true}) {
+    CHECK_EQ(fixtures::run_forked([refuse_clone_pidfd] {
+               if (!fixtures::install_emulator_like_filter(refuse_clone_pidfd)) return 50;
+               return dumpable_scenario(Path::kVfork);
+             }),
+             0);
+  }
 }
 
 TEST(uid_gid_spawn_makes_the_harness_undumpable_with_the_deprecated_spawn) {
