@@ -1,7 +1,9 @@
 // The child side of spawn (native/kernel/child.cc) runs between a CLONE_VM
 // clone and the exec, on the harness's memory: it may call nothing through
 // the PLT (a lazy binding would run the dynamic linker there; a libc call
-// could wait on a lock another thread of the harness holds). This checks the
+// could wait on a lock another thread of the harness holds), and may read
+// no TLS (the stack protector's canary included): the thread pointer is the
+// spawning thread's, whose TLS may be gone by then. This checks the
 // object files node-gyp built (what users and prebuilds get: the addon's and
 // the helper's) with test/native/child-side-calls.mjs, which ctest also runs
 // on the cmake build's object; and shows the check fails when it should.
@@ -59,7 +61,7 @@ function compile(name: string, source: string, cxx = process.env.CXX ?? 'c++'): 
   return obj;
 }
 
-describe('the child side of spawn calls nothing outside child.o', () => {
+describe('the child side of spawn calls nothing outside child.o and reads no TLS', () => {
   it("node-gyp's child.o, in the addon and in the helper", () => {
     const objects = builtObjects();
     expect(
@@ -73,11 +75,20 @@ describe('the child side of spawn calls nothing outside child.o', () => {
     }
   });
 
+  // The linked addon node-gyp made (unstripped; prebuilds are stripped, so
+  // their child side is checked as child.cc cross-compiled, below).
+  const linked = path.join(root, 'build', 'Release', 'proctree.node');
+  it.skipIf(!fs.existsSync(linked))("node-gyp's linked proctree.node", () => {
+    const r = check(linked);
+    expect(r.output).toContain('child_main');
+    expect(r.status, r.output).toBe(0);
+  });
+
   // The check must be able to fail: child.cc itself with one libc call added
   // at the top of child_main, built with binding.gyp's flags.
   const childSource = fs.readFileSync(path.join(root, 'native', 'kernel', 'child.cc'), 'utf8');
   const entry = /(int child_main\(void\* arg\) \{\n\s*ChildArgs\* a = static_cast<ChildArgs\*>\(arg\);\n)/;
-  const withStrlen = `#include <cstring>\n${childSource.replace(entry, '$1  a->err = static_cast<int>(strlen(a->cwd));\n')}`;
+  const withStrlen = `#include <cstring>\n${childSource.replace(entry, '$1  a->report->err = static_cast<int>(strlen(a->cwd));\n')}`;
 
   it('fails on a copy of child.cc that calls strlen', () => {
     expect(childSource, "child_main's first line, where the call is added, moved").toMatch(entry);
@@ -100,6 +111,34 @@ describe('the child side of spawn calls nothing outside child.o', () => {
     const bad = check(compile('child-arm64-with-strlen', withStrlen, crossCxx), crossObjdump);
     expect(bad.status, bad.output).toBe(1);
     expect(bad.output).toMatch(/child_main\S* calls through the PLT strlen \(R_AARCH64_(CALL26|JUMP26)/);
+    // arm64 reads TLS with `mrs xN, tpidr_el0`.
+    const tls = check(compile('tls-read-arm64', tlsSource, crossCxx), crossObjdump);
+    expect(tls.status, tls.output).toBe(1);
+    expect(tls.output).toMatch(/child_main\S* reads the thread pointer \(TLS\): mrs x\d+, tpidr_el0/);
+  });
+
+  // The stack protector reads its canary from the thread pointer (x86-64:
+  // %fs:0x28): child.cc as it was, without the attribute that turns it off,
+  // built with binding.gyp's -fstack-protector-strong, must fail.
+  const noProtector = /#define PROCTREE_NO_STACK_PROTECTOR no_stack_protector,\n/;
+  const withCanary = childSource.replace(noProtector, '#define PROCTREE_NO_STACK_PROTECTOR\n');
+  it('fails on a copy of child.cc built with the stack protector (a TLS read)', () => {
+    expect(childSource, 'the no_stack_protector attribute of child.cc moved').toMatch(noProtector);
+    const r = check(compile('child-with-canary', withCanary));
+    expect(r.status, r.output).toBe(1);
+    expect(r.output).toMatch(/child_main\S* reads the thread pointer \(TLS\): mov %fs:0x28/);
+  });
+
+  // Any TLS variable, read without a call (initial-exec: the thread pointer
+  // plus an offset).
+  const tlsSource = [
+    '__thread int per_thread __attribute__((tls_model("initial-exec"))) = 1;',
+    'int child_main(void* arg) { return per_thread + (arg != nullptr); }',
+  ].join('\n');
+  it('fails on a child side that reads a TLS variable', () => {
+    const r = check(compile('tls-read', tlsSource));
+    expect(r.status, r.output).toBe(1);
+    expect(r.output).toMatch(/child_main\S* reads the thread pointer \(TLS\): \w+ %fs:/);
   });
 
   // What child_main reaches through a function of the same file counts too;

@@ -11,14 +11,25 @@
 #include "kernel/syscalls.h"
 
 // No sanitizer code may run here (shadow-memory writes, no-return hooks),
-// and no library call: GCC turns simple loops into memset/strlen calls
-// unless told not to. A test disassembles the built object to check that it
-// calls nothing.
-#define PROCTREE_CHILD_SIDE                                                       \
-  __attribute__((no_sanitize("address", "undefined"), always_inline,             \
+// no library call (GCC turns simple loops into memset/strlen calls unless
+// told not to), and no TLS: the stack protector's canary is read from the
+// thread pointer (%fs:0x28 on x86-64), the TLS of the thread that spawned,
+// which a child not waited for may outlive. CMakeLists.txt compiles this
+// file with -fno-stack-protector; node-gyp cannot set a flag for one file,
+// so the attribute below is what turns it off there (and wherever else this
+// file is built). A test disassembles the built object to check that it
+// calls nothing and reads no thread pointer.
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 11)
+#define PROCTREE_NO_STACK_PROTECTOR no_stack_protector,
+#else
+#define PROCTREE_NO_STACK_PROTECTOR
+#endif
+#define PROCTREE_CHILD_SIDE                                                                           \
+  __attribute__((PROCTREE_NO_STACK_PROTECTOR no_sanitize("address", "undefined"), always_inline, \
                  optimize("no-tree-loop-distribute-patterns")))
-#define PROCTREE_CHILD_ENTRY \
-  __attribute__((no_sanitize("address", "undefined"), optimize("no-tree-loop-distribute-patterns")))
+#define PROCTREE_CHILD_ENTRY                                                     \
+  __attribute__((PROCTREE_NO_STACK_PROTECTOR no_sanitize("address", "undefined"), \
+                 optimize("no-tree-loop-distribute-patterns")))
 
 namespace proctree {
 
@@ -41,8 +52,8 @@ const char* child_stage_syscall(int stage) {
 namespace {
 
 [[noreturn]] inline PROCTREE_CHILD_SIDE void child_fail(ChildArgs* a, int stage, long neg_err) {
-  a->stage = stage;
-  a->err = static_cast<int>(-neg_err);
+  a->report->stage = stage;
+  a->report->err = static_cast<int>(-neg_err);
   if (a->report_fd >= 0) {
     int report[2] = {stage, static_cast<int>(-neg_err)};
     raw::syscall3(__NR_write, a->report_fd, reinterpret_cast<long>(report), sizeof report);
@@ -54,8 +65,12 @@ namespace {
 
 PROCTREE_CHILD_ENTRY int child_main(void* arg) {
   ChildArgs* a = static_cast<ChildArgs*>(arg);
-  a->ran = 1;
+  a->report->ran = 1;
   long r;
+  // Before anything that can block (the cgroup.procs write below may be
+  // into a frozen cgroup): whoever waits for EarlyIds on another thread
+  // learns the pid now.
+  if (a->own_pid) __atomic_store_n(a->own_pid, static_cast<int>(raw::syscall0(__NR_getpid)), __ATOMIC_RELEASE);
 
   // A new user namespace starts with no mapping: map our own ids 1:1 (the
   // one mapping an unprivileged process may write for itself), setgroups

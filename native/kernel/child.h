@@ -1,12 +1,17 @@
 // The child side of spawn: what runs between the clone and the exec, on a
-// private stack, sharing the harness's memory (CLONE_VM), while the parent
-// thread is suspended (a vfork) or goes on (spawn_process_started: the
-// stack, ChildArgs and all it points to are then held until the report).
+// private stack, sharing the harness's memory (CLONE_VM) or, for a spawn
+// that changes uid or gid, on a copy of it (a fork), while the parent thread
+// is suspended (a vfork), or goes on (the deprecated spawn_process_started:
+// the stack, ChildArgs and all it points to are then held until the report).
 // Every signal is blocked until its handlers are reset, so no handler of
 // the harness ever runs here. It uses raw system calls only and calls nothing
 // through the PLT: an unresolved first call would run the dynamic linker
-// here. Everything it needs is prepared by the parent (kernel/spawn.cc) in
+// here. It touches no TLS either (child.cc is built without the stack
+// protector, whose canary is read from the thread pointer): the thread
+// whose TLS that is may be gone while a child not waited for still runs.
+// Everything it needs is prepared by the parent (kernel/spawn.cc) in
 // ChildArgs, lengths included; it only reads those and writes its report.
+// test/native/child-side-calls.mjs checks the built code for both rules.
 #pragma once
 
 #include <sys/types.h>
@@ -32,6 +37,15 @@ enum ChildStage : int {
   kStagePdeathsig,
 };
 const char* child_stage_syscall(int stage);
+
+// What the child writes before its exec, read by the parent once the child
+// has exec'd or exited. In our memory (CLONE_VM), or in a MAP_SHARED page
+// when the child runs on a copy of it (a spawn with uid or gid).
+struct ChildReport {
+  volatile int ran;
+  volatile int stage;
+  volatile int err;
+};
 
 struct ChildArgs {
   char* const* candidates;
@@ -64,14 +78,17 @@ struct ChildArgs {
   const int* open_fds;
   int n_open_fds;
 
-  // Written by the child. With a real vfork the parent reads them after the
+  // The clone() fallback, sharing our memory, outside a new pid namespace:
+  // where the child stores its own pid first thing (EarlyIds::pid, which
+  // clone() cannot have the kernel write next to the pidfd); nullptr
+  // otherwise.
+  int* own_pid;
+  // Written by the child. With a real vfork the parent reads it after the
   // clone returns, and a started spawn once the kernel has cleared its
   // report word (the child exec'd or exited: PendingExec); under an emulator
   // that copies memory instead, the child also writes its report to
   // report_fd (a pipe), -1 otherwise.
-  volatile int ran;
-  volatile int stage;
-  volatile int err;
+  ChildReport* report;
   int report_fd;
 };
 

@@ -160,15 +160,21 @@ void give_child_stack(std::unique_ptr<ChildStack> stack) {
 
 SysError clone_vfork(ChildStack& stack, const CloneRequest& req, int (*fn)(void*), void* arg, Cloned* out) {
   if (SysError e = stack.ensure()) return e;
-  int pidfd = -1;
+  int local_pidfd = -1;
+  int* pidfd_slot = req.pidfd_out ? req.pidfd_out : &local_pidfd;
+  const int vm = req.share_memory ? CLONE_VM : 0;
   long pid = -ENOSYS;
   CloneMethod method = CloneMethod::kClone3;
   {
     AllSignalsBlocked blocked;
     if (g_clone3_works.load(std::memory_order_relaxed)) {
       CloneArgs ca{};
-      ca.flags = CLONE_VM | (req.wait_exec ? CLONE_VFORK : 0) | CLONE_PIDFD | req.ns_flags;
-      ca.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+      ca.flags = static_cast<uint64_t>(vm) | (req.wait_exec ? CLONE_VFORK : 0) | CLONE_PIDFD | req.ns_flags;
+      ca.pidfd = reinterpret_cast<uint64_t>(pidfd_slot);
+      if (req.parent_tid) {
+        ca.flags |= CLONE_PARENT_SETTID;
+        ca.parent_tid = reinterpret_cast<uint64_t>(req.parent_tid);
+      }
       if (!req.wait_exec && req.clear_tid) {
         ca.flags |= CLONE_CHILD_CLEARTID;
         ca.child_tid = reinterpret_cast<uint64_t>(req.clear_tid);
@@ -202,9 +208,9 @@ SysError clone_vfork(ChildStack& stack, const CloneRequest& req, int (*fn)(void*
         *req.child_procs_fd = procs;
       }
       void* top = static_cast<char*>(stack.base()) + stack.size();
-      int flags = CLONE_VM | CLONE_VFORK | SIGCHLD | static_cast<int>(req.ns_flags);
+      int flags = vm | CLONE_VFORK | SIGCHLD | static_cast<int>(req.ns_flags);
       if (g_clone_pidfd_works.load(std::memory_order_relaxed)) {
-        pid = clone(fn, top, flags | CLONE_PIDFD, arg, &pidfd);
+        pid = clone(fn, top, flags | CLONE_PIDFD, arg, pidfd_slot);
         // qemu-user before 8.0 refuses CLONE_PIDFD: open the pidfd after.
         if (pid < 0 && errno == EINVAL) g_clone_pidfd_works.store(false, std::memory_order_relaxed);
         if (pid < 0) pid = -errno;
@@ -217,6 +223,7 @@ SysError clone_vfork(ChildStack& stack, const CloneRequest& req, int (*fn)(void*
     }
   }
   if (pid < 0) return SysError::of(static_cast<int>(-pid), method == CloneMethod::kClone3 ? "clone3" : "clone");
+  int pidfd = method == CloneMethod::kClonePidfdOpen ? -1 : *pidfd_slot;
   // clone() always waits: the child is off our memory already.
   if (method != CloneMethod::kClone3 && req.clear_tid) __atomic_store_n(req.clear_tid, 0, __ATOMIC_RELEASE);
   if (method == CloneMethod::kClonePidfdOpen) {

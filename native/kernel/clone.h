@@ -2,8 +2,10 @@
 // CLONE_VM | CLONE_VFORK (| CLONE_PIDFD | CLONE_INTO_CGROUP) on a private
 // stack, so the cost does not grow with the harness's RSS, with the fallbacks
 // for hosts without clone3 (seccomp profiles, qemu-user, Linux < 5.7) or
-// without CLONE_PIDFD through clone() (qemu-user < 8.0). Used by spawn (the
-// tool call's main process) and by the probes (throwaway children).
+// without CLONE_PIDFD through clone() (qemu-user < 8.0). A child that will
+// change its credentials gets a copy of our memory instead (no CLONE_VM,
+// still CLONE_VFORK). Used by spawn (the tool call's main process) and by
+// the probes (throwaway children).
 #pragma once
 
 #include <sys/types.h>
@@ -41,8 +43,9 @@ class ChildStack {
   size_t size_ = 0;
 };
 
-// Stacks for children not waited for (spawn_process_started), each held
-// until its child's report: a few are kept for the next spawns.
+// DEPRECATED with spawn_process_started (delete with it). Stacks for
+// children not waited for, each held until its child's report: a few are
+// kept for the next spawns.
 std::unique_ptr<ChildStack> take_child_stack();
 void give_child_stack(std::unique_ptr<ChildStack> stack);
 
@@ -60,7 +63,8 @@ struct CloneRequest {
   int cgroup_fd = -1;
   int* child_procs_fd = nullptr;
   Fd* late_procs = nullptr;
-  // false: clone3 without CLONE_VFORK, returning while the child still runs
+  // DEPRECATED with spawn_process_started (delete wait_exec and clear_tid
+  // with it). false: clone3 without CLONE_VFORK, returning while the child still runs
   // on `stack` and our memory (the caller keeps both until its report). The
   // clone() fallback always waits.
   bool wait_exec = true;
@@ -69,6 +73,19 @@ struct CloneRequest {
   // of no return, or its exit (CLONE_CHILD_CLEARTID, as a thread's tid). The
   // caller sets it non-zero first; the clone() fallback zeroes it itself.
   uint32_t* clear_tid = nullptr;
+  // false: no CLONE_VM. The child runs on a copy of our memory (a fork:
+  // page tables copied, a cost that grows with our RSS), still with
+  // CLONE_VFORK. For a child that changes its uid or gid: one that shares
+  // our memory would make the harness non-dumpable.
+  bool share_memory = true;
+  // Where the kernel writes the child's pid (clone3's CLONE_PARENT_SETTID)
+  // and its pidfd (CLONE_PIDFD), both before the calling thread waits for
+  // the exec, so another thread can read them meanwhile (EarlyIds in
+  // kernel/spawn.h). nullptr: not wanted. clone() has one slot for both: it
+  // gets the pidfd only (the pid is the child's to store, or the caller's
+  // once the clone returns).
+  int* parent_tid = nullptr;
+  int* pidfd_out = nullptr;
 };
 
 struct Cloned {
@@ -77,7 +94,8 @@ struct Cloned {
   CloneMethod method = CloneMethod::kClone3;
 };
 
-// Runs fn(arg) in a new child (CLONE_VM | CLONE_VFORK, every signal blocked
+// Runs fn(arg) in a new child (CLONE_VM | CLONE_VFORK, or CLONE_VFORK alone
+// without share_memory; every signal blocked
 // in the parent meanwhile, so no handler can run on the shared memory; the
 // child inherits that mask and unblocks only once its handlers are reset). With
 // a real vfork it returns once the child has exec'd or exited; under an

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <linux/futex.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -93,10 +94,33 @@ namespace {
 // Everything the child reads, built from a request that outlives it.
 struct ChildPrep {
   std::vector<char*> candidates, argv, envp, sh_argv;
+  std::string env_block;  // inherit_env: a copy of environ's strings
   std::string uid_map, gid_map;
   std::vector<int> open_fds;
+  ChildReport report{};
   ChildArgs args{};
 };
+
+// Our environment's strings, copied into one block: the child must read
+// nothing a setenv() on another thread can free (musl frees the string it
+// replaces; glibc reallocates the array). One pass, so a string that grows
+// meanwhile cannot overflow a size measured before.
+void copy_environ(ChildPrep* p) {
+  size_t n = 0, bytes = 0;
+  for (; environ[n]; ++n) bytes += strlen(environ[n]) + 1;
+  p->env_block.reserve(bytes + 256);
+  std::vector<size_t> offsets;
+  offsets.reserve(n + 8);
+  for (char** e = environ; *e; ++e) {
+    offsets.push_back(p->env_block.size());
+    p->env_block.append(*e);
+    p->env_block.push_back('\0');
+  }
+  p->envp.clear();
+  p->envp.reserve(offsets.size() + 1);
+  for (size_t off : offsets) p->envp.push_back(&p->env_block[off]);
+  p->envp.push_back(nullptr);
+}
 
 SysError validate_fds(const SpawnRequest& req) {
   const int nfds = static_cast<int>(req.fds.size());
@@ -107,18 +131,13 @@ SysError validate_fds(const SpawnRequest& req) {
   return SysError::none();
 }
 
-// copy_env: the child reads a copy of `environ`'s pointers, not the array
-// itself, which setenv() in another of our threads may reallocate while the
-// child still runs (glibc never frees the strings).
-void prepare_child(const SpawnRequest& req, bool copy_env, ChildPrep* p) {
+void prepare_child(const SpawnRequest& req, ChildPrep* p) {
   p->candidates = to_cstrings(req.candidates);
   p->argv = to_cstrings(req.argv);
   if (!req.inherit_env) {
     p->envp = to_cstrings(req.envp);
-  } else if (copy_env) {
-    size_t n = 0;
-    while (environ[n]) ++n;
-    p->envp.assign(environ, environ + n + 1);
+  } else {
+    copy_environ(p);
   }
   p->sh_argv.reserve(req.argv.size() + 2);
   p->sh_argv.push_back(const_cast<char*>("/bin/sh"));
@@ -129,7 +148,7 @@ void prepare_child(const SpawnRequest& req, bool copy_env, ChildPrep* p) {
   ChildArgs& args = p->args;
   args.candidates = p->candidates.data();
   args.argv = p->argv.data();
-  args.envp = req.inherit_env && !copy_env ? environ : p->envp.data();
+  args.envp = p->envp.data();
   args.sh_argv = req.shell_fallback ? p->sh_argv.data() : nullptr;
   args.cwd = req.cwd.empty() ? nullptr : req.cwd.c_str();
   args.fds = req.fds.data();
@@ -158,6 +177,8 @@ void prepare_child(const SpawnRequest& req, bool copy_env, ChildPrep* p) {
     args.n_open_fds = static_cast<int>(p->open_fds.size());
   }
   args.report_fd = -1;
+  args.report = &p->report;
+  args.own_pid = nullptr;
 }
 
 SysError stage_error(int stage, int err, const SpawnRequest& req) {
@@ -166,12 +187,79 @@ SysError stage_error(int stage, int err, const SpawnRequest& req) {
 
 }  // namespace
 
-SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* out) {
+namespace {
+
+// The report page of a child that runs on a copy of our memory (no
+// CLONE_VM): MAP_SHARED, so what the child writes there is ours to read.
+class SharedReport {
+ public:
+  SharedReport() = default;
+  SharedReport(const SharedReport&) = delete;
+  SharedReport& operator=(const SharedReport&) = delete;
+  ~SharedReport() {
+    if (page_) munmap(page_, sizeof(ChildReport));
+  }
+  SysError map() {
+    void* m = mmap(nullptr, sizeof(ChildReport), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return SysError::from_errno("mmap");
+    page_ = static_cast<ChildReport*>(m);  // zero-filled
+    return SysError::none();
+  }
+  ChildReport* get() const { return page_; }
+
+ private:
+  ChildReport* page_ = nullptr;
+};
+
+// Whether the child has exited (not reaped: it stays a zombie for its pidfd).
+bool child_exited(int pidfd) {
+  siginfo_t info{};
+  int r;
+  do {
+    r = waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(pidfd), &info, WEXITED | WNOHANG | WNOWAIT);
+  } while (r < 0 && errno == EINTR);
+  return r == 0 && info.si_pid != 0;
+}
+
+}  // namespace
+
+void snapshot_environ(SpawnRequest* req) {
+  if (!req->inherit_env) return;
+  req->envp.clear();
+  for (char** e = environ; *e; ++e) req->envp.emplace_back(*e);
+  req->inherit_env = false;
+}
+
+bool read_early_ids(const EarlyIds& ids, pid_t* pid, int* pidfd) {
+  int p = __atomic_load_n(&ids.pid, __ATOMIC_ACQUIRE);
+  if (p <= 0) return false;
+  *pid = static_cast<pid_t>(p);
+  *pidfd = __atomic_load_n(&ids.pidfd, __ATOMIC_ACQUIRE);
+  return true;
+}
+
+SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* out, EarlyIds* early) {
   if (SysError e = validate_fds(req)) return e;
   const int nfds = static_cast<int>(req.fds.size());
+  // A child that changes uid or gid gets a copy of our memory: one sharing
+  // it would mark this process non-dumpable (the kernel does so for every
+  // process on an mm whose credentials change), as Node avoids by forking.
+  const bool share_memory = !req.set_uid && !req.set_gid;
   ChildPrep prep;
-  prepare_child(req, false, &prep);
+  prepare_child(req, &prep);
   ChildArgs& args = prep.args;
+  SharedReport shared;
+  if (!share_memory) {
+    if (SysError e = shared.map()) return e;
+    args.report = shared.get();
+  }
+  EarlyIds local_ids;
+  EarlyIds* ids = early ? early : &local_ids;
+  __atomic_store_n(&ids->pid, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&ids->pidfd, -1, __ATOMIC_RELAXED);
+  // clone() has no slot for the pid next to the pidfd: the child stores it
+  // (only where it shares our memory and sees its pid as we do).
+  if (early && share_memory && !(req.ns_flags & CLONE_NEWPID)) args.own_pid = &early->pid;
 
   Fd report_read, report_write;
   args.report_fd = -1;
@@ -190,33 +278,51 @@ SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* 
   creq.child_procs_fd = &args.procs_fd;
   Fd late_procs;
   creq.late_procs = &late_procs;
+  creq.share_memory = share_memory;
+  creq.parent_tid = &ids->pid;
+  creq.pidfd_out = &ids->pidfd;
   Cloned child;
   if (SysError e = clone_vfork(stack, creq, child_main, &args, &child)) return e;
+  // Published at the latest now (pidfd_open's fallback, or a clone() that
+  // could not have them written early).
+  __atomic_store_n(&ids->pidfd, child.pidfd.get(), __ATOMIC_RELEASE);
+  __atomic_store_n(&ids->pid, static_cast<int>(child.pid), __ATOMIC_RELEASE);
 
   int stage = kStageNone, err = 0;
-  if (args.ran) {
-    // The child wrote into our memory: a real vfork. It has exec'd or
-    // exited by now, and its report (if any) is in args.
+  const ChildReport& rep = *args.report;
+  if (rep.ran) {
+    // The child wrote its report where we read: a real vfork. It has
+    // exec'd or exited by now, and its report (if any) is in.
     g_report_mode.store(kSharedMemory, std::memory_order_relaxed);
-    stage = args.stage;
-    err = args.err;
-  } else {
-    // A copy of our memory: wait for the exec (EOF on the close-on-exec
-    // pipe) or the report.
-    g_report_mode.store(kPipe, std::memory_order_relaxed);
+    stage = rep.stage;
+    err = rep.err;
+  } else if (report_read) {
+    // A copy of our memory (an emulator's vfork returns at once, the child
+    // still running), or a child killed before it ran a single step: wait
+    // for the exec (EOF on the close-on-exec pipe) or the report. Only a
+    // child that is still there says "emulator".
+    if (!child_exited(child.pidfd.get())) g_report_mode.store(kPipe, std::memory_order_relaxed);
     report_write.reset();
-    int rep[2];
+    int pipe_rep[2];
     ssize_t n;
     do {
-      n = read(report_read.get(), rep, sizeof rep);
+      n = read(report_read.get(), pipe_rep, sizeof pipe_rep);
     } while (n < 0 && errno == EINTR);
-    if (n == static_cast<ssize_t>(sizeof rep)) {
-      stage = rep[0];
-      err = rep[1];
+    if (n == static_cast<ssize_t>(sizeof pipe_rep)) {
+      stage = pipe_rep[0];
+      err = pipe_rep[1];
     }
   }
+  // Otherwise (a real vfork known, and nothing ran): the child was killed
+  // before its first step, born into a frozen cgroup and killed by its
+  // pidfd. Not an error of the spawn: its exit status says what happened.
   if (stage != kStageNone) {
     reap(child.pidfd.get());
+    if (early) {
+      out->pid = child.pid;
+      out->pidfd = std::move(child.pidfd);
+      out->method = child.method;
+    }
     return stage_error(stage, err, req);
   }
   out->pid = child.pid;
@@ -300,7 +406,7 @@ bool PendingExec::collect(int timeout_ms, SysError* failed) {
     // EAGAIN (cleared meanwhile), EINTR and ETIMEDOUT only mean: look again.
     syscall(SYS_futex, &block_->running, FUTEX_WAIT, v, wait, nullptr, 0);
   }
-  const ChildArgs& a = block_->prep.args;
+  const ChildReport& a = block_->prep.report;
   *failed = a.stage != kStageNone ? stage_error(a.stage, a.err, block_->req) : SysError::none();
   give_child_stack(std::move(block_->stack));
   delete block_;
@@ -331,7 +437,7 @@ SysError spawn_process_started(SpawnRequest* req, SpawnResult* out, PendingExec*
       if (b) *req = std::move(b->req);
     }
   } give_back{b.get(), req};
-  prepare_child(b->req, true, &b->prep);
+  prepare_child(b->req, &b->prep);
   ChildArgs& args = b->prep.args;
 
   CloneRequest creq;

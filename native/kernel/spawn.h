@@ -1,8 +1,20 @@
 // Starting one tool call's main process: the parent side. Prepares
 // everything the child side (kernel/child.cc) needs, clones it with
 // clone_vfork (kernel/clone.h) straight into the call's cgroup when there is
-// one, and reads its report: either it exec'd, or the step that failed. The
-// report is waited for (spawn_process), or read later (spawn_process_started).
+// one, and reads its report: either it exec'd, or the step that failed.
+//
+// spawn_process is the one spawn primitive: it blocks its thread until the
+// child has exec'd (a real vfork), so it is meant for a thread that may
+// block (a spawner thread), and is safe on any thread. Because the thread
+// waits, the kernel's vfork guarantees hold: the OOM killer skips the child
+// while it shares our memory (it would otherwise be scored by the harness's
+// RSS, and killing it kills everything sharing that memory), and the
+// spawning thread (its TLS, its stack) outlives the child's use of them.
+// Another thread learns the child's pid and pidfd before the exec through
+// EarlyIds, even when the child is held before it (born into a frozen
+// cgroup). spawn_process_started and its kin are the deprecated way (a
+// child cloned without CLONE_VFORK, reported later), kept until loop/
+// spawns on spawner threads.
 #pragma once
 
 #include <sys/types.h>
@@ -25,7 +37,9 @@ struct SpawnRequest {
   std::vector<std::string> argv;
   std::vector<std::string> envp;
   // true: the child gets this process's own environment (`environ`) and
-  // envp is ignored; nothing is copied.
+  // envp is ignored. Its strings are copied when the spawn starts (one
+  // block): a setenv() on another thread may free a replaced string (musl
+  // does) while the child still reads.
   bool inherit_env = false;
   std::string cwd;  // empty: keep the harness's
   // fds[i] becomes fd i of the child: a descriptor that is >= fds.size() and
@@ -57,14 +71,72 @@ struct SpawnResult {
   CloneMethod method = CloneMethod::kClone3;
 };
 
+// The child's pid and pidfd, published while spawn_process still waits for
+// the exec: plain ints the kernel (or the child) writes, for another thread
+// to read with read_early_ids. spawn_process sets them to {0, -1} when it
+// starts; a reader must not look before the spawning thread was handed the
+// struct.
+//   * clone3 (the usual path): the kernel writes the pidfd (CLONE_PIDFD) and
+//     the pid (CLONE_PARENT_SETTID, only once the clone has succeeded)
+//     before the spawning thread waits. That holds for a child born into a
+//     frozen cgroup, which runs nothing, and for a spawn with uid/gid.
+//   * clone() fallback (no clone3: seccomp, Linux 5.2 to 5.6), sharing our
+//     memory, no new pid namespace: the kernel writes the pidfd, the child
+//     stores its pid with a raw getpid as its very first step, before the
+//     cgroup.procs write that may hold it (a frozen cgroup). With uid/gid (a
+//     copy of our memory) or CLONE_NEWPID, nothing is published before the
+//     clone returns, that is after the exec: the thread is blocked until
+//     then, a child in a frozen cgroup included.
+//   * clone() then pidfd_open (qemu-user < 8.0): pid and pidfd once the
+//     clone returns (an emulator returns from vfork at once anyway).
+// In every case spawn_process stores both before it returns.
+struct EarlyIds {
+  int pid = 0;
+  int pidfd = -1;
+};
+
+// Reader side, any thread: false until the pid is published; then *pid is
+// the child's (in our pid namespace) and *pidfd its pidfd, or -1 while that
+// is not visible yet (read again: on a weakly ordered machine the pid may
+// show first, and pidfd_open's fallback has none before the clone returns).
+// The pid is only ever written once the child exists, so a pidfd read
+// after it is an installed descriptor, not a number the kernel took back
+// from a clone that failed. Act on the child through the pidfd only
+// (pidfd_send_signal); never wait for it or close the descriptor: it
+// belongs to the spawning thread until spawn_process returns, and to its
+// SpawnResult then.
+bool read_early_ids(const EarlyIds& ids, pid_t* pid, int* pidfd);
+
 // Either fills *out and returns no error, or returns the error of the step
 // that failed ("clone3", "chdir", "execve", ...). A child that failed before
-// exec has already been reaped. Blocks the calling thread only while the
-// child runs up to its exec (a vfork).
-SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* out);
+// exec has already been reaped. Blocks the calling thread while the child
+// runs up to its exec (a vfork): for ever while the child is held before it
+// (its cgroup frozen), until someone kills it by its pidfd (EarlyIds).
+//
+// A request with set_uid or set_gid is not cloned with CLONE_VM: the child
+// runs on a copy of our memory (a fork, whose cost grows with our RSS, as
+// Node's spawn) and reports through a shared page, so its setuid does not
+// make this process non-dumpable. Every other spawn shares our memory until
+// the exec, on `stack` (one per spawning thread).
+//
+// With `early`: see EarlyIds. Also, once a child existed (early->pid set),
+// *out holds its pid and pidfd on return whatever the outcome: on an error
+// the child is reaped, but its pidfd stays open in out->pidfd, so the number
+// a reader saw is not reused before the caller closes it (after the reader
+// is done with it). Without `early`, *out is left alone on an error.
+SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* out, EarlyIds* early = nullptr);
 
 struct ExecBlock;
 
+// DEPRECATED (with can_spawn_started, started_reports_full,
+// spawn_process_started and spawn_process_bounded): the JS thread's way of
+// spawning without blocking, by a child cloned with CLONE_VM but without
+// CLONE_VFORK. That child is not in a vfork (the OOM killer may pick it, by
+// the harness's RSS, and so kill the harness), may outlive the spawning
+// thread whose TLS it shares, and its uid/gid change makes the harness
+// non-dumpable. Kept only until loop/ spawns with spawn_process on spawner
+// threads; delete then.
+//
 // A child cloned without waiting for its exec (spawn_process_started). Until
 // it has exec'd or exited it runs on our memory: its stack, its ChildArgs and
 // every string it reads are held here, and only its report frees them. The
@@ -97,28 +169,35 @@ class PendingExec {
   ExecBlock* block_ = nullptr;
 };
 
-// Whether spawn_process_started can be used for this request: a real
+// DEPRECATED. Whether spawn_process_started can be used for this request: a real
 // CLONE_VM (not an emulator's fork) seen on an earlier spawn, clone3, and no
 // new namespace.
 bool can_spawn_started(const SpawnRequest& req);
-// So many children's reports are not collected yet (256, each holding a
+// DEPRECATED. So many children's reports are not collected yet (256, each holding a
 // stack) that a new child's should be waited for at once
 // (spawn_process_bounded), as a loop of spawns with no tick between would
 // otherwise hold ever more.
 bool started_reports_full();
 
-// Like spawn_process, but returns as soon as the child exists: *out has its
+// DEPRECATED. Like spawn_process, but returns as soon as the child exists: *out has its
 // pid and pidfd, *pending its report. Errors returned are the clone's own
 // (or pipe2's, mmap's); *req is moved from only when the child exists.
 SysError spawn_process_started(SpawnRequest* req, SpawnResult* out, PendingExec* pending);
 
-// spawn_process_started, then the report waited for up to wait_ms: a step
+// DEPRECATED. spawn_process_started, then the report waited for up to wait_ms: a step
 // that failed within that time is returned as spawn_process returns it (the
 // child reaped, *out empty). For a request whose failure Node reports
 // synchronously (uid, gid), and past started_reports_full(), without the
 // unbounded wait of a vfork: a child held before its exec (its cgroup frozen
 // by someone) leaves the report in *pending, to be read later like any other.
 SysError spawn_process_bounded(SpawnRequest* req, SpawnResult* out, PendingExec* pending, int wait_ms);
+
+// Replaces inherit_env by a copy of `environ` in req->envp. For the thread
+// that may call setenv (Node's main thread, through process.env): a
+// spawner thread reading `environ` itself could still race a setenv on
+// another thread (musl frees the string it replaces), however short its
+// own copy; the copy made on the setenv thread races nothing.
+void snapshot_environ(SpawnRequest* req);
 
 // Whether close_range(CLOSE_RANGE_CLOEXEC) works here (Linux 5.11), asked
 // once. PROCTREE_TEST_NO_CLOSE_RANGE=1 answers no, so the fallback can be

@@ -9,7 +9,17 @@
 // into memset or strlen, a sanitizer hook, __stack_chk_fail), no GOT load of
 // one (-fno-plt), no TLS access (errno).
 //
+// Nor may it read the thread pointer at all, relocation or not: the stack
+// protector's canary is loaded from %fs:0x28 (x86-64), other TLS through
+// %fs:/%gs: or `mrs xN, tpidr_el0` (arm64). That TLS is the spawning
+// thread's, which may be gone while a child not waited for still runs
+// (SIGSEGV in a CLONE_VM child). Every instruction of the functions reached
+// is checked for such an operand.
+//
 // Usage: node child-side-calls.mjs [--objdump PATH] [--find NAME] [--root REGEX] FILE...
+//   FILE is an object file, or a linked one that still has its symbols (an
+//   unstripped addon: its calls into the PLT and its TLS reads are what can
+//   be seen there);
 //   FILE may be a ;-separated list (CMake's $<TARGET_OBJECTS:...>); --find
 //   picks the one whose name is NAME. Roots: the functions whose (mangled)
 //   name matches REGEX (default child_main); every function of the file they
@@ -76,11 +86,16 @@ function disassemble(objdump, file) {
     }
     const head = /^([0-9a-f]+) <(.+)>:$/.exec(line);
     if (head) {
-      current = { name: head[2], section, start: parseInt(head[1], 16), calls: new Set(), relocs: [] };
+      current = { name: head[2], section, start: parseInt(head[1], 16), calls: new Set(), relocs: [], tls: [] };
       functions.set(current.name, current);
       continue;
     }
     if (!current) continue;
+    // An instruction that reads the thread pointer (TLS).
+    const insnText = /^\s*([0-9a-f]+):\s+(.*)$/.exec(line);
+    if (insnText && THREAD_POINTER.test(insnText[2])) {
+      current.tls.push(`${insnText[2].replace(/\s+/g, ' ').trim()} at ${insnText[1]}`);
+    }
     // A relocation: on its own line, or after the instruction (objdump -w).
     const reloc = /\b([0-9a-f]+): (R_[A-Z0-9_]+)\s+(\S+)/.exec(line);
     if (reloc) {
@@ -95,6 +110,9 @@ function disassemble(objdump, file) {
   }
   return functions;
 }
+
+// x86-64: a %fs: or %gs: segment operand; arm64: the thread ID registers.
+const THREAD_POINTER = /%[fg]s:|\b(mrs|msr)\b.*\btpidr(ro)?_el[0-3]\b/i;
 
 // Data the child side may read from outside the file: the stack protector's
 // canary, which aarch64's glibc keeps in a global read through the GOT (its
@@ -142,12 +160,18 @@ function main() {
     const name = queue.shift();
     if (seen.has(name)) continue;
     seen.add(name);
+    // A linked file (the addon itself): a call into its PLT.
+    if (/@plt$/.test(name)) {
+      violations.push(`${name.replace(/@plt$/, '')}: called through the PLT from the child side`);
+      continue;
+    }
     const fn = functions.get(name);
     if (!fn) {
       violations.push(`${name}: called from the child side but not in this file`);
       continue;
     }
     for (const callee of fn.calls) if (functions.has(callee)) queue.push(callee);
+    for (const t of fn.tls) violations.push(`${name} reads the thread pointer (TLS): ${t}`);
     for (const r of fn.relocs) {
       if (undefinedNames.has(r.symbol) || (!defined.has(r.symbol) && !r.symbol.startsWith('.'))) {
         if (HARMLESS_DATA.has(r.symbol) && !CALL_RELOCS.has(r.type)) {
@@ -172,11 +196,11 @@ function main() {
   console.log(`child-side-calls: ${path.basename(file)}: checked ${[...seen].join(', ')}`);
   if (allowed.size > 0) console.log(`child-side-calls: reads ${[...allowed].join(', ')} (allowed: data, not a call)`);
   if (violations.length > 0) {
-    console.log('The child side of spawn references symbols outside its object file:');
+    console.log('The child side of spawn references symbols outside its object file or reads TLS:');
     for (const v of violations) console.log(`  ${v}`);
     process.exit(1);
   }
-  console.log('child-side-calls: no call or reference outside the file');
+  console.log('child-side-calls: no call or reference outside the file, no TLS');
 }
 
 main();

@@ -588,7 +588,8 @@ SCENARIO(no_pipe_after_the_first_spawn) {
   return 0;
 }
 
-// spawn_process_started returns while the child has not run a single
+// The deprecated spawn_process_started (delete these two tests with it):
+// it returns while the child has not run a single
 // instruction of its own: cloned into a frozen cgroup, it cannot reach its
 // exec until thawed, yet the spawn is back with its pid and pidfd (a spawn
 // that waited for the exec would never return here). Its report comes once
