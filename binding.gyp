@@ -35,6 +35,7 @@
         "native/loop/file_writer.cc",
         "native/loop/output_pipes.cc",
         "native/loop/reactor.cc",
+        "native/loop/spawner.cc",
         "native/loop/subtrees.cc",
         "native/loop/thread.cc",
         "native/loop/timers.cc",

@@ -563,16 +563,6 @@ export class ToolCall extends EventEmitter {
     if (res !== true) this.#fail(spawnError(res, this.spawnfile, this.spawnargs));
   }
 
-  /**
-   * The tick after spawn(), where Node emits 'spawn': a command cloned
-   * without waiting has had the rest of the caller's synchronous work (other
-   * spawns) to exec, and its report is waited for only now.
-   */
-  static #spawnTick(call: ToolCall): void {
-    call.#knowStart();
-    if (call.#pid !== undefined) call.emit('spawn');
-  }
-
   get #constructing(): boolean {
     return this.#flag(CONSTRUCTING);
   }
@@ -726,8 +716,10 @@ export class ToolCall extends EventEmitter {
     if (!res.pending) {
       this.#pid = res.pid;
       if (res.execPending) {
+        // The exec reports through the addon (Started or StartFailed),
+        // which emits 'spawn' or 'error': this thread never waits for it
+        // unless `pid` is read first.
         this.#setFlag(EXEC_PENDING, true);
-        process.nextTick(ToolCall.#spawnTick, this);
       } else {
         this.#publishPid();
         process.nextTick(emitSpawn, this);
@@ -1086,13 +1078,20 @@ export class ToolCall extends EventEmitter {
         this.#emitError(a as NativeErrorShape);
         break;
       case NativeEventKind.Started:
-        this.#pid = a as number;
+        // A pending exec that `pid` already settled keeps what it found.
+        if (this.#flag(EXEC_PENDING) || this.#pid === undefined) this.#pid = a as number;
+        this.#setFlag(EXEC_PENDING, false);
         this.#publishPid();
         // The systemd tier learns its leaf from the broker.
         if (typeof b === 'string') this.cgroup = b;
         this.emit('spawn');
         break;
       case NativeEventKind.StartFailed:
+        // Already failed when `pid` settled the exec synchronously.
+        if (this.#spawnError) break;
+        this.#setFlag(EXEC_PENDING, false);
+        this.#pid = undefined;
+        this.#publishPid();
         this.#fail(spawnError(a as NativeErrorShape, this.spawnfile, this.spawnargs));
         break;
     }

@@ -95,17 +95,29 @@ void Call::on_broker_lost(const SysError& e) {
   if (!main_exited_) on_broker_exited(ExitStatus{true, -1, SIGKILL});
 }
 
+void Call::post_started() {
+  CallEvent ev{CallEvent::kStarted, id_, {}, {}, {}};
+  ev.pid = command_;
+  env_->post(std::move(ev));
+}
+
 void Call::collect_exec() {
-  if (!exec_.pending()) return;
+  if (!exec_) return;
   SysError failed;
   // Bounded: a child held before its exec (its cgroup frozen from above by
   // whoever may write there) must not hang the loop. It is then taken as
   // started, and is not waited for again.
-  if (!exec_.collect(exec_unknown_ ? 0 : kExecReportWaitMs, &failed)) {
+  if (!exec_->collect(exec_unknown_ ? 0 : kExecReportWaitMs, &failed)) {
+    if (!exec_unknown_) post_started();
     exec_unknown_ = true;
     return;
   }
-  if (!failed) return;
+  exec_.reset();
+  if (!failed) {
+    if (!exec_unknown_) post_started();
+    return;
+  }
+  reaped_by_spawner_ = true;
   if (exec_unknown_) {
     // Reported as started already: the failed step is an error of a call
     // that ran, whose exit (127) follows.
@@ -114,6 +126,7 @@ void Call::collect_exec() {
   }
   exec_error_ = failed;
   exit_posted_ = true;  // no exit event for a command that never ran
+  env_->post(CallEvent{CallEvent::kStartFailed, id_, {}, {}, failed});
 }
 
 SysError Call::settle_exec() {
@@ -161,7 +174,11 @@ void Call::on_main_readable() {
   // The pgroup tier keeps its command a zombie until the session is empty:
   // see ladder/session_confinement.h.
   bool keep = tier() == Tier::kPgroup;
-  if (SysError e = pidfd_reap(main_.pidfd.get(), &st, keep)) {
+  if (reaped_by_spawner_) {
+    // It failed before its exec, and its spawner thread reaped it: 127, as
+    // a shell says of a command it could not run.
+    st = ExitStatus{true, 127, 0};
+  } else if (SysError e = pidfd_reap(main_.pidfd.get(), &st, keep)) {
     // ECHILD: someone reaped our child behind our back (waitpid(-1) in the
     // same process). Its status is lost, but the call must still end.
     st = ExitStatus{true, -1, 0};

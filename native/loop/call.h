@@ -22,6 +22,7 @@
 #include "ladder/cgroup_confinement.h"
 #include "ladder/confinement.h"
 #include "ladder/ladder.h"
+#include "loop/spawner.h"
 #include "loop/timers.h"
 
 namespace proctree {
@@ -63,11 +64,14 @@ class Call : public LadderHost {
   Call& operator=(const Call&) = delete;
   ~Call() override;
 
-  // A command cloned without waiting for its exec (cgroup and pgroup tiers).
-  // No event says how its exec went: the caller asks settle_exec(), which
-  // everything acting on the command (a signal, a ladder, members()) also
-  // does first, so that it acts on what the command exec'd.
-  void set_pending_exec(PendingExec exec) { exec_ = std::move(exec); }
+  // A command whose exec is still to report (cgroup and pgroup tiers: its
+  // spawner thread waits in the vfork). The report posts kStarted or
+  // kStartFailed, once: when the spawner says it is in (on_exec_reported),
+  // or when someone needs it sooner: settle_exec(), which everything acting
+  // on the command (a signal, a ladder, members()) also does first, so that
+  // it acts on what the command exec'd.
+  void set_pending_exec(std::shared_ptr<SpawnJob> exec) { exec_ = std::move(exec); }
+  void on_exec_reported() { collect_exec(); }
   // Waits for that report if it is not in yet, for half a second at most
   // (then the command counts as started). Returns the step that failed, or
   // none: it exec'd, counts as started, or there was no pending exec.
@@ -164,7 +168,7 @@ class Call : public LadderHost {
   std::unique_ptr<Confinement> confinement_;
   Ladder ladder_;
   Fd control_;
-  PendingExec exec_;
+  std::shared_ptr<SpawnJob> exec_;
   pid_t command_ = -1;
 
   bool starting_ = false;      // a shim has not reported the exec yet
@@ -179,6 +183,9 @@ class Call : public LadderHost {
   SysError exec_error_;        // the step of a pending exec that failed
   // The exec report did not come within kExecReportWaitMs: taken as started.
   bool exec_unknown_ = false;
+  // The command failed before its exec: its spawner thread reaped it.
+  bool reaped_by_spawner_ = false;
+  void post_started();
   int events_wd_ = -1;         // inotify watch of cgroup.events, added lazily
   bool polling_ = false;       // a tier without emptiness events is being watched
   bool main_polled_ = false;   // the reactor could not take the main pidfd

@@ -54,6 +54,8 @@ SysError Environment::ensure_open() {
       return e;
     }
     if (SysError e = reactor_.watch_loop(writes_.done_fd(), Reactor::LoopFd::kWrites)) return e;
+    if (SysError e = spawner_.open()) return e;
+    if (SysError e = reactor_.watch_loop(spawner_.event_fd(), Reactor::LoopFd::kSpawns)) return e;
     return waiter_.start(reactor_.fd(), [](void* host) { static_cast<LoopHost*>(host)->wake(); }, host_);
   }();
   // What was asked for before the loop ran (a turn for a post) needs it.
@@ -94,6 +96,12 @@ void Environment::on_timers() { timers_.run_due(); }
 
 void Environment::on_writes_done() { writes_.on_done(); }
 
+void Environment::on_spawns_done() {
+  for (uint64_t id : spawner_.take_done()) {
+    if (Call* call = find(id)) call->on_exec_reported();
+  }
+}
+
 void Environment::signal_wake() {
   if (closing_ || wake_signalled_) return;
   wake_signalled_ = true;
@@ -125,13 +133,13 @@ SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedC
     case Tier::kPgroup: {
       req.new_session = true;
       SpawnResult proc;
-      PendingExec exec;
-      if (SysError e = start_command(&req, &proc, &exec)) return e;
+      std::shared_ptr<SpawnJob> exec;
       uint64_t id = next_call_id();
+      if (SysError e = start_command(id, &req, &proc, &exec)) return e;
       out->id = id;
       out->pid = proc.pid;
       out->method = proc.method;
-      out->exec_pending = exec.pending();
+      out->exec_pending = exec != nullptr;
       pid_t leader = proc.pid;
       Call* call = new Call(this, id, std::move(proc), std::make_unique<SessionConfinement>(leader), Fd());
       call->set_pending_exec(std::move(exec));
@@ -144,20 +152,19 @@ SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedC
   }
 }
 
-// The command itself (cgroup and pgroup tiers): not waited for up to its
-// exec where that can be done (see can_spawn_started), so a burst of spawns
-// does not hold the loop for each child's way to exec. A uid or gid that
-// cannot be taken is an error Node throws from spawn(), and past 256
-// uncollected reports a loop of spawns must not hold more: those reports are
-// waited for at once, but never for ever (a child frozen before its exec by
-// whoever may write its cgroup would hang a vfork). *req is left as it was
-// if the clone fails.
-SysError Environment::start_command(SpawnRequest* req, SpawnResult* proc, PendingExec* exec) {
-  if (!can_spawn_started(*req)) return spawn_process(*req, stack_, proc);
-  if (req->set_uid || req->set_gid || started_reports_full()) {
-    return spawn_process_bounded(req, proc, exec, Call::kExecReportWaitMs);
-  }
-  return spawn_process_started(req, proc, exec);
+// The command itself (cgroup and pgroup tiers), cloned on a spawner thread
+// (loop/spawner.h): this thread waits for the child to exist, never for its
+// exec, which reports later (on_spawns_done). A uid or gid that cannot be
+// taken is an error Node throws from spawn(), so that report is waited for,
+// but never for ever (a child frozen before its exec by whoever may write
+// its cgroup holds only its spawner thread). *req is left as it was if no
+// child was made.
+SysError Environment::start_command(uint64_t id, SpawnRequest* req, SpawnResult* proc,
+                                    std::shared_ptr<SpawnJob>* exec) {
+  // The environment is read here, on the thread that may setenv() it.
+  if (req->inherit_env) snapshot_environ(req);
+  if (req->set_uid || req->set_gid) return spawner_.start_and_wait(id, req, proc, exec, Call::kExecReportWaitMs);
+  return spawner_.start(id, req, proc, exec);
 }
 
 SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
@@ -165,14 +172,14 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   CgroupDir leaf;
   CpuCounters base;
   SpawnResult proc;
-  PendingExec exec;
+  std::shared_ptr<SpawnJob> exec;
   SysError e;
   for (int round = 0; round < 2; ++round) {
     bool kept = false;
     e = subtrees_.make_leaf(opts.group, id, opts.helper, stack_, &leaf, &base, &kept, &out->guardian_error);
     if (e) break;
     req.cgroup_dir = leaf.dir_fd();
-    e = start_command(&req, &proc, &exec);
+    e = start_command(id, &req, &proc, &exec);
     const bool missed_leaf = e && (e.syscall == std::string("clone3") || e.syscall == std::string("clone") ||
                                    e.path == "cgroup.procs");
     if (!kept || !missed_leaf) break;
@@ -194,7 +201,7 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   out->pid = proc.pid;
   out->cgroup = leaf.path();
   out->method = proc.method;
-  out->exec_pending = exec.pending();
+  out->exec_pending = exec != nullptr;
   // The clone has used the leaf's descriptors: a live call keeps none (they
   // are reopened if a ladder or members() needs them).
   leaf.close();

@@ -26,6 +26,7 @@
 #include "loop/file_writer.h"
 #include "loop/output_pipes.h"
 #include "loop/reactor.h"
+#include "loop/spawner.h"
 #include "loop/subtrees.h"
 #include "loop/timers.h"
 #include "loop/waiter.h"
@@ -152,11 +153,13 @@ class Environment {
   void on_timers();
   void on_wake();
   void on_writes_done();
+  // Spawner threads finished spawns: their exec reports are in.
+  void on_spawns_done();
 
  private:
   // Unique in the process: a call's id names its leaf (c<id>).
   static uint64_t next_call_id();
-  SysError start_command(SpawnRequest* req, SpawnResult* proc, PendingExec* exec);
+  SysError start_command(uint64_t id, SpawnRequest* req, SpawnResult* proc, std::shared_ptr<SpawnJob>* exec);
   SysError spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_brokered(const SpawnOptions& opts, const SpawnRequest& req, SpawnedCall* out);
@@ -189,6 +192,7 @@ class Environment {
   bool closing_ = false;
   SysError open_error_;
   ChildStack stack_;
+  Spawner spawner_;
   std::unordered_map<uint64_t, Call*> calls_;
   // The systemd tier: one broker per environment, started on first use,
   // living in the transient scope it asked the user manager for; the calls

@@ -18,6 +18,7 @@ constexpr uint64_t kBrokerProcessTag = ~uint64_t{0} - 2;
 constexpr uint64_t kTimersTag = ~uint64_t{0} - 3;
 constexpr uint64_t kWakeTag = ~uint64_t{0} - 4;
 constexpr uint64_t kWritesTag = ~uint64_t{0} - 5;
+constexpr uint64_t kSpawnsTag = ~uint64_t{0} - 6;
 // Call ids count up from 1 and never reach bit 61: the top bits say what
 // kind of descriptor became ready.
 constexpr uint64_t kControlBit = uint64_t{1} << 62;
@@ -49,7 +50,10 @@ SysError Reactor::open() {
 }
 
 SysError Reactor::watch_loop(int fd, LoopFd which) {
-  uint64_t tag = which == LoopFd::kTimers ? kTimersTag : which == LoopFd::kWake ? kWakeTag : kWritesTag;
+  uint64_t tag = which == LoopFd::kTimers ? kTimersTag
+                 : which == LoopFd::kWake ? kWakeTag
+                 : which == LoopFd::kWrites ? kWritesTag
+                                            : kSpawnsTag;
   return add(epoll_.get(), fd, EPOLLIN, tag);
 }
 
@@ -144,7 +148,7 @@ void Reactor::dispatch() {
   bool inotify_ready = false;
   int broker = -1;  // -1: not ready; 0: readable; 1: writable too
   bool broker_process = false;
-  bool timers = false, wake = false, writes = false;
+  bool timers = false, wake = false, writes = false, spawns = false;
   int n = epoll_wait(epoll_.get(), evs, kMaxEventsPerTurn, 0);
   for (int i = 0; i < n; ++i) {
     uint64_t tag = evs[i].data.u64;
@@ -156,6 +160,8 @@ void Reactor::dispatch() {
       wake = true;
     } else if (tag == kWritesTag) {
       writes = true;
+    } else if (tag == kSpawnsTag) {
+      spawns = true;
     } else if (tag == kBrokerSocketTag) {
       broker = (evs[i].events & EPOLLOUT) ? 1 : 0;
     } else if (tag == kBrokerProcessTag) {
@@ -181,6 +187,8 @@ void Reactor::dispatch() {
     // leave a call open forever, so every watched call looks again.
     for (const auto& kv : watches_) changed[kv.second] = true;
   }
+  // Exec reports before anything the command did: 'spawn' comes first.
+  if (spawns) env_->on_spawns_done();
   // Output first: what a command wrote before it exited reaches JavaScript
   // before its 'exit' when both are seen in the same turn.
   for (const auto& o : output) env_->output_pipes().on_ready(o.first, o.second);

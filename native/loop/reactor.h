@@ -29,7 +29,7 @@ class Reactor {
   // The epoll descriptor (for the Waiter), -1 until open.
   int fd() const { return epoll_.get(); }
   // The loop's own descriptors (see Environment::turn).
-  enum class LoopFd { kTimers, kWake, kWrites };
+  enum class LoopFd { kTimers, kWake, kWrites, kSpawns };
   SysError watch_loop(int fd, LoopFd which);
   SysError watch_main(int pidfd, uint64_t call_id);
   SysError watch_control(int fd, uint64_t call_id);

@@ -10,9 +10,11 @@
 #if defined(__x86_64__)
 __asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
 __asm__(".symver pthread_join,pthread_join@GLIBC_2.2.5");
+__asm__(".symver pthread_detach,pthread_detach@GLIBC_2.2.5");
 #elif defined(__aarch64__)
 __asm__(".symver pthread_create,pthread_create@GLIBC_2.17");
 __asm__(".symver pthread_join,pthread_join@GLIBC_2.17");
+__asm__(".symver pthread_detach,pthread_detach@GLIBC_2.17");
 #endif
 #endif
 
@@ -30,5 +32,7 @@ SysError start_thread(void* (*fn)(void*), void* arg, pthread_t* out) {
 }
 
 void join_thread(pthread_t thread) { pthread_join(thread, nullptr); }
+
+void detach_thread(pthread_t thread) { pthread_detach(thread); }
 
 }  // namespace proctree

@@ -1,4 +1,4 @@
-// The addon's own threads (the reactor's waiter, the file writer): started
+// The addon's own threads (the reactor's waiter, the file writer, spawners): started
 // with every signal blocked, so that a signal meant for the process (SIGINT,
 // SIGCHLD) is never handled on a thread the runtime does not know.
 #pragma once
@@ -11,5 +11,6 @@ namespace proctree {
 
 SysError start_thread(void* (*fn)(void*), void* arg, pthread_t* out);
 void join_thread(pthread_t thread);
+void detach_thread(pthread_t thread);
 
 }  // namespace proctree

@@ -1,0 +1,226 @@
+#include "loop/spawner.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "loop/thread.h"
+
+
+namespace proctree {
+namespace {
+
+// How often the caller looks for the kernel's pid while the spawning thread
+// is in the clone: the kernel wakes no one when it writes it, and a clone
+// sharing our memory takes tens of microseconds.
+constexpr int64_t kEarlyPollNs = 20000;
+// How long the caller waits for the child to exist at all: the clone is not
+// held by a frozen cgroup (the kernel writes the ids before the child runs),
+// so this is only reached when every thread is stuck and none can be made.
+constexpr int64_t kCloneWaitNs = 2000000000;
+
+int64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+void futex_wait(std::atomic<uint32_t>* word, uint32_t value, int64_t timeout_ns) {
+  timespec ts{static_cast<time_t>(timeout_ns / 1000000000), static_cast<long>(timeout_ns % 1000000000)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, value, timeout_ns < 0 ? nullptr : &ts,
+          nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
+void SpawnJob::wait_state(uint32_t from, int64_t timeout_ns) {
+  const int64_t deadline = timeout_ns < 0 ? -1 : now_ns() + timeout_ns;
+  while (state_.load(std::memory_order_acquire) == from) {
+    int64_t left = -1;
+    if (deadline >= 0) {
+      left = deadline - now_ns();
+      if (left <= 0) return;
+    }
+    futex_wait(&state_, from, left);
+  }
+}
+
+void SpawnJob::set_state(uint32_t s) {
+  state_.store(s, std::memory_order_release);
+  futex_wake_all(&state_);
+}
+
+bool SpawnJob::collect(int timeout_ms, SysError* failed) {
+  if (!done()) {
+    if (timeout_ms == 0) return false;
+    const int64_t ns = timeout_ms < 0 ? -1 : static_cast<int64_t>(timeout_ms) * 1000000;
+    const int64_t deadline = ns < 0 ? -1 : now_ns() + ns;
+    for (uint32_t s; (s = state_.load(std::memory_order_acquire)) != kDone;) {
+      int64_t left = deadline < 0 ? -1 : deadline - now_ns();
+      if (deadline >= 0 && left <= 0) return false;
+      wait_state(s, left);
+    }
+  }
+  *failed = error_;
+  return true;
+}
+
+Spawner::~Spawner() {
+  if (!shared_) return;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->stopping = true;
+  }
+  shared_->cv.notify_all();
+  // A thread held in a vfork cannot be joined now; it holds the shared state
+  // and leaves when its child moves on.
+  for (pthread_t t : threads_) detach_thread(t);
+}
+
+SysError Spawner::open() {
+  if (shared_) return SysError::none();
+  auto shared = std::make_shared<Shared>();
+  shared->event.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!shared->event) return SysError::from_errno("eventfd");
+  shared_ = std::move(shared);
+  return SysError::none();
+}
+
+void Spawner::ensure_thread() {
+  // Called with the lock held: a job is queued and no thread is idle.
+  // Signals go to the JavaScript thread, never to ours (start_thread): a
+  // handler must not run on a thread that clones children sharing its memory.
+  if (shared_->idle > 0 || threads_.size() >= kMaxThreads) return;
+  auto* arg = new std::shared_ptr<Shared>(shared_);
+  pthread_t t;
+  if (start_thread(run, arg, &t)) {
+    // No thread could be made: the queued job waits for a busy one.
+    delete arg;
+    return;
+  }
+  threads_.push_back(t);
+  ++shared_->idle;
+}
+
+void* Spawner::run(void* arg) {
+  std::shared_ptr<Shared> shared = std::move(*static_cast<std::shared_ptr<Shared>*>(arg));
+  delete static_cast<std::shared_ptr<Shared>*>(arg);
+  ChildStack stack;
+  for (;;) {
+    std::shared_ptr<SpawnJob> job;
+    {
+      std::unique_lock<std::mutex> lock(shared->mu);
+      shared->cv.wait(lock, [&] { return shared->stopping || !shared->queue.empty(); });
+      if (shared->queue.empty()) return nullptr;  // stopping
+      job = std::move(shared->queue.front());
+      shared->queue.pop_front();
+      --shared->idle;
+    }
+    job->set_state(SpawnJob::kCloning);
+    job->error_ = spawn_process(job->req_, stack, &job->result_, &job->early_);
+    // result_.pidfd stays open with the job: the caller dups the number it
+    // read from the kernel, which must not be reused before it has.
+    // The request stays with the job: given back if no child was made.
+    job->set_state(SpawnJob::kDone);
+    uint64_t one = 1;
+    {
+      std::lock_guard<std::mutex> lock(shared->mu);
+      shared->done.push_back(job->tag());
+      ++shared->idle;
+    }
+    (void)!write(shared->event.get(), &one, sizeof one);
+  }
+}
+
+SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, std::shared_ptr<SpawnJob>* job_out) {
+  if (SysError e = open()) return e;
+  auto job = std::make_shared<SpawnJob>(tag, std::move(*req));
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->queue.push_back(job);
+    ensure_thread();
+  }
+  shared_->cv.notify_one();
+  // Wait for a thread to take it, then for the kernel's ids or the end.
+  const int64_t deadline = now_ns() + kCloneWaitNs;
+  job->wait_state(SpawnJob::kQueued, kCloneWaitNs);
+  for (;;) {
+    uint32_t s = job->state_.load(std::memory_order_acquire);
+    if (s == SpawnJob::kDone) break;
+    pid_t pid;
+    int fd;
+    if (s == SpawnJob::kCloning && read_early_ids(job->early_, &pid, &fd) && fd >= 0) break;
+    int64_t left = deadline - now_ns();
+    if (left <= 0) {
+      if (s == SpawnJob::kQueued) {
+        // Still queued: take it back, untried.
+        std::lock_guard<std::mutex> lock(shared_->mu);
+        for (auto it = shared_->queue.begin(); it != shared_->queue.end(); ++it) {
+          if (*it == job) {
+            shared_->queue.erase(it);
+            *req = std::move(job->req_);
+            return SysError::of(EAGAIN, "spawn");
+          }
+        }
+        continue;  // taken meanwhile
+      }
+      break;  // cloning for two seconds: the ids are read as they are
+    }
+    job->wait_state(s, s == SpawnJob::kCloning ? kEarlyPollNs : left);
+  }
+  pid_t pid = -1;
+  int pidfd = -1;
+  if (!read_early_ids(job->early_, &pid, &pidfd) || pidfd < 0) {
+    // No child was made (the clone itself failed), or none could be seen.
+    if (job->done() && job->error_) {
+      *req = std::move(job->req_);
+      return job->error_;
+    }
+    return SysError::of(EAGAIN, "spawn");
+  }
+  // Ours: the spawning thread's copy stays its own until it returns (a
+  // child that failed is reaped there, and the number must not be reused
+  // under a reader meanwhile).
+  out->pid = pid;
+  out->pidfd.reset(fcntl(pidfd, F_DUPFD_CLOEXEC, 3));
+  if (!out->pidfd) return SysError::from_errno("fcntl");
+  out->method = job->done() ? job->result_.method : clone3_available() ? CloneMethod::kClone3 : CloneMethod::kClone;
+  *job_out = std::move(job);
+  return SysError::none();
+}
+
+SysError Spawner::start_and_wait(uint64_t tag, SpawnRequest* req, SpawnResult* out,
+                                 std::shared_ptr<SpawnJob>* job, int wait_ms) {
+  if (SysError e = start(tag, req, out, job)) return e;
+  SysError failed;
+  if ((*job)->collect(wait_ms, &failed) && failed) {
+    // Failed before its exec: the spawning thread has reaped the child.
+    *out = SpawnResult();
+    job->reset();
+    return failed;
+  }
+  return SysError::none();
+}
+
+std::vector<uint64_t> Spawner::take_done() {
+  std::vector<uint64_t> out;
+  if (!shared_) return out;
+  uint64_t n;
+  while (read(shared_->event.get(), &n, sizeof n) > 0) {
+  }
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  out.swap(shared_->done);
+  return out;
+}
+
+}  // namespace proctree

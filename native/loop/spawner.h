@@ -1,0 +1,116 @@
+// Spawning off the JavaScript thread. A command's child is cloned with
+// CLONE_VM | CLONE_VFORK on a thread of the addon's own, which the kernel
+// suspends until the child execs or exits. That is what keeps the vfork's
+// guarantees: the OOM killer skips a child still in a vfork (in_vfork() in
+// oom_badness), which would otherwise be scored by the harness's RSS and take
+// the harness with it; and the thread whose TLS the child's stack protector
+// or a signal could read stays alive until the exec.
+//
+// The JavaScript thread hands a SpawnRequest over and waits only for the
+// child to exist: the kernel writes its pid and pidfd (CLONE_PARENT_SETTID,
+// CLONE_PIDFD) before the spawning thread enters the vfork wait, so a child
+// held before its exec (born into a frozen cgroup) is just a call whose exec
+// has not reported yet. The report comes later: SpawnJob::collect() asks
+// for it, and the Spawner's eventfd says when one came in.
+//
+// A thread held by such a child serves no other spawn until the child moves
+// on, so a spawn that finds every thread busy starts another (up to
+// kMaxThreads). Threads live as long as the Spawner: a child's
+// PR_SET_PDEATHSIG fires when the thread that cloned it exits.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include <pthread.h>
+#include <vector>
+
+#include "kernel/fd.h"
+#include "kernel/spawn.h"
+#include "kernel/sys_error.h"
+
+namespace proctree {
+
+class SpawnJob {
+ public:
+  SpawnJob(uint64_t tag, SpawnRequest req) : tag_(tag), req_(std::move(req)) {}
+  SpawnJob(const SpawnJob&) = delete;
+  SpawnJob& operator=(const SpawnJob&) = delete;
+
+  uint64_t tag() const { return tag_; }
+  // Whether the spawning thread has returned (the child exec'd or exited,
+  // or no child was made).
+  bool done() const { return state_.load(std::memory_order_acquire) == kDone; }
+  // Waits up to timeout_ms (0: not at all, -1: for ever) for the report.
+  // false: not in yet. true: *failed is the step that failed, or none.
+  bool collect(int timeout_ms, SysError* failed);
+
+ private:
+  friend class Spawner;
+  enum State : uint32_t { kQueued = 0, kCloning = 1, kDone = 2 };
+  // Waits until the state leaves `from` or timeout_ns passes (futex).
+  void wait_state(uint32_t from, int64_t timeout_ns);
+  void set_state(uint32_t s);
+
+  const uint64_t tag_;
+  SpawnRequest req_;
+  // Written by the kernel while the spawning thread is in the clone.
+  EarlyIds early_;
+  SpawnResult result_;
+  SysError error_;
+  std::atomic<uint32_t> state_{kQueued};
+};
+
+class Spawner {
+ public:
+  Spawner() = default;
+  Spawner(const Spawner&) = delete;
+  Spawner& operator=(const Spawner&) = delete;
+  // Stops the threads: a thread still held in a vfork is left to finish on
+  // its own (its child was killed by the caller's teardown, or will exec).
+  ~Spawner();
+
+  SysError open();
+  // Readable when a job is done (take_done() lists them).
+  int event_fd() const { return shared_ ? shared_->event.get() : -1; }
+
+  // Starts req on a spawner thread and waits for its child to exist: fills
+  // *out (pid, pidfd, method; the pidfd is the caller's) and returns the job,
+  // whose report is read later. On error nothing is left, *job is empty and
+  // *req was not consumed unless the clone was tried.
+  SysError start(uint64_t tag, SpawnRequest* req, SpawnResult* out, std::shared_ptr<SpawnJob>* job);
+  // The same, waiting for the report too (up to wait_ms): a step that failed
+  // within that time is returned as spawn_process returns it (the child
+  // reaped, nothing in *out). For what Node reports from spawn() itself (a
+  // uid or gid that cannot be taken).
+  SysError start_and_wait(uint64_t tag, SpawnRequest* req, SpawnResult* out, std::shared_ptr<SpawnJob>* job,
+                          int wait_ms);
+  // Tags of the jobs done since the last call.
+  std::vector<uint64_t> take_done();
+
+  static constexpr size_t kMaxThreads = 32;
+
+ private:
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::shared_ptr<SpawnJob>> queue;
+    std::vector<uint64_t> done;
+    size_t idle = 0;
+    bool stopping = false;
+    Fd event;
+  };
+  static void* run(void* arg);  // arg: a new std::shared_ptr<Shared>
+  void ensure_thread();
+
+  std::shared_ptr<Shared> shared_;
+  std::vector<pthread_t> threads_;
+};
+
+}  // namespace proctree
