@@ -63,8 +63,9 @@ export interface NativeSpawned {
   /** pidns/subreaper: the shim reports the command's pid later (a Started or StartFailed event). */
   pending?: true;
   /**
-   * The command was cloned (`pid` is its) and may not have exec'd yet:
-   * `settle(id)` says whether it did (no event does).
+   * The command was cloned (`pid` is its) and may not have exec'd yet: a
+   * Started or StartFailed event says how its exec went, and `settle(id)`
+   * asks at once (waiting for it a bounded time).
    */
   execPending?: true;
   cgroup: string;
@@ -188,7 +189,7 @@ export interface NativeBinding {
    */
   retire(id: number): [number, number];
   /** Waits for an `execPending` call's exec report: true once the command exec'd, else the step that failed. */
-  settle(id: number): true | NativeErrorShape;
+  settle(id: number, waitMs?: number): boolean | NativeErrorShape;
   closeFd(fd: number): void;
   ptyResize(masterFd: number, cols: number, rows: number): void;
   /** One cgroup2 mount per hierarchy, of /proc/self/mountinfo (or of the text given). */

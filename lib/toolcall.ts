@@ -130,6 +130,8 @@ const VERIFICATIONS: readonly Verification[] = ['none', 'cgroup.events', 'pidns'
 const HOLDS_SLOT = 2048;
 /** Cloned, its exec not reported yet: `pid` waits for the report (see ToolCall#pid). */
 const EXEC_PENDING = 4096;
+/** How long a ladder (or a whole shutdown's) waits for exec reports not in yet (ms): a normal exec takes one or two. */
+const STOP_EXEC_WAIT_MS = 50;
 
 /** What a call reads of its options all its life. */
 type Settings = Pick<
@@ -550,14 +552,21 @@ export class ToolCall extends EventEmitter {
   }
 
   /** Whether the command started is known from here on (a signal or a ladder needs it: a command that never ran gets neither). */
-  #knowStart(): void {
-    if (this.#flag(EXEC_PENDING)) this.#settleExec();
+  #knowStart(waitMs?: number): void {
+    if (this.#flag(EXEC_PENDING)) this.#settleExec(waitMs);
   }
 
-  /** Waits for the exec report (the addon sends no event for it). A command that could not start fails now: 'error' on the next tick, then 'close'. */
-  #settleExec(): void {
+  /**
+   * Asks for the exec report now (it also comes as an event), waiting for it
+   * up to `waitMs` (default: the addon's bound, past which the command
+   * counts as started). A command that could not start fails now: 'error' on
+   * the next tick, then 'close'. A shorter wait that ends first leaves the
+   * report to its event.
+   */
+  #settleExec(waitMs?: number): void {
+    const res = waitMs === undefined ? native.settle(this.#id) : native.settle(this.#id, waitMs);
+    if (res === false) return;
     this.#setFlag(EXEC_PENDING, false);
-    const res = native.settle(this.#id);
     if (res !== true) this.#pid = undefined;
     this.#publishPid();
     if (res !== true) this.#fail(spawnError(res, this.spawnfile, this.spawnargs));
@@ -985,9 +994,11 @@ export class ToolCall extends EventEmitter {
   }
 
   /** Whether a ladder may start now; if so, its promise exists from here. */
-  #prepareLadder(reason: CleanupReason): boolean {
+  #prepareLadder(reason: CleanupReason, stopBy = performance.now() + STOP_EXEC_WAIT_MS): boolean {
     if (this.#report || this.#ladder) return false;
-    this.#knowStart();
+    // A command held before its exec (its subtree frozen by someone) must
+    // not hold a shutdown for long: the ladder stops its tree either way.
+    this.#knowStart(Math.max(0, Math.floor(stopBy - performance.now())));
     if (!this.#id || this.#empty || this.#spawnError) return false;
     this.#ladderReason = reason;
     this.#ladder = new Promise((resolve) => {
@@ -1013,9 +1024,11 @@ export class ToolCall extends EventEmitter {
    */
   static [terminateMany](calls: readonly ToolCall[], reason: CleanupReason, grace: number): Promise<CleanupReport[]> {
     const ready: ToolCall[] = [];
+    // One wait for every exec report not in yet, not one each.
+    const stopBy = performance.now() + STOP_EXEC_WAIT_MS;
     for (const c of calls) {
       if (!c.#started) continue;
-      if (c.#prepareLadder(reason)) ready.push(c);
+      if (c.#prepareLadder(reason, stopBy)) ready.push(c);
     }
     const reporting = ready.length
       ? native.terminateGroup(ready.map((c) => c.#id), ready.map((c) => c.#opts.killSignal), grace, reason)

@@ -5,6 +5,7 @@
 // call events through napi_make_callback with the addon's async context.
 #include <napi.h>
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -536,9 +537,14 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
   Napi::Value Settle(const Napi::CallbackInfo& info) {
     Call* c = CallArg(info);
     if (!c) return Napi::Boolean::New(info.Env(), true);
-    SysError e = c->settle_exec();
+    // settle(id, waitMs?): false when a shorter wait than the call's bound
+    // ended before the exec reported.
+    int wait_ms = Call::kExecReportWaitMs;
+    if (info.Length() > 1 && info[1].IsNumber()) wait_ms = std::max(0, info[1].As<Napi::Number>().Int32Value());
+    bool pending = false;
+    SysError e = c->settle_exec(wait_ms, &pending);
     if (e) return make_error(info.Env(), e);
-    return Napi::Boolean::New(info.Env(), true);
+    return Napi::Boolean::New(info.Env(), !pending);
   }
 
   Napi::Value CloseFd(const Napi::CallbackInfo& info) {

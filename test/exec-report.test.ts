@@ -92,7 +92,7 @@ describe('spawn does not wait for the exec', () => {
     });
   });
 
-  it('a loop of 300 spawns with no tick between (past the 256 not yet reported, spawns wait again): all start and end', async () => {
+  it('a loop of 300 spawns with no tick between: all start and end', async () => {
     const sup = supervisor();
     const calls = Array.from({ length: 300 }, () => sup.spawn('true', [], { stdio: 'ignore' }));
     const seen = calls.map(record);
@@ -181,14 +181,13 @@ describe('spawn does not wait for the exec', () => {
     });
   });
 
-  it.skipIf(!cgroupTier)('past 256 children held before their exec (a frozen subtree), a loop of spawns still ends: each waits a bounded time', async () => {
+  it.skipIf(!cgroupTier)('258 children held before their exec (a frozen subtree): a loop of spawns still ends, none waits for a report', async () => {
     const calls = await whileFrozen((sup) => {
       const spawned: ToolCall[] = [];
-      const t0 = performance.now();
       for (let i = 0; i < 258; i += 1) spawned.push(sup.spawn('true', [], { stdio: 'ignore' }));
-      // The last two waited 500 ms each for a report that cannot come
-      // (before, they waited in a vfork for ever).
-      expect(performance.now() - t0).toBeGreaterThan(900);
+      // Each child holds a spawner thread, not this one: every spawn came
+      // back, and none has had its exec report (pid is not settled yet).
+      for (const call of spawned) expect(Object.keys(call)).not.toContain('pid');
       for (const call of spawned) cgroups.push(call.cgroup as string);
       const members = spawned.reduce((n, call) => n + cgroupMembers(call.cgroup as string).length, 0);
       expect(members).toBe(258);

@@ -101,14 +101,15 @@ void Call::post_started() {
   env_->post(std::move(ev));
 }
 
-void Call::collect_exec() {
+void Call::collect_exec(int wait_ms, bool overdue) {
   if (!exec_) return;
   SysError failed;
   // Bounded: a child held before its exec (its cgroup frozen from above by
   // whoever may write there) must not hang the loop. It is then taken as
   // started, and is not waited for again.
-  if (!exec_->collect(exec_unknown_ ? 0 : kExecReportWaitMs, &failed)) {
-    if (!exec_unknown_) post_started();
+  if (!exec_->collect(exec_unknown_ ? 0 : wait_ms, &failed)) {
+    if (exec_unknown_ || !(overdue || wait_ms >= kExecReportWaitMs)) return;
+    post_started();
     exec_unknown_ = true;
     return;
   }
@@ -129,8 +130,9 @@ void Call::collect_exec() {
   env_->post(CallEvent{CallEvent::kStartFailed, id_, {}, {}, failed});
 }
 
-SysError Call::settle_exec() {
-  collect_exec();
+SysError Call::settle_exec(int wait_ms, bool* pending) {
+  collect_exec(wait_ms);
+  if (pending) *pending = exec_ && !exec_unknown_;
   return exec_error_;
 }
 
@@ -285,7 +287,7 @@ void Call::on_change() {
 }
 
 bool Call::terminate_frozen_by_group(int grace_ms, int sig, const std::string& reason) {
-  settle_exec();
+  settle_exec(0);
   if (finished_ || ladder_.started() || !confinement_) {
     freeze_released();
     return terminate(grace_ms, sig, reason);
@@ -297,7 +299,7 @@ bool Call::terminate_frozen_by_group(int grace_ms, int sig, const std::string& r
 }
 
 void Call::prepare_stop() {
-  settle_exec();
+  settle_exec(0);
   if (finished_ || !confinement_) return;
   // The subtree's freeze and thaw are written later, off the loop's thread:
   // a leaf handed on before they land would start its next call frozen.
@@ -325,7 +327,9 @@ void Call::resume_pass() {
 }
 
 bool Call::terminate(int grace_ms, int sig, const std::string& reason) {
-  settle_exec();
+  // No wait: JavaScript asked for the report as long as it would, and the
+  // ladder acts on the tree whether or not the command exec'd.
+  settle_exec(0);
   if (finished_ || ladder_.started()) return ladder_.started();
   // The shim may have said which process is the command already, in a
   // message not read yet: "escaped" is counted against it.
@@ -470,7 +474,7 @@ std::vector<pid_t> Call::members() {
 }
 
 void Call::kill_now(bool sync) {
-  settle_exec();
+  settle_exec(0);
   if (finished_ || !confinement_) return;
   if (sync) {
     confinement_->kill_all_now();
@@ -486,7 +490,7 @@ void Call::kill_now(bool sync) {
 }
 
 void Call::retire(CpuCounters* base) {
-  settle_exec();
+  settle_exec(0);
   if (!confinement_) return;
   confinement_->retire();
   if (tier_ == Tier::kCgroup) *base = static_cast<CgroupConfinement*>(confinement_.get())->base();
@@ -495,7 +499,7 @@ void Call::retire(CpuCounters* base) {
 bool Call::populated_now() const { return !finished_ && confinement_ && !confinement_->empty(); }
 
 void Call::finish_sync() {
-  settle_exec();
+  settle_exec(0);
   if (finished_) return;
   if (main_.pidfd && !brokered_) {
     ExitStatus st;

@@ -70,12 +70,16 @@ class Call : public LadderHost {
   // or when someone needs it sooner: settle_exec(), which everything acting
   // on the command (a signal, a ladder, members()) also does first, so that
   // it acts on what the command exec'd.
-  void set_pending_exec(std::shared_ptr<SpawnJob> exec) { exec_ = std::move(exec); }
-  void on_exec_reported() { collect_exec(); }
-  // Waits for that report if it is not in yet, for half a second at most
-  // (then the command counts as started). Returns the step that failed, or
-  // none: it exec'd, counts as started, or there was no pending exec.
-  SysError settle_exec();
+  void set_pending_exec(Ref<SpawnJob> exec) { exec_ = std::move(exec); }
+  void on_exec_reported() { collect_exec(0); }
+  // kExecReportWaitMs have passed since the spawn: a report still not in
+  // (a child held before its exec) makes the call count as started.
+  void on_exec_overdue() { collect_exec(0, true); }
+  // Waits for that report if it is not in yet, for wait_ms at most; past
+  // kExecReportWaitMs the command counts as started. Returns the step that
+  // failed, or none: it exec'd, counts as started, there was no pending
+  // exec, or (*pending, with a shorter wait) the report is not in yet.
+  SysError settle_exec(int wait_ms = kExecReportWaitMs, bool* pending = nullptr);
 
   // Registers the main process (and control socket) with the reactor. The
   // call exists whatever happens here: if the reactor cannot take them (out
@@ -158,8 +162,10 @@ class Call : public LadderHost {
   void unwatch_control();
   void on_timer();
   void on_timeout();
-  // Waits for the exec report, if one is pending.
-  void collect_exec();
+  // Reads the exec report, if one is pending, waiting wait_ms at most; a
+  // wait of kExecReportWaitMs or more (or `overdue`) that ends without it
+  // makes the command count as started.
+  void collect_exec(int wait_ms = kExecReportWaitMs, bool overdue = false);
 
   Environment* env_;
   uint64_t id_;
@@ -168,7 +174,7 @@ class Call : public LadderHost {
   std::unique_ptr<Confinement> confinement_;
   Ladder ladder_;
   Fd control_;
-  std::shared_ptr<SpawnJob> exec_;
+  Ref<SpawnJob> exec_;
   pid_t command_ = -1;
 
   bool starting_ = false;      // a shim has not reported the exec yet

@@ -96,6 +96,20 @@ void Environment::on_timers() { timers_.run_due(); }
 
 void Environment::on_writes_done() { writes_.on_done(); }
 
+void Environment::watch_exec(uint64_t id) {
+  exec_due_.push_back({monotonic_ns() + static_cast<uint64_t>(Call::kExecReportWaitMs) * 1000000ULL, id});
+  if (!exec_timer_.active()) exec_timer_.start(Call::kExecReportWaitMs);
+}
+
+void Environment::on_exec_timer() {
+  const uint64_t now = monotonic_ns();
+  while (!exec_due_.empty() && exec_due_.front().deadline_ns <= now) {
+    if (Call* call = find(exec_due_.front().id)) call->on_exec_overdue();
+    exec_due_.pop_front();
+  }
+  if (!exec_due_.empty()) exec_timer_.start((exec_due_.front().deadline_ns - now) / 1000000ULL + 1);
+}
+
 void Environment::on_spawns_done() {
   for (uint64_t id : spawner_.take_done()) {
     if (Call* call = find(id)) call->on_exec_reported();
@@ -133,7 +147,7 @@ SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedC
     case Tier::kPgroup: {
       req.new_session = true;
       SpawnResult proc;
-      std::shared_ptr<SpawnJob> exec;
+      Ref<SpawnJob> exec;
       uint64_t id = next_call_id();
       if (SysError e = start_command(id, &req, &proc, &exec)) return e;
       out->id = id;
@@ -143,7 +157,9 @@ SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedC
       pid_t leader = proc.pid;
       Call* call = new Call(this, id, std::move(proc), std::make_unique<SessionConfinement>(leader), Fd());
       call->set_pending_exec(std::move(exec));
-      return adopt(call, out);
+      if (SysError e = adopt(call, out)) return e;
+      if (out->exec_pending) watch_exec(id);
+      return SysError::none();
     }
     case Tier::kSystemd:
       return spawn_brokered(opts, req, out);
@@ -160,7 +176,7 @@ SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedC
 // its cgroup holds only its spawner thread). *req is left as it was if no
 // child was made.
 SysError Environment::start_command(uint64_t id, SpawnRequest* req, SpawnResult* proc,
-                                    std::shared_ptr<SpawnJob>* exec) {
+                                    Ref<SpawnJob>* exec) {
   // The environment is read here, on the thread that may setenv() it.
   if (req->inherit_env) snapshot_environ(req);
   if (req->set_uid || req->set_gid) return spawner_.start_and_wait(id, req, proc, exec, Call::kExecReportWaitMs);
@@ -172,7 +188,7 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   CgroupDir leaf;
   CpuCounters base;
   SpawnResult proc;
-  std::shared_ptr<SpawnJob> exec;
+  Ref<SpawnJob> exec;
   SysError e;
   for (int round = 0; round < 2; ++round) {
     bool kept = false;
@@ -209,7 +225,9 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   confinement->reuse_into(&subtrees_, base);
   Call* call = new Call(this, id, std::move(proc), std::move(confinement), Fd());
   call->set_pending_exec(std::move(exec));
-  return adopt(call, out);
+  if (SysError e = adopt(call, out)) return e;
+  if (out->exec_pending) watch_exec(id);
+  return SysError::none();
 }
 
 SysError Environment::spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {

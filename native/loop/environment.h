@@ -159,7 +159,7 @@ class Environment {
  private:
   // Unique in the process: a call's id names its leaf (c<id>).
   static uint64_t next_call_id();
-  SysError start_command(uint64_t id, SpawnRequest* req, SpawnResult* proc, std::shared_ptr<SpawnJob>* exec);
+  SysError start_command(uint64_t id, SpawnRequest* req, SpawnResult* proc, Ref<SpawnJob>* exec);
   SysError spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_brokered(const SpawnOptions& opts, const SpawnRequest& req, SpawnedCall* out);
@@ -229,6 +229,17 @@ class Environment {
   // they may ask for at once within it.
   static constexpr uint64_t kTurnBudgetNs = 2000000;
   static constexpr size_t kMembersPerGrant = 32;
+
+  // Calls whose exec had not reported at spawn, by when they are overdue
+  // (Call::kExecReportWaitMs later; the same delay for all, so in order).
+  struct ExecDue {
+    uint64_t deadline_ns;
+    uint64_t id;
+  };
+  std::deque<ExecDue> exec_due_;
+  void watch_exec(uint64_t id);
+  void on_exec_timer();
+  Timer exec_timer_{&timers_, [this] { on_exec_timer(); }};
 };
 
 }  // namespace proctree

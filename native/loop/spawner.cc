@@ -89,7 +89,7 @@ Spawner::~Spawner() {
 
 SysError Spawner::open() {
   if (shared_) return SysError::none();
-  auto shared = std::make_shared<Shared>();
+  Ref<Shared> shared(new Shared);
   shared->event.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!shared->event) return SysError::from_errno("eventfd");
   shared_ = std::move(shared);
@@ -101,9 +101,9 @@ void Spawner::ensure_thread() {
   // Signals go to the JavaScript thread, never to ours (start_thread): a
   // handler must not run on a thread that clones children sharing its memory.
   if (shared_->idle > 0 || threads_.size() >= kMaxThreads) return;
-  auto* arg = new std::shared_ptr<Shared>(shared_);
+  auto* arg = new Ref<Shared>(shared_);
   pthread_t t;
-  if (start_thread(run, arg, &t)) {
+  if (start_thread(run, arg, &t, kThreadStack)) {
     // No thread could be made: the queued job waits for a busy one.
     delete arg;
     return;
@@ -113,11 +113,11 @@ void Spawner::ensure_thread() {
 }
 
 void* Spawner::run(void* arg) {
-  std::shared_ptr<Shared> shared = std::move(*static_cast<std::shared_ptr<Shared>*>(arg));
-  delete static_cast<std::shared_ptr<Shared>*>(arg);
+  Ref<Shared> shared = std::move(*static_cast<Ref<Shared>*>(arg));
+  delete static_cast<Ref<Shared>*>(arg);
   ChildStack stack;
   for (;;) {
-    std::shared_ptr<SpawnJob> job;
+    Ref<SpawnJob> job;
     {
       std::unique_lock<std::mutex> lock(shared->mu);
       shared->cv.wait(lock, [&] { return shared->stopping || !shared->queue.empty(); });
@@ -142,9 +142,9 @@ void* Spawner::run(void* arg) {
   }
 }
 
-SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, std::shared_ptr<SpawnJob>* job_out) {
+SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<SpawnJob>* job_out) {
   if (SysError e = open()) return e;
-  auto job = std::make_shared<SpawnJob>(tag, std::move(*req));
+  Ref<SpawnJob> job(new SpawnJob(tag, std::move(*req)));
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
     shared_->queue.push_back(job);
@@ -200,7 +200,7 @@ SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, std::
 }
 
 SysError Spawner::start_and_wait(uint64_t tag, SpawnRequest* req, SpawnResult* out,
-                                 std::shared_ptr<SpawnJob>* job, int wait_ms) {
+                                 Ref<SpawnJob>* job, int wait_ms) {
   if (SysError e = start(tag, req, out, job)) return e;
   SysError failed;
   if ((*job)->collect(wait_ms, &failed) && failed) {

@@ -25,7 +25,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <memory>
+#include <utility>
 #include <mutex>
 
 #include <pthread.h>
@@ -36,6 +36,37 @@
 #include "kernel/sys_error.h"
 
 namespace proctree {
+
+// Shared ownership between the JavaScript thread and a spawner thread.
+// (std::shared_ptr would do, but this libstdc++ makes it read
+// __libc_single_threaded, a glibc 2.32 symbol above the addon's ceiling.)
+template <typename T>
+class Ref {
+ public:
+  Ref() = default;
+  explicit Ref(T* p) : p_(p) {}  // takes the first reference
+  Ref(const Ref& o) : p_(o.p_) {
+    if (p_) p_->refs_.fetch_add(1, std::memory_order_relaxed);
+  }
+  Ref(Ref&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+  Ref& operator=(Ref o) noexcept {
+    std::swap(p_, o.p_);
+    return *this;
+  }
+  ~Ref() { reset(); }
+  void reset() {
+    if (p_ && p_->refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p_;
+    p_ = nullptr;
+  }
+  T* operator->() const { return p_; }
+  T& operator*() const { return *p_; }
+  explicit operator bool() const { return p_ != nullptr; }
+  bool operator==(const Ref& o) const { return p_ == o.p_; }
+  bool operator!=(std::nullptr_t) const { return p_ != nullptr; }
+
+ private:
+  T* p_ = nullptr;
+};
 
 class SpawnJob {
  public:
@@ -65,6 +96,9 @@ class SpawnJob {
   SpawnResult result_;
   SysError error_;
   std::atomic<uint32_t> state_{kQueued};
+  std::atomic<int> refs_{1};
+  template <typename>
+  friend class Ref;
 };
 
 class Spawner {
@@ -84,32 +118,37 @@ class Spawner {
   // *out (pid, pidfd, method; the pidfd is the caller's) and returns the job,
   // whose report is read later. On error nothing is left, *job is empty and
   // *req was not consumed unless the clone was tried.
-  SysError start(uint64_t tag, SpawnRequest* req, SpawnResult* out, std::shared_ptr<SpawnJob>* job);
+  SysError start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<SpawnJob>* job);
   // The same, waiting for the report too (up to wait_ms): a step that failed
   // within that time is returned as spawn_process returns it (the child
   // reaped, nothing in *out). For what Node reports from spawn() itself (a
   // uid or gid that cannot be taken).
-  SysError start_and_wait(uint64_t tag, SpawnRequest* req, SpawnResult* out, std::shared_ptr<SpawnJob>* job,
+  SysError start_and_wait(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<SpawnJob>* job,
                           int wait_ms);
   // Tags of the jobs done since the last call.
   std::vector<uint64_t> take_done();
 
-  static constexpr size_t kMaxThreads = 32;
+  // Threads held by children frozen before their exec are bounded only by
+  // this: past it a spawn waits for one (kCloneWaitNs), then fails EAGAIN,
+  // as fork() does at a process limit. Each costs little: a small stack.
+  static constexpr size_t kMaxThreads = 1024;
+  static constexpr size_t kThreadStack = 256 * 1024;
 
  private:
   struct Shared {
+    std::atomic<int> refs_{1};
     std::mutex mu;
     std::condition_variable cv;
-    std::deque<std::shared_ptr<SpawnJob>> queue;
+    std::deque<Ref<SpawnJob>> queue;
     std::vector<uint64_t> done;
     size_t idle = 0;
     bool stopping = false;
     Fd event;
   };
-  static void* run(void* arg);  // arg: a new std::shared_ptr<Shared>
+  static void* run(void* arg);  // arg: a new Ref<Shared>
   void ensure_thread();
 
-  std::shared_ptr<Shared> shared_;
+  Ref<Shared> shared_;
   std::vector<pthread_t> threads_;
 };
 

@@ -11,22 +11,28 @@
 __asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
 __asm__(".symver pthread_join,pthread_join@GLIBC_2.2.5");
 __asm__(".symver pthread_detach,pthread_detach@GLIBC_2.2.5");
+__asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.2.5");
 #elif defined(__aarch64__)
 __asm__(".symver pthread_create,pthread_create@GLIBC_2.17");
 __asm__(".symver pthread_join,pthread_join@GLIBC_2.17");
 __asm__(".symver pthread_detach,pthread_detach@GLIBC_2.17");
+__asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.17");
 #endif
 #endif
 
 namespace proctree {
 
-SysError start_thread(void* (*fn)(void*), void* arg, pthread_t* out) {
+SysError start_thread(void* (*fn)(void*), void* arg, pthread_t* out, size_t stack_size) {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  if (stack_size > 0) pthread_attr_setstacksize(&attr, stack_size);
   sigset_t all, old;
   sigfillset(&all);
   // The new thread inherits this mask; ours is restored at once.
   sigprocmask(SIG_SETMASK, &all, &old);
-  int r = pthread_create(out, nullptr, fn, arg);
+  int r = pthread_create(out, &attr, fn, arg);
   sigprocmask(SIG_SETMASK, &old, nullptr);
+  pthread_attr_destroy(&attr);
   if (r != 0) return SysError::of(r, "pthread_create");
   return SysError::none();
 }

@@ -9,7 +9,8 @@
 
 namespace proctree {
 
-SysError start_thread(void* (*fn)(void*), void* arg, pthread_t* out);
+// stack_size 0: the default (8 MiB of address space).
+SysError start_thread(void* (*fn)(void*), void* arg, pthread_t* out, size_t stack_size = 0);
 void join_thread(pthread_t thread);
 void detach_thread(pthread_t thread);
 
