@@ -66,10 +66,17 @@ SysError Environment::ensure_open() {
   return open_error_;
 }
 
-void Environment::turn() {
+void Environment::turn() { run_turn(false); }
+
+void Environment::run_turn(bool again) {
   if (closing_) return;
-  // A new turn: ladders and deliveries get their milliseconds again.
-  turn_start_ns_ = 0;
+  // A new turn: ladders and deliveries get their milliseconds again, unless
+  // the last callback ended only a moment ago. Then the runtime may have run
+  // this one in the same task as that one (Node runs a thread-safe call
+  // queued while the previous ran, in a loop), and the milliseconds go on
+  // counting: once spent, the turn yields (the Waiter wakes us a little
+  // later, after the harness's timers and I/O have had the thread).
+  if (!again) begin_slice();
   yielded_ = false;
   continuing_ = false;
   dispatching_ = true;
@@ -77,18 +84,47 @@ void Environment::turn() {
   dispatching_ = false;
   flush();
   if (closing_) return;
-  if (!continuing_) turn_start_ns_ = 0;
+  // Spent: whatever is ready next waits for the harness's own turn first.
+  if (turn_start_ns_ != 0 && monotonic_ns() - turn_start_ns_ >= kTurnBudgetNs) yielded_ = true;
+  if (!yielded_ && !continuing_ && reactor_.ready_now()) {
+    // More is ready already (a pipe still full) and the turn has time: on
+    // in the same task, after this callback's microtasks, without a round
+    // through the Waiter's thread. It stays disarmed meanwhile.
+    turn_again_ = true;
+    continuing_ = true;
+    schedule_delivery();
+    return;
+  }
+  end_slice();
   waiter_.rearm(yielded_);
 }
 
 void Environment::deliver_next() {
   delivery_scheduled_ = false;
   if (closing_) return;
+  if (turn_again_) {
+    turn_again_ = false;
+    run_turn(true);
+    return;
+  }
   // Not a continuation of a turn (events posted by a JavaScript call): a
   // turn of its own.
-  if (!continuing_) turn_start_ns_ = 0;
+  if (!continuing_) begin_slice();
   continuing_ = false;
   flush();
+  end_slice();
+}
+
+void Environment::begin_slice() {
+  const uint64_t now = monotonic_ns();
+  turn_start_ns_ = now - last_end_ns_ < kTurnGapNs ? last_slice_start_ns_ : 0;
+}
+
+void Environment::end_slice() {
+  last_end_ns_ = monotonic_ns();
+  last_slice_start_ns_ = turn_start_ns_ != 0 ? turn_start_ns_ : last_end_ns_;
+  // A JavaScript call after this (terminate from a timer) starts a slice of
+  // its own; a delivery still due within this turn goes on with this one.
   if (!continuing_) turn_start_ns_ = 0;
 }
 

@@ -222,6 +222,14 @@ class Environment {
   };
   std::deque<DeferredStop> deferred_stops_;
   uint64_t turn_start_ns_ = 0;  // 0: this turn has not spent any time yet
+  // When our last callback into the runtime ended, and the slice it was in.
+  uint64_t last_end_ns_ = 0;
+  uint64_t last_slice_start_ns_ = 0;
+  void begin_slice();
+  void end_slice();
+  // again: the same turn goes on (turn_again_), its slice too.
+  void run_turn(bool again);
+  bool turn_again_ = false;
   bool turn_has_time();
   // Ladders waiting for time (deferred stops, passes) go on next turn.
   void start_turns();
@@ -229,6 +237,11 @@ class Environment {
   // they may ask for at once within it.
   static constexpr uint64_t kTurnBudgetNs = 2000000;
   static constexpr size_t kMembersPerGrant = 32;
+  // A callback that starts sooner than this after the last one ended goes on
+  // with its slice (see turn()); a yielded turn waits longer than this, so
+  // the slice after it is new.
+  static constexpr uint64_t kTurnGapNs = 100000;
+  static_assert(kTurnGapNs < static_cast<uint64_t>(Waiter::kYieldNs), "a yield must start a new slice");
 
   // Calls whose exec had not reported at spawn, by when they are overdue
   // (Call::kExecReportWaitMs later; the same delay for all, so in order).

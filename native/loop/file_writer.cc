@@ -10,6 +10,12 @@
 
 namespace proctree {
 
+FileWriter::~FileWriter() {
+  close();
+  pthread_cond_destroy(&cv_);
+  pthread_mutex_destroy(&mu_);
+}
+
 SysError FileWriter::open(void (*busy_changed)(void*), void* arg) {
   busy_changed_ = busy_changed;
   busy_arg_ = arg;
@@ -27,11 +33,10 @@ void FileWriter::write_later(const std::string& path, const char* value) {
     write_now(path, value);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.emplace_back(path, value);
-  }
-  cv_.notify_one();
+  pthread_mutex_lock(&mu_);
+  queue_.emplace_back(path, value);
+  pthread_cond_signal(&cv_);
+  pthread_mutex_unlock(&mu_);
   if (outstanding_++ == 0 && busy_changed_) busy_changed_(busy_arg_);
 }
 
@@ -56,31 +61,32 @@ void FileWriter::write_now(const std::string& path, const std::string& value) {
 
 void* FileWriter::run(void* arg) {
   FileWriter* self = static_cast<FileWriter*>(arg);
-  std::unique_lock<std::mutex> lock(self->mu_);
+  pthread_mutex_lock(&self->mu_);
   for (;;) {
-    self->cv_.wait(lock, [self] { return self->stopping_ || !self->queue_.empty(); });
-    if (self->stopping_) return nullptr;
+    while (!self->stopping_ && self->queue_.empty()) pthread_cond_wait(&self->cv_, &self->mu_);
+    if (self->stopping_) break;
     std::pair<std::string, std::string> job = std::move(self->queue_.front());
     self->queue_.pop_front();
-    lock.unlock();
+    pthread_mutex_unlock(&self->mu_);
     write_now(job.first, job.second);
     uint64_t one = 1;
     while (write(self->done_.get(), &one, sizeof one) < 0 && errno == EINTR) {
     }
-    lock.lock();
+    pthread_mutex_lock(&self->mu_);
   }
+  pthread_mutex_unlock(&self->mu_);
+  return nullptr;
 }
 
 void FileWriter::close() {
   if (closed_) return;
   closed_ = true;
   if (started_) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-      queue_.clear();
-    }
-    cv_.notify_one();
+    pthread_mutex_lock(&mu_);
+    stopping_ = true;
+    queue_.clear();
+    pthread_cond_signal(&cv_);
+    pthread_mutex_unlock(&mu_);
     join_thread(thread_);
     started_ = false;
   }

@@ -9,9 +9,7 @@
 
 #include <pthread.h>
 
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <string>
 #include <utility>
 
@@ -26,7 +24,7 @@ class FileWriter : public SlowWrites {
   FileWriter() = default;
   FileWriter(const FileWriter&) = delete;
   FileWriter& operator=(const FileWriter&) = delete;
-  ~FileWriter() override { close(); }
+  ~FileWriter() override;
 
   // The completion eventfd; busy_changed(arg) on the JavaScript thread when
   // busy() may have changed.
@@ -53,9 +51,11 @@ class FileWriter : public SlowWrites {
   bool started_ = false;
   bool closed_ = false;
   pthread_t thread_{};
-  // Shared with the worker.
-  std::mutex mu_;
-  std::condition_variable cv_;
+  // Shared with the worker. pthread's own, not std::condition_variable:
+  // libstdc++ 12 gave its wait() a symbol version (GLIBCXX_3.4.30) newer
+  // than what Node's own builds need (scripts/symbol-ceiling.js).
+  pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t cv_ = PTHREAD_COND_INITIALIZER;
   std::deque<std::pair<std::string, std::string>> queue_;
   bool stopping_ = false;
 };

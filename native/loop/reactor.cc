@@ -1,5 +1,6 @@
 #include "loop/reactor.h"
 
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <unistd.h>
@@ -110,6 +111,12 @@ SysError Reactor::watch_cgroup(const std::string& events_path, uint64_t call_id,
 void Reactor::unwatch_cgroup(int wd) {
   if (wd < 0) return;
   if (watches_.erase(wd) > 0) inotify_rm_watch(inotify_.get(), wd);
+}
+
+bool Reactor::ready_now() const {
+  if (!epoll_) return false;
+  pollfd p{epoll_.get(), POLLIN, 0};
+  return poll(&p, 1, 0) > 0;
 }
 
 void Reactor::close() {

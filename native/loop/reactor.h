@@ -28,6 +28,8 @@ class Reactor {
   SysError open();
   // The epoll descriptor (for the Waiter), -1 until open.
   int fd() const { return epoll_.get(); }
+  // Whether anything in the set is ready now (never blocks).
+  bool ready_now() const;
   // The loop's own descriptors (see Environment::turn).
   enum class LoopFd { kTimers, kWake, kWrites, kSpawns };
   SysError watch_loop(int fd, LoopFd which);

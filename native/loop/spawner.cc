@@ -25,6 +25,17 @@ constexpr int64_t kEarlyPollNs = 20000;
 // so this is only reached when every thread is stuck and none can be made.
 constexpr int64_t kCloneWaitNs = 2000000000;
 
+class Locked {
+ public:
+  explicit Locked(pthread_mutex_t* mu) : mu_(mu) { pthread_mutex_lock(mu_); }
+  Locked(const Locked&) = delete;
+  Locked& operator=(const Locked&) = delete;
+  ~Locked() { pthread_mutex_unlock(mu_); }
+
+ private:
+  pthread_mutex_t* mu_;
+};
+
 int64_t now_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -78,10 +89,10 @@ bool SpawnJob::collect(int timeout_ms, SysError* failed) {
 Spawner::~Spawner() {
   if (!shared_) return;
   {
-    std::lock_guard<std::mutex> lock(shared_->mu);
+    Locked lock(&shared_->mu);
     shared_->stopping = true;
   }
-  shared_->cv.notify_all();
+  pthread_cond_broadcast(&shared_->cv);
   // A thread held in a vfork cannot be joined now; it holds the shared state
   // and leaves when its child moves on.
   for (pthread_t t : threads_) detach_thread(t);
@@ -119,8 +130,8 @@ void* Spawner::run(void* arg) {
   for (;;) {
     Ref<SpawnJob> job;
     {
-      std::unique_lock<std::mutex> lock(shared->mu);
-      shared->cv.wait(lock, [&] { return shared->stopping || !shared->queue.empty(); });
+      Locked lock(&shared->mu);
+      while (!shared->stopping && shared->queue.empty()) pthread_cond_wait(&shared->cv, &shared->mu);
       if (shared->queue.empty()) return nullptr;  // stopping
       job = std::move(shared->queue.front());
       shared->queue.pop_front();
@@ -134,7 +145,7 @@ void* Spawner::run(void* arg) {
     job->set_state(SpawnJob::kDone);
     uint64_t one = 1;
     {
-      std::lock_guard<std::mutex> lock(shared->mu);
+      Locked lock(&shared->mu);
       shared->done.push_back(job->tag());
       ++shared->idle;
     }
@@ -146,11 +157,11 @@ SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<S
   if (SysError e = open()) return e;
   Ref<SpawnJob> job(new SpawnJob(tag, std::move(*req)));
   {
-    std::lock_guard<std::mutex> lock(shared_->mu);
+    Locked lock(&shared_->mu);
     shared_->queue.push_back(job);
     ensure_thread();
   }
-  shared_->cv.notify_one();
+  pthread_cond_signal(&shared_->cv);
   // Wait for a thread to take it, then for the kernel's ids or the end.
   const int64_t deadline = now_ns() + kCloneWaitNs;
   job->wait_state(SpawnJob::kQueued, kCloneWaitNs);
@@ -164,7 +175,7 @@ SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<S
     if (left <= 0) {
       if (s == SpawnJob::kQueued) {
         // Still queued: take it back, untried.
-        std::lock_guard<std::mutex> lock(shared_->mu);
+        Locked lock(&shared_->mu);
         for (auto it = shared_->queue.begin(); it != shared_->queue.end(); ++it) {
           if (*it == job) {
             shared_->queue.erase(it);
@@ -218,7 +229,7 @@ std::vector<uint64_t> Spawner::take_done() {
   uint64_t n;
   while (read(shared_->event.get(), &n, sizeof n) > 0) {
   }
-  std::lock_guard<std::mutex> lock(shared_->mu);
+  Locked lock(&shared_->mu);
   out.swap(shared_->done);
   return out;
 }

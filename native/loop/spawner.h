@@ -22,11 +22,9 @@
 #include <sys/types.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <utility>
-#include <mutex>
 
 #include <pthread.h>
 #include <vector>
@@ -135,10 +133,20 @@ class Spawner {
   static constexpr size_t kThreadStack = 256 * 1024;
 
  private:
+  // (pthread's mutex and condition, not std's: libstdc++ 12's
+  // condition_variable::wait needs GLIBCXX_3.4.30, above the ceiling.)
   struct Shared {
+    Shared() {
+      pthread_mutex_init(&mu, nullptr);
+      pthread_cond_init(&cv, nullptr);
+    }
+    ~Shared() {
+      pthread_cond_destroy(&cv);
+      pthread_mutex_destroy(&mu);
+    }
     std::atomic<int> refs_{1};
-    std::mutex mu;
-    std::condition_variable cv;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
     std::deque<Ref<SpawnJob>> queue;
     std::vector<uint64_t> done;
     size_t idle = 0;
