@@ -50,7 +50,7 @@ class LoopHost {
   virtual void wake() = 0;
   // On the JavaScript thread: run Environment::deliver_next() there soon,
   // once the current callback into JavaScript has returned (and its
-  // microtasks have run), within the same turn.
+  // microtasks have run), within the same turn (Node: the same task).
   virtual void deliver_later() = 0;
   // On the JavaScript thread: whether the runtime's loop must stay alive for
   // us (a referenced call, events to deliver, writes in flight).
@@ -98,7 +98,8 @@ class Environment {
   SysError ensure_open();
   // The Waiter's wake-up, on the JavaScript thread: one turn of the loop.
   void turn();
-  // LoopHost::deliver_later's call: the next event, within the turn.
+  // LoopHost::deliver_later's call: the next event, or the turn going on
+  // while the reactor is ready, within the same task.
   void deliver_next();
   // run()'s stdout and stderr, read here (see output_pipes.h).
   OutputPipes& output_pipes() { return output_pipes_; }
