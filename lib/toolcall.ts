@@ -107,10 +107,6 @@ function canResume(s: Readable): boolean {
   return !isUsedAsStdio(s);
 }
 
-function emitSpawn(call: ToolCall): void {
-  call.emit('spawn');
-}
-
 function ignore(): void {}
 
 // The bits of ToolCall's flags.
@@ -130,6 +126,23 @@ const VERIFICATIONS: readonly Verification[] = ['none', 'cgroup.events', 'pidns'
 const HOLDS_SLOT = 2048;
 /** Cloned, its exec not reported yet: `pid` waits for the report (see ToolCall#pid). */
 const EXEC_PENDING = 4096;
+/** 'spawn' was emitted (by the tick after spawn(), or by the exec's report when it came later). */
+const SPAWN_EMITTED = 8192;
+/**
+ * What the ticks after spawn() may wait for exec reports, together (ms): as
+ * in Node, 'spawn' comes in the tick after spawn() (before 'error' of an
+ * aborted signal, before any output), so that tick asks for the report. A
+ * spawner thread made the clone, and calls spawned in the same synchronous
+ * run exec side by side, so one wait covers them all; a child held before
+ * its exec (its subtree frozen by someone) costs this once per run of ticks,
+ * not per call, and its 'spawn' comes with its report.
+ */
+const SPAWN_TICK_WAIT_MS = 500;
+/** When the current run of spawn ticks stops waiting (performance.now()), or 0 outside one. */
+let spawnTicksUntil = 0;
+function endSpawnTicks(): void {
+  spawnTicksUntil = 0;
+}
 /** How long a ladder (or a whole shutdown's) waits for exec reports not in yet (ms): a normal exec takes one or two. */
 const STOP_EXEC_WAIT_MS = 50;
 
@@ -572,6 +585,28 @@ export class ToolCall extends EventEmitter {
     if (res !== true) this.#fail(spawnError(res, this.spawnfile, this.spawnargs));
   }
 
+  /** 'spawn', once. */
+  static #emitSpawn(call: ToolCall): void {
+    if (call.#flag(SPAWN_EMITTED)) return;
+    call.#setFlag(SPAWN_EMITTED, true);
+    call.emit('spawn');
+  }
+
+  /**
+   * The tick after spawn(), where Node emits 'spawn': the report is asked
+   * for, within what this run of ticks may still wait (SPAWN_TICK_WAIT_MS);
+   * a report not in by then emits 'spawn' (or 'error') when it comes.
+   */
+  static #spawnTick(call: ToolCall): void {
+    const now = performance.now();
+    if (spawnTicksUntil === 0) {
+      spawnTicksUntil = now + SPAWN_TICK_WAIT_MS;
+      setImmediate(endSpawnTicks);
+    }
+    call.#knowStart(Math.max(0, Math.floor(spawnTicksUntil - now)));
+    if (!call.#flag(EXEC_PENDING) && call.#pid !== undefined && !call.#spawnError) ToolCall.#emitSpawn(call);
+  }
+
   get #constructing(): boolean {
     return this.#flag(CONSTRUCTING);
   }
@@ -725,13 +760,11 @@ export class ToolCall extends EventEmitter {
     if (!res.pending) {
       this.#pid = res.pid;
       if (res.execPending) {
-        // The exec reports through the addon (Started or StartFailed),
-        // which emits 'spawn' or 'error': this thread never waits for it
-        // unless `pid` is read first.
         this.#setFlag(EXEC_PENDING, true);
+        process.nextTick(ToolCall.#spawnTick, this);
       } else {
         this.#publishPid();
-        process.nextTick(emitSpawn, this);
+        process.nextTick(ToolCall.#emitSpawn, this);
       }
     }
 
@@ -1097,7 +1130,7 @@ export class ToolCall extends EventEmitter {
         this.#publishPid();
         // The systemd tier learns its leaf from the broker.
         if (typeof b === 'string') this.cgroup = b;
-        this.emit('spawn');
+        ToolCall.#emitSpawn(this);
         break;
       case NativeEventKind.StartFailed:
         // Already failed when `pid` settled the exec synchronously.
