@@ -19,8 +19,8 @@
 #include "ladder/confinement.h"
 #include "loop/call.h"
 #include "loop/file_writer.h"
-#include "loop/output_pipes.h"
 #include "loop/reactor.h"
+#include "loop/streams.h"
 #include "loop/subtrees.h"
 
 namespace proctree {
@@ -70,8 +70,8 @@ class Environment {
 
   // Opens the reactor (once): before anything is watched.
   SysError ensure_open();
-  // run()'s stdout and stderr, read here (see output_pipes.h).
-  OutputPipes& output_pipes() { return output_pipes_; }
+  // Calls' pipes and terminals, read and written here (see streams.h).
+  Streams& streams() { return streams_; }
 
   Call* find(uint64_t id);
   ChildStack& child_stack() { return stack_; }
@@ -140,7 +140,7 @@ class Environment {
   Reactor reactor_;
   Subtrees subtrees_;
   FileWriter writes_;
-  OutputPipes output_pipes_{this};
+  Streams streams_{this};
   bool opened_ = false;
   bool closing_ = false;
   SysError open_error_;

@@ -1,9 +1,9 @@
-// loop/output_pipes.cc on a real libuv loop, without Node: a command's
+// loop/streams.cc on a real libuv loop, without Node: a command's
 // output read to the byte through the reactor and delivered as events; the
 // end at EOF (with or without data left); finish() delivers what the pipe
 // holds while a writer still has it open; no descriptor stays open; every
 // libuv handle closes.
-#include "loop/output_pipes.h"
+#include "loop/streams.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -22,7 +22,7 @@
 using proctree::CallEvent;
 using proctree::Environment;
 using proctree::Fd;
-using proctree::OutputPipes;
+using proctree::Streams;
 using proctree::SysError;
 
 namespace {
@@ -45,7 +45,7 @@ struct Sink : proctree::EventSink {
   void deliver(const CallEvent& ev) override {
     if (ev.kind == CallEvent::kOutput) {
       bytes[ev.call_id] += ev.data;
-      env->output_pipes().delivered(ev.call_id);
+      env->streams().delivered(ev.call_id);
     } else if (ev.kind == CallEvent::kOutputEnd) {
       ++ends[ev.call_id];
     } else {
@@ -99,7 +99,7 @@ struct Harness {
   Harness(const Harness&) = delete;
   Harness& operator=(const Harness&) = delete;
   ~Harness() { close(); }
-  OutputPipes& pipes() { return env->output_pipes(); }
+  Streams& pipes() { return env->streams(); }
   // The environment's handles, then the loop: uv_loop_close's result.
   int close() {
     if (!env) return 0;
@@ -121,8 +121,9 @@ void command_output(bool* passed) {
   Sink& sink = h.sink;
   uint64_t out_id = 0, err_id = 0;
   Fd out_w, err_w;
-  CHECK_EQ(env->output_pipes().open(&out_id, &out_w).err, 0);
-  CHECK_EQ(env->output_pipes().open(&err_id, &err_w).err, 0);
+  int our_fd = -1;
+  CHECK_EQ(env->streams().open(Streams::kOutput, &out_id, &out_w, &our_fd).err, 0);
+  CHECK_EQ(env->streams().open(Streams::kOutput, &err_id, &err_w, &our_fd).err, 0);
   CHECK(out_id != err_id);
   // Our read ends are non-blocking, the child's write ends are not.
   CHECK_EQ(fcntl(out_w.get(), F_GETFL) & O_NONBLOCK, 0);
@@ -142,7 +143,7 @@ void command_output(bool* passed) {
   CHECK_EQ(sink.bytes[out_id].size(), size_t{300000});
   CHECK(sink.bytes[out_id].find_first_not_of('\0') == std::string::npos);
   CHECK_EQ(sink.bytes[err_id], std::string("done\n"));
-  CHECK_EQ(env->output_pipes().open_count(), size_t{0});
+  CHECK_EQ(env->streams().open_count(), size_t{0});
   CHECK_EQ(h.close(), 0);
   *passed = true;
 }
@@ -162,7 +163,8 @@ TEST(end_without_data) {
   Harness h;
   uint64_t id = 0;
   Fd w;
-  CHECK_EQ(h.pipes().open(&id, &w).err, 0);
+  int our_fd = -1;
+  CHECK_EQ(h.pipes().open(Streams::kOutput, &id, &w, &our_fd).err, 0);
   w.reset();
   CHECK(h.loop.run_until([&] { return h.sink.ends[id] == 1; }));
   CHECK(h.sink.bytes[id].empty());
@@ -176,7 +178,8 @@ TEST(finish_delivers_what_the_pipe_holds) {
   Harness h;
   uint64_t id = 0;
   Fd w;
-  CHECK_EQ(h.pipes().open(&id, &w).err, 0);
+  int our_fd = -1;
+  CHECK_EQ(h.pipes().open(Streams::kOutput, &id, &w, &our_fd).err, 0);
   std::string data(50000, 'q');
   CHECK_EQ(write(w.get(), data.data(), data.size()), static_cast<ssize_t>(data.size()));
   h.pipes().finish(id);
