@@ -96,6 +96,17 @@ class OutputPipeReader extends EventEmitter {
     return false;
   }
 
+  /** As the call's ref()/unref(): whether reading the pipe keeps the loop alive. */
+  ref(): this {
+    if (this.readable) native.streamRef(this.#id, true);
+    return this;
+  }
+
+  unref(): this {
+    if (this.readable) native.streamRef(this.#id, false);
+    return this;
+  }
+
   /** Stops waiting for EOF: what the pipe holds now still arrives, then 'close'. */
   destroy(): this {
     if (this.readable && !this.#ending) {
@@ -274,7 +285,7 @@ export function destroyPipes(streams: ReadonlyArray<Readable | Writable | null>,
 export function setPipesRef(streams: ReadonlyArray<Readable | Writable | null>, ref: boolean): void {
   for (const s of streams) {
     // Portable proxies hold no handle: the binding refs the child's pipes.
-    if (!(s instanceof PipeStream)) continue;
+    if (!(s instanceof PipeStream) && !(s instanceof OutputPipeReader)) continue;
     if (ref) s.ref();
     else s.unref();
   }

@@ -41,6 +41,7 @@ struct Sink : proctree::EventSink {
   Environment* env = nullptr;
   std::map<uint64_t, std::string> bytes;
   std::map<uint64_t, int> ends;
+  std::map<uint64_t, int> written;
   std::vector<CallEvent::Kind> call_events;
   void deliver(const CallEvent& ev) override {
     if (ev.kind == CallEvent::kOutput) {
@@ -48,6 +49,8 @@ struct Sink : proctree::EventSink {
       env->streams().delivered(ev.call_id);
     } else if (ev.kind == CallEvent::kOutputEnd) {
       ++ends[ev.call_id];
+    } else if (ev.kind == CallEvent::kWritten) {
+      if (!ev.error) ++written[ev.call_id];
     } else {
       call_events.push_back(ev.kind);
     }
@@ -194,6 +197,55 @@ TEST(finish_delivers_what_the_pipe_holds) {
   h.pipes().delivered(id);
   w.reset();
   CHECK_EQ(h.close(), 0);
+  CHECK_EQ(open_fds(), fds_before);
+}
+
+// A socketpair (fd 3 and up): 1 MB written in four writes, most of it
+// queued (the socket takes far less at once); each write completes once, in
+// order; `cat` on the other end echoes everything, and the end of our
+// writing (shutdown) is its EOF, then ours.
+TEST(duplex_written_and_read_back) {
+  int fds_before = open_fds();
+  {
+    Harness h;
+    Environment* env = h.env;
+    uint64_t id = 0;
+    Fd theirs;
+    int our_fd = -1;
+    CHECK_EQ(env->streams().open(Streams::kDuplex, &id, &theirs, &our_fd).err, 0);
+    CHECK(our_fd >= 0);
+    env->streams().read_start(id);
+    proctree::SpawnRequest req;
+    req.candidates = {"/bin/cat"};
+    req.argv = {"cat"};
+    req.envp = {"PATH=/usr/local/bin:/usr/bin:/bin"};
+    req.fds = {theirs.get(), theirs.get(), proctree::dev_null_fd()};
+    proctree::SpawnOptions opts;
+    opts.tier = proctree::Tier::kPgroup;
+    proctree::SpawnedCall call;
+    CHECK_EQ(env->spawn(opts, req, &call).err, 0);
+    theirs.reset();
+    std::string data;
+    for (int i = 0; i < 1000000; ++i) data.push_back(static_cast<char>('a' + i % 26));
+    int queued_writes = 0;
+    for (int part = 0; part < 4; ++part) {
+      bool queued = false;
+      CHECK_EQ(env->streams().write(id, data.data() + part * 250000, 250000, &queued).err, 0);
+      queued_writes += queued;
+    }
+    CHECK(queued_writes > 0);
+    CHECK(h.loop.run_until([&] { return h.sink.written[id] == queued_writes; }));
+    CHECK_EQ(env->streams().shutdown(id).err, 0);
+    bool ok = h.loop.run_until([&] { return h.sink.ends[id] == 1 && h.sink.call_events.size() >= 2; });
+    CHECK(ok);
+    CHECK(h.sink.bytes[id] == data);
+    // Writing after the end of writing is refused.
+    bool queued = false;
+    CHECK_EQ(env->streams().write(id, "x", 1, &queued).err, EBADF);
+    env->streams().close(id);
+    CHECK_EQ(env->streams().open_count(), size_t{0});
+    CHECK_EQ(h.close(), 0);
+  }
   CHECK_EQ(open_fds(), fds_before);
 }
 
