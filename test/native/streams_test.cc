@@ -225,6 +225,10 @@ TEST(duplex_written_and_read_back) {
     proctree::SpawnedCall call;
     CHECK_EQ(env->spawn(opts, req, &call).err, 0);
     theirs.reset();
+    // Loop::run_until runs the loop once more after its check holds, until
+    // nothing keeps it alive: neither the call nor the stream may then.
+    env->set_referenced(call.id, false);
+    env->streams().set_ref(id, false);
     std::string data;
     for (int i = 0; i < 1000000; ++i) data.push_back(static_cast<char>('a' + i % 26));
     int queued_writes = 0;
