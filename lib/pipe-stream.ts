@@ -113,6 +113,15 @@ export class PipeStream extends Duplex {
     native.streamClose(this.#id);
   }
 
+  /**
+   * Our end's descriptor, -1 once closed: what child_process.spawn takes of
+   * a stream given as a stdio entry (it had a net.Socket's handle before).
+   * Never read, written or closed but through this stream.
+   */
+  get fd(): number {
+    return this.#closed ? -1 : this._handle.fd;
+  }
+
   /** As Socket#ref(): the stream keeps the loop alive while it reads or writes. */
   ref(): this {
     if (!this.#closed) native.streamRef(this.#id, true);
