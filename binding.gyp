@@ -33,7 +33,7 @@
         "native/loop/environment_stops.cc",
         "native/loop/errno_name.cc",
         "native/loop/file_writer.cc",
-        "native/loop/output_pipes.cc",
+        "native/loop/streams.cc",
         "native/loop/reactor.cc",
         "native/loop/spawner.cc",
         "native/loop/subtrees.cc",

@@ -162,6 +162,14 @@ export interface NativeProbes {
   };
 }
 
+/** Kinds of streamOpen(): 0 run()'s output, 1 read, 2 written, 3 both. */
+export type StreamKind = 0 | 1 | 2 | 3;
+/**
+ * A stream's events: (0, chunk) a chunk read; (1, null | error) the end of
+ * reading; (2, null | error) the oldest write not completed yet is in the pipe.
+ */
+export type StreamEventCallback = (kind: 0 | 1 | 2, value: Buffer | NativeErrorShape | null) => void;
+
 export interface NativeBinding {
   probe(helperPath: string): NativeProbes;
   spawn(spec: NativeSpawnSpec, onEvent: NativeEventCallback): NativeSpawned | { error: NativeErrorShape };
@@ -174,13 +182,27 @@ export interface NativeBinding {
   shutdown(waitMs: number): void;
   pipe(): [number, number];
   /**
-   * A pipe whose read end the addon reads itself (run()'s stdout and
-   * stderr, see native/loop/output_pipes.h): [its id, the child's write
-   * end]. `onChunk` gets each chunk as it is read, then null once at its end.
+   * A pipe (a socketpair for kind 3) whose end the addon reads or writes
+   * (native/loop/streams.h): kind 0 run()'s stdout or stderr (always read),
+   * 1 the child writes, 2 the child reads (stdin), 3 both. Returns [its id,
+   * the child's end, our end's number (for ioctls and for handing it to
+   * another call; never read, written or closed but through the stream)].
    */
-  outputPipe(onChunk: (chunk: Buffer | null) => void): [number, number];
+  streamOpen(kind: StreamKind, onEvent: StreamEventCallback): [number, number, number];
+  /** A pty master, the addon's from now on (closed by it, also when this throws): its stream id. */
+  streamAdopt(fd: number, onEvent: StreamEventCallback): number;
+  /** Whether chunks are wanted (a Readable with room) or not. */
+  streamRead(id: number, reading: boolean): void;
+  /** false: all in the pipe; true: an event 2 follows; an error: nothing was or will be written. */
+  streamWrite(id: number, chunk: Buffer): boolean | NativeErrorShape;
+  /** No more writes: a pipe's write end closes, a socket's write side shuts down. */
+  streamShutdown(id: number): NativeErrorShape | undefined;
   /** Stops waiting for EOF: what the pipe holds now still comes, then the end (on a later turn). */
-  endOutputPipe(id: number): void;
+  streamEnd(id: number): void;
+  /** Closed now: no more events. */
+  streamClose(id: number): void;
+  /** Whether the stream keeps the loop alive while it reads or writes. */
+  streamRef(id: number, ref: boolean): void;
   setRef(id: number, ref: boolean): void;
   /**
    * The call's cgroup leaf names a job: no later call gets it. Returns the

@@ -4,12 +4,12 @@
 // character, streamed to callbacks and line iterators, and fed to a job's
 // ring buffer. Nothing here changes the call's own streams: a stream nobody
 // reads still pauses (and the command blocks on a full pipe) as with Node.
-import net from 'node:net';
 import type { Readable } from 'node:stream';
 import { Readable as ReadableStream } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 
 import { invalidArgType, invalidArgValue } from './errors';
+import { PipeStream, READ } from './pipe-stream';
 
 export type OutputStream = 'stdout' | 'stderr';
 
@@ -290,16 +290,16 @@ function tappedPush(this: Tapped, chunk: unknown, encoding?: BufferEncoding): bo
 }
 
 /**
- * A call's stdout or stderr pipe: a net.Socket tapped from its birth, whose
+ * A call's stdout or stderr pipe: a PipeStream tapped from its birth, whose
  * call is a field of its own class and whose push is its prototype's, so
  * that neither is a property added to each socket (a live call holds two).
  * @internal
  */
-export class OutputSocket extends net.Socket {
+export class OutputSocket extends PipeStream {
   [kOutput]: CallOutput | OutputOwner;
 
-  constructor(fd: number, owner: OutputOwner) {
-    super({ fd, readable: true, writable: false, allowHalfOpen: true });
+  constructor(owner: OutputOwner) {
+    super(READ);
     this[kOutput] = owner;
   }
 }

@@ -637,11 +637,29 @@ class PortableBinding implements NativeBinding {
     throw sysError('ENOSYS', 'pipe2', undefined, 'the portable binding makes no pipes of its own');
   }
 
-  outputPipe(): [number, number] {
+  streamOpen(): [number, number, number] {
     throw sysError('ENOSYS', 'pipe2', undefined, 'the portable binding makes no pipes of its own');
   }
 
-  endOutputPipe(): void {}
+  streamAdopt(): number {
+    throw sysError('ENOSYS', 'fcntl', undefined, 'no terminals in the portable tier');
+  }
+
+  streamRead(): void {}
+
+  streamWrite(): boolean {
+    return false;
+  }
+
+  streamShutdown(): undefined {
+    return undefined;
+  }
+
+  streamEnd(): void {}
+
+  streamClose(): void {}
+
+  streamRef(): void {}
 
   closeFd(fd: number): void {
     fs.closeSync(fd);

@@ -2,13 +2,14 @@
 // its window size, and what runs in its foreground. The addon opens the pair
 // before the clone and makes the slave the command's fds 0–2 and controlling
 // terminal (setsid + TIOCSCTTY); the master, non-blocking and close-on-exec,
-// is handed to this file, which owns it from then on.
+// is handed back to the addon's streams (native/loop/streams.h), which read
+// and write it (no tty.ReadStream, no libuv handle on it) until this file
+// closes it.
 import fs from 'node:fs';
 import { Duplex } from 'node:stream';
-import tty from 'node:tty';
 
 import { invalidArgType, invalidArgValue, outOfRange, proctreeError, ptyUnsupported } from './errors';
-import { native, portable } from './native';
+import { native, type NativeErrorShape, portable } from './native';
 import type { StdioEntry } from './options';
 import type { ProcessInfo, PtyOptions } from './types';
 
@@ -94,10 +95,6 @@ export const ptyPending = Symbol('proctree.ptyPending');
 /** @internal ref()/unref() of the call. */
 export const setPtyRef = Symbol('proctree.setPtyRef');
 
-const MAX_RETRY_MS = 20;
-
-type Destroy = (err: Error | null, cb: (err?: Error | null) => void) => void;
-
 /**
  * The master side of a call's terminal. Reading gives what the command
  * wrote to its terminal (stdout and stderr merged, as a screen shows them,
@@ -121,18 +118,17 @@ export class PtyStream extends Duplex {
   /** /dev/pts/N (the slave), once the call started; null before (and on kernels before 4.18). */
   path: string | null = null;
 
+  // The master's number (ioctls) and its stream in the addon, while open.
   #fd = -1;
+  #id = 0;
   #master: 'waiting' | 'open' | 'closed' = 'waiting';
-  #reader: tty.ReadStream | null = null;
+  #reading = false;
   #outputEnded = false;
   // Until the tree is empty, a master whose output ended is kept open.
   #hold = true;
-  #closeMaster: (() => void) | null = null;
-  // One write in flight at most (Writable serializes _write): the rest of it
-  // waits here while the terminal's input queue is full.
-  #blocked: { chunk: Buffer; offset: number; cb: (err?: Error | null) => void } | null = null;
-  #retry: NodeJS.Timeout | null = null;
-  #retryMs = 1;
+  // A write before the start, or one the addon queued (the terminal's input
+  // queue is full): one at most, as Writable serializes _write.
+  #pending: { chunk: Buffer | null; cb: (err?: Error | null) => void } | null = null;
   #ref = true;
   #settled = false;
   readonly #onChange: () => void;
@@ -198,70 +194,62 @@ export class PtyStream extends Duplex {
       native.closeFd(fd);
       return;
     }
-    let reader: tty.ReadStream;
     try {
-      // libuv reads a pty master as a TTY stream (net.Socket refuses the fd
-      // type); it leaves it non-blocking, since it cannot reopen a master.
-      reader = new tty.ReadStream(fd);
+      this.#id = native.streamAdopt(fd, (kind, value) => this.#onEvent(kind, value));
     } catch (err) {
-      native.closeFd(fd);
+      // The addon closed it.
       this.#master = 'closed';
       this.destroy(err as Error);
       return;
     }
     this.#fd = fd;
-    this.#reader = reader;
     this.#master = 'open';
     this.path = ptsPath(fd);
-    // Node destroys the handle itself on EIO, which would close the master
-    // at once; the close waits here while the tree may still be running.
-    const closeHandle = (reader as unknown as { _destroy: Destroy })._destroy;
-    (reader as unknown as { _destroy: Destroy })._destroy = (err, cb) => {
-      const close = (): void => {
-        this.#closeMaster = null;
-        this.#master = 'closed';
-        this.#fd = -1;
-        closeHandle.call(reader, err, cb);
-        this.#onChange();
-      };
-      if (this.#hold) this.#closeMaster = close;
-      else close();
-    };
-    reader.on('data', (chunk: Buffer) => {
-      if (!this.push(chunk)) reader.pause();
-    });
-    // EIO (no process holds the slave any more) and EOF are how a terminal
-    // ends: the stream ends, no 'error'. libuv reports EOF itself when the
-    // master polls POLLHUP (the slave is closed) after a short read, which
-    // on a terminal is every read: what the kernel still buffers is read
-    // here, before the handle goes.
-    reader.on('end', () => {
-      this.#readRest();
-      this.#outputDone(null);
-    });
-    reader.on('error', (err: Error & { code?: string }) => this.#outputDone(err.code === 'EIO' ? null : err));
-    reader.on('close', () => this.#outputDone(null));
-    if (!this.#ref) reader.unref();
-    this.#drainWrite();
+    if (!this.#ref) native.streamRef(this.#id, false);
+    // Read from the start, as a flowing terminal would be, until the buffer is full.
+    this.#read(true);
+    const p = this.#pending;
+    if (p?.chunk) {
+      this.#pending = null;
+      this.#write(p.chunk, p.cb);
+    }
   }
 
-  // Reads the master until EIO (empty, and no process holds the slave).
-  // The kernel flushes its queue before it reports EIO, so nothing written
-  // before the last slave closed is lost. EAGAIN: someone opened the slave
-  // again; the end of the tree will close the master.
-  #readRest(): void {
-    if (this.#master !== 'open') return;
-    const buf = Buffer.allocUnsafe(64 * 1024);
-    for (;;) {
-      let n: number;
-      try {
-        n = fs.readSync(this.#fd, buf, 0, buf.length, null);
-      } catch {
-        return;
-      }
-      if (n <= 0) return;
-      this.push(Buffer.from(buf.subarray(0, n)));
+  // (0, chunk) read; (1, null | error) the end of reading: EIO or EOF (no
+  // process holds the slave any more) is how a terminal ends, never an
+  // 'error', and comes after everything the tree wrote was read (the
+  // kernel flushes its queue before it reports EIO); (2, null | error) the
+  // write the addon queued is in the terminal's input queue.
+  #onEvent(kind: 0 | 1 | 2, value: Buffer | NativeErrorShape | null): void {
+    if (kind === 0) {
+      if (!this.push(value)) this.#read(false);
+    } else if (kind === 1) {
+      this.#reading = false;
+      this.#outputDone(value as Error | null);
+    } else {
+      const p = this.#pending;
+      this.#pending = null;
+      p?.cb(value as Error | null);
     }
+  }
+
+  #read(on: boolean): void {
+    if (this.#reading === on || this.#master !== 'open' || this.#outputEnded) return;
+    this.#reading = on;
+    native.streamRead(this.#id, on);
+  }
+
+  // The master closes: a hangup for whatever still holds the slave.
+  #closeMaster(): void {
+    if (this.#master !== 'open') return;
+    this.#master = 'closed';
+    this.#fd = -1;
+    native.streamClose(this.#id);
+    const p = this.#pending;
+    this.#pending = null;
+    // Typing goes nowhere once nobody holds the terminal.
+    p?.cb();
+    this.#onChange();
   }
 
   #outputDone(err: Error | null): void {
@@ -270,8 +258,7 @@ export class PtyStream extends Duplex {
     if (err) this.destroy(err);
     else this.push(null);
     // The tree may already be gone (EIO after the empty event).
-    if (!this.#hold) this.#reader?.destroy();
-    this.#drainWrite();
+    if (!this.#hold) this.#closeMaster();
   }
 
   /** @internal */
@@ -282,8 +269,7 @@ export class PtyStream extends Duplex {
   /** @internal */
   [ptyTreeEmpty](): void {
     this.#hold = false;
-    if (this.#closeMaster) this.#closeMaster();
-    else if (this.#outputEnded) this.#reader?.destroy();
+    if (this.#outputEnded) this.#closeMaster();
   }
 
   /** @internal */
@@ -301,22 +287,35 @@ export class PtyStream extends Duplex {
   /** @internal */
   [setPtyRef](ref: boolean): void {
     this.#ref = ref;
-    if (ref) {
-      this.#reader?.ref();
-      this.#retry?.ref();
-    } else {
-      this.#reader?.unref();
-      this.#retry?.unref();
-    }
+    if (this.#master === 'open') native.streamRef(this.#id, ref);
   }
 
   override _read(): void {
-    this.#reader?.resume();
+    this.#read(true);
   }
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, cb: (err?: Error | null) => void): void {
-    this.#blocked = { chunk, offset: 0, cb };
-    this.#drainWrite();
+    if (this.#master === 'waiting') {
+      // Typed before the start: written once the terminal exists.
+      this.#pending = { chunk, cb };
+      return;
+    }
+    this.#write(chunk, cb);
+  }
+
+  // The addon writes what the terminal's input queue takes now and the rest
+  // when it has room (EPOLLOUT): no spinning on EAGAIN while the command
+  // does not read.
+  #write(chunk: Buffer, cb: (err?: Error | null) => void): void {
+    if (this.#master !== 'open' || this.#outputEnded) {
+      // Nobody holds the terminal: typing goes nowhere, as into a closed window.
+      cb();
+      return;
+    }
+    const r = native.streamWrite(this.#id, chunk);
+    if (r === false) cb();
+    else if (r === true) this.#pending = { chunk: null, cb };
+    else cb(r);
   }
 
   override _final(cb: (err?: Error | null) => void): void {
@@ -324,51 +323,13 @@ export class PtyStream extends Duplex {
   }
 
   override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
-    if (this.#retry) clearTimeout(this.#retry);
-    this.#retry = null;
-    this.#blocked = null;
     this.#hold = false;
     if (this.#master === 'waiting') this.#master = 'closed';
     this.#outputEnded = true;
-    if (this.#closeMaster) this.#closeMaster();
-    else this.#reader?.destroy();
+    // A write still waiting is dropped with the stream, as Writable expects.
+    this.#pending = null;
+    this.#closeMaster();
     cb(err);
-  }
-
-  // Writes go straight to the fd: a libuv TTY handle on a master it could
-  // not reopen writes in "blocking" mode, which spins on EAGAIN while the
-  // command does not read. Here EAGAIN waits a little and tries again.
-  #drainWrite(): void {
-    const b = this.#blocked;
-    if (!b || this.#master === 'waiting' || this.#retry) return;
-    if (this.#master === 'closed' || this.#outputEnded) {
-      // Nobody holds the terminal: typing goes nowhere, as into a closed window.
-      this.#blocked = null;
-      b.cb();
-      return;
-    }
-    try {
-      while (b.offset < b.chunk.length) {
-        b.offset += fs.writeSync(this.#fd, b.chunk, b.offset, b.chunk.length - b.offset);
-        this.#retryMs = 1;
-      }
-    } catch (err) {
-      const code = (err as { code?: string }).code;
-      if (code === 'EAGAIN') {
-        this.#retry = setTimeout(() => {
-          this.#retry = null;
-          this.#drainWrite();
-        }, this.#retryMs);
-        if (!this.#ref) this.#retry.unref();
-        this.#retryMs = Math.min(this.#retryMs * 2, MAX_RETRY_MS);
-        return;
-      }
-      this.#blocked = null;
-      b.cb(code === 'EIO' ? null : (err as Error));
-      return;
-    }
-    this.#blocked = null;
-    b.cb();
   }
 }
 

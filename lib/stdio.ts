@@ -1,11 +1,11 @@
 // A call's stdio: the pipes made for it and our ends as streams. What the
 // call wrote is collected in output.ts.
 import { EventEmitter } from 'node:events';
-import net from 'node:net';
 import { PassThrough, type Readable, type Writable } from 'node:stream';
 
-import { native, type NativeStdio, type PortablePipe, portable } from './native';
+import { native, type NativeErrorShape, type NativeStdio, type PortablePipe, portable } from './native';
 import { type OutputOwner, OutputSocket, streamOwner } from './output';
+import { DUPLEX, PipeStream, WRITE } from './pipe-stream';
 import type { StdioEntry } from './options';
 
 /**
@@ -40,9 +40,9 @@ export interface RunStdio {
 }
 
 /**
- * run()'s stdout or stderr, read by the addon (native/loop/output_pipes.h)
- * instead of a net.Socket, which costs about 100 µs and a dozen system calls
- * per stream. Nobody but the call's output collector ever reads it, so it
+ * run()'s stdout or stderr, read by the addon (native/loop/streams.h)
+ * without a stream object: a Readable per stream costs the harness more
+ * than the command's output often does. Nobody but the call's output collector ever reads it, so it
  * has only what CallOutput and the call's pipes use of a Readable: push() once per
  * chunk (where CallOutput taps it; 'data', then 'end' at EOF), 'close' after
  * the last push, destroy(); it never pauses (the output always flows, as
@@ -58,12 +58,14 @@ class OutputPipeReader extends EventEmitter {
 
   constructor() {
     super();
-    [this.#id, this.childEnd] = native.outputPipe((chunk) => this.#onChunk(chunk));
+    [this.#id, this.childEnd] = native.streamOpen(0, (kind, value) => this.#onEvent(kind, value));
   }
 
-  #onChunk(chunk: Buffer | null): void {
-    if (chunk !== null) {
-      this.push(chunk);
+  // (0, chunk) per chunk, then (1, null) once at the end: a pipe's read end
+  // has no error of its own (kind 2 is for writes: there are none).
+  #onEvent(kind: 0 | 1 | 2, value: Buffer | NativeErrorShape | null): void {
+    if (kind === 0) {
+      this.push(value as Buffer);
       return;
     }
     this.readable = false;
@@ -94,11 +96,22 @@ class OutputPipeReader extends EventEmitter {
     return false;
   }
 
+  /** As the call's ref()/unref(): whether reading the pipe keeps the loop alive. */
+  ref(): this {
+    if (this.readable) native.streamRef(this.#id, true);
+    return this;
+  }
+
+  unref(): this {
+    if (this.readable) native.streamRef(this.#id, false);
+    return this;
+  }
+
   /** Stops waiting for EOF: what the pipe holds now still arrives, then 'close'. */
   destroy(): this {
     if (this.readable && !this.#ending) {
       this.#ending = true;
-      native.endOutputPipe(this.#id);
+      native.streamEnd(this.#id);
     }
     return this;
   }
@@ -179,21 +192,13 @@ export function makePipes(entries: readonly StdioEntry[], owner: StdioOwner, run
         streams[i] = reader as unknown as Readable;
         continue;
       }
-      const [readFd, writeFd] = native.pipe();
-      // The child reads fd 0 and writes every other pipe (stdout, stderr, 3, 4, …).
-      const [ours, theirs] = i === 0 ? [writeFd, readFd] : [readFd, writeFd];
-      (child.childEnds ??= []).push(theirs);
-      forChild[i] = theirs;
-      try {
-        // stdout and stderr: sockets tapped from their birth (output.ts).
-        streams[i] =
-          i === 1 || i === 2
-            ? new OutputSocket(ours, owner)
-            : writableQuiet(new net.Socket({ fd: ours, readable: i !== 0, writable: i === 0, allowHalfOpen: true }), i !== 0);
-      } catch (err) {
-        native.closeFd(ours);
-        throw err;
-      }
+      // Our end is read and written by the addon: stdout and stderr tapped
+      // from their birth (output.ts), stdin written, fd 3 and up both ways
+      // (a socketpair, as Node's).
+      const stream = i === 1 || i === 2 ? new OutputSocket(owner) : writableQuiet(new PipeStream(i === 0 ? WRITE : DUPLEX), i !== 0);
+      (child.childEnds ??= []).push(stream.childEnd);
+      forChild[i] = stream.childEnd;
+      streams[i] = stream;
     }
   } catch (err) {
     destroyPipes(streams, child);
@@ -280,14 +285,14 @@ export function destroyPipes(streams: ReadonlyArray<Readable | Writable | null>,
 export function setPipesRef(streams: ReadonlyArray<Readable | Writable | null>, ref: boolean): void {
   for (const s of streams) {
     // Portable proxies hold no handle: the binding refs the child's pipes.
-    if (!(s instanceof net.Socket)) continue;
+    if (!(s instanceof PipeStream) && !(s instanceof OutputPipeReader)) continue;
     if (ref) s.ref();
     else s.unref();
   }
 }
 
 /** Like ChildProcess, 'close' does not wait for stdin, and its errors (EPIPE once the command is gone) are no call's. */
-function writableQuiet<S extends net.Socket | PassThrough>(sock: S, readable: boolean): S {
+function writableQuiet<S extends PipeStream | PassThrough>(sock: S, readable: boolean): S {
   if (!readable) sock.on('error', ignoreError);
   return sock;
 }

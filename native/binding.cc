@@ -129,8 +129,14 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
                              InstanceMethod("processInfo", &Addon::ProcessInfoOf),
                              InstanceMethod("shutdown", &Addon::Shutdown),
                              InstanceMethod("pipe", &Addon::Pipe),
-                             InstanceMethod("outputPipe", &Addon::OutputPipe),
-                             InstanceMethod("endOutputPipe", &Addon::EndOutputPipe),
+                             InstanceMethod("streamOpen", &Addon::StreamOpen),
+                             InstanceMethod("streamAdopt", &Addon::StreamAdopt),
+                             InstanceMethod("streamRead", &Addon::StreamRead),
+                             InstanceMethod("streamWrite", &Addon::StreamWrite),
+                             InstanceMethod("streamShutdown", &Addon::StreamShutdown),
+                             InstanceMethod("streamEnd", &Addon::StreamEnd),
+                             InstanceMethod("streamClose", &Addon::StreamClose),
+                             InstanceMethod("streamRef", &Addon::StreamRef),
                              InstanceMethod("setRef", &Addon::SetRef),
                              InstanceMethod("retire", &Addon::Retire),
                              InstanceMethod("settle", &Addon::Settle),
@@ -178,8 +184,8 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
   }
 
   void deliver(const CallEvent& ev) override {
-    if (ev.kind == CallEvent::kOutput || ev.kind == CallEvent::kOutputEnd) {
-      deliver_output(ev);
+    if (ev.kind == CallEvent::kOutput || ev.kind == CallEvent::kOutputEnd || ev.kind == CallEvent::kWritten) {
+      deliver_stream(ev);
       return;
     }
     auto it = callbacks_.find(ev.call_id);
@@ -218,7 +224,8 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
       }
       case CallEvent::kOutput:
       case CallEvent::kOutputEnd:
-        return;  // deliver_output()
+      case CallEvent::kWritten:
+        return;  // deliver_stream()
     }
     Napi::Object recv = Napi::Object::New(env_);
     napi_value result;
@@ -236,26 +243,39 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
     napi_fatal_exception(env_, exc);
   }
 
-  // A chunk of an output pipe as a Buffer, or null at its end. Raw napi
-  // calls, checked: while a worker is being terminated they fail, and the
-  // wrappers would turn that into a fatal error.
-  void deliver_output(const CallEvent& ev) {
+  // A stream's event (loop/streams.h) as onEvent(kind, value): 0, a chunk
+  // read (Buffer); 1, the end of reading (null, or the read's error); 2, a
+  // write is in the pipe (null, or the write's error). Raw napi calls,
+  // checked: while a worker is being terminated they fail, and the wrappers
+  // would turn that into a fatal error.
+  void deliver_stream(const CallEvent& ev) {
     auto it = pipe_callbacks_.find(ev.call_id);
     if (it == pipe_callbacks_.end()) return;
     Napi::HandleScope scope(env_);
     napi_value fn = it->second.Value();
-    napi_value arg = nullptr;
+    napi_value args[2] = {nullptr, nullptr};
     napi_value recv = nullptr;
-    napi_status st = ev.kind == CallEvent::kOutput
-                         ? napi_create_buffer_copy(env_, ev.data.size(), ev.data.data(), nullptr, &arg)
-                         : napi_get_null(env_, &arg);
+    int kind = ev.kind == CallEvent::kOutput ? 0 : ev.kind == CallEvent::kOutputEnd ? 1 : 2;
+    napi_status st = napi_create_int32(env_, kind, &args[0]);
+    if (st == napi_ok) {
+      if (ev.kind == CallEvent::kOutput) {
+        st = napi_create_buffer_copy(env_, ev.data.size(), ev.data.data(), nullptr, &args[1]);
+      } else if (ev.error) {
+        args[1] = make_error(env_, ev.error);
+      } else {
+        st = napi_get_null(env_, &args[1]);
+      }
+    }
     if (st == napi_ok) st = napi_create_object(env_, &recv);
-    if (ev.kind == CallEvent::kOutputEnd) pipe_callbacks_.erase(it);
+    // A stream closed at its end (only read) has no more events.
+    if (ev.kind == CallEvent::kOutputEnd && (!env_state_ || !env_state_->streams().exists(ev.call_id))) {
+      pipe_callbacks_.erase(it);
+    }
     if (st != napi_ok) return;
     napi_value result;
-    st = napi_make_callback(env_, async_context_, recv, fn, 1, &arg, &result);
+    st = napi_make_callback(env_, async_context_, recv, fn, 2, args, &result);
     // The next chunk may be read once this one is JavaScript's.
-    if (ev.kind == CallEvent::kOutput && env_state_) env_state_->output_pipes().delivered(ev.call_id);
+    if (ev.kind == CallEvent::kOutput && env_state_) env_state_->streams().delivered(ev.call_id);
     if (st == napi_pending_exception) rethrow_uncaught();
   }
 
@@ -483,29 +503,101 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
     return a;
   }
 
-  // outputPipe(onChunk) -> [id, writeFd]: a pipe whose read end the addon
-  // reads (loop/output_pipes.h); onChunk(buffer) per chunk, onChunk(null)
-  // once at its end. The write end (close-on-exec) is the child's stdio entry.
-  Napi::Value OutputPipe(const Napi::CallbackInfo& info) {
+  uint64_t StreamId(const Napi::CallbackInfo& info) {
+    return info.Length() > 0 && info[0].IsNumber() ? static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()) : 0;
+  }
+
+  // streamOpen(kind, onEvent) -> [id, childFd, ourFd]: a pipe (a socketpair
+  // for kind 3) whose end the addon reads or writes (loop/streams.h): kind
+  // 0 run()'s output, 1 the child writes, 2 the child reads, 3 both. The
+  // child's end (close-on-exec) is the child's stdio entry; ourFd is for
+  // ioctls and for handing it to another call, never to read or close.
+  Napi::Value StreamOpen(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    if (info.Length() < 1 || !info[0].IsFunction()) return ThrowType(env, "outputPipe(onChunk)");
+    if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsFunction()) return ThrowType(env, "streamOpen(kind, onEvent)");
+    int kind = info[0].As<Napi::Number>().Int32Value();
+    if (kind < Streams::kOutput || kind > Streams::kDuplex) return ThrowType(env, "streamOpen(kind, onEvent)");
     if (!env_state_) return ThrowSys(env, SysError::of(ECANCELED, "pipe2"));
     uint64_t id = 0;
-    Fd write_end;
-    if (SysError e = env_state_->output_pipes().open(&id, &write_end)) return ThrowSys(env, e);
-    pipe_callbacks_[id] = Napi::Persistent(info[0].As<Napi::Function>());
-    Napi::Array a = Napi::Array::New(env, 2);
+    Fd child_end;
+    int our_fd = -1;
+    if (SysError e = env_state_->streams().open(static_cast<Streams::Kind>(kind), &id, &child_end, &our_fd)) {
+      return ThrowSys(env, e);
+    }
+    pipe_callbacks_[id] = Napi::Persistent(info[1].As<Napi::Function>());
+    Napi::Array a = Napi::Array::New(env, 3);
     a.Set(0u, Napi::Number::New(env, static_cast<double>(id)));
-    a.Set(1u, write_end.release());
+    a.Set(1u, child_end.release());
+    a.Set(2u, our_fd);
     return a;
   }
 
-  // endOutputPipe(id): stop waiting for EOF; what the pipe holds now still
-  // comes, then the end (null), on a later turn.
-  Napi::Value EndOutputPipe(const Napi::CallbackInfo& info) {
-    if (env_state_ && info.Length() > 0 && info[0].IsNumber()) {
-      env_state_->output_pipes().finish(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()));
+  // streamAdopt(fd, onEvent) -> id: a pty master, the addon's from now on
+  // (closed by it, also when this throws).
+  Napi::Value StreamAdopt(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsFunction()) return ThrowType(env, "streamAdopt(fd, onEvent)");
+    Fd fd(info[0].As<Napi::Number>().Int32Value());
+    if (!env_state_) return ThrowSys(env, SysError::of(ECANCELED, "fcntl"));
+    uint64_t id = 0;
+    if (SysError e = env_state_->streams().adopt(std::move(fd), &id)) return ThrowSys(env, e);
+    pipe_callbacks_[id] = Napi::Persistent(info[1].As<Napi::Function>());
+    return Napi::Number::New(env, static_cast<double>(id));
+  }
+
+  // streamRead(id, reading): JavaScript wants chunks, or has enough for now.
+  Napi::Value StreamRead(const Napi::CallbackInfo& info) {
+    if (env_state_ && info.Length() > 1) {
+      if (info[1].ToBoolean().Value()) {
+        env_state_->streams().read_start(StreamId(info));
+      } else {
+        env_state_->streams().read_stop(StreamId(info));
+      }
     }
+    return info.Env().Undefined();
+  }
+
+  // streamWrite(id, buffer) -> false (all in the pipe), true (an event 2
+  // will say), or the error (EPIPE…): nothing was or will be written.
+  Napi::Value StreamWrite(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 2 || !info[1].IsBuffer()) return ThrowType(env, "streamWrite(id, buffer)");
+    if (!env_state_) return make_error(env, SysError::of(EBADF, "write"));
+    Napi::Buffer<char> buf = info[1].As<Napi::Buffer<char>>();
+    bool queued = false;
+    if (SysError e = env_state_->streams().write(StreamId(info), buf.Data(), buf.Length(), &queued)) {
+      return make_error(env, e);
+    }
+    return Napi::Boolean::New(env, queued);
+  }
+
+  // streamShutdown(id) -> undefined, or the error: no more writes.
+  Napi::Value StreamShutdown(const Napi::CallbackInfo& info) {
+    if (env_state_) {
+      if (SysError e = env_state_->streams().shutdown(StreamId(info))) return make_error(info.Env(), e);
+    }
+    return info.Env().Undefined();
+  }
+
+  // streamEnd(id): stop waiting for EOF; what the pipe holds now still
+  // comes, then the end, on a later turn.
+  Napi::Value StreamEnd(const Napi::CallbackInfo& info) {
+    if (env_state_) env_state_->streams().finish(StreamId(info));
+    return info.Env().Undefined();
+  }
+
+  // streamClose(id): closed now, no more events.
+  Napi::Value StreamClose(const Napi::CallbackInfo& info) {
+    uint64_t id = StreamId(info);
+    if (env_state_) env_state_->streams().close(id);
+    pipe_callbacks_.erase(id);
+    return info.Env().Undefined();
+  }
+
+  // streamRef(id, ref): whether the stream keeps the loop alive while it
+  // reads or writes.
+  Napi::Value StreamRef(const Napi::CallbackInfo& info) {
+    if (env_state_ && info.Length() > 1) env_state_->streams().set_ref(StreamId(info), info[1].ToBoolean().Value());
     return info.Env().Undefined();
   }
 
@@ -672,7 +764,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
   napi_async_context async_context_ = nullptr;
   napi_threadsafe_function tsfn_ = nullptr;
   std::unordered_map<uint64_t, Napi::FunctionReference> callbacks_;
-  // OutputPipes ids (their own numbering) -> onChunk, until the end is delivered.
+  // Streams ids (their own numbering) -> onEvent, until the stream is closed.
   std::unordered_map<uint64_t, Napi::FunctionReference> pipe_callbacks_;
 };
 

@@ -844,14 +844,14 @@ describe('differences from child_process (README table)', () => {
     }
   });
 
-  it("stdio pipes are pipes (Node's are unix sockets), and extra 'pipe' entries are read-only for the harness", async () => {
-    const r = await run('sh', ['-c', 'readlink /proc/self/fd/1']);
-    expect(r.stdout).toMatch(/^pipe:\[\d+\]\n$/);
+  it("stdio pipes at fds 0-2 are pipes (Node's are unix sockets); extra 'pipe' entries are socketpairs, duplex as Node's", async () => {
+    const r = await run('sh', ['-c', 'readlink /proc/self/fd/1 /proc/self/fd/3'], { stdio: ['pipe', 'pipe', 'pipe', 'pipe'] });
+    expect(r.stdout).toMatch(/^pipe:\[\d+\]\nsocket:\[\d+\]\n$/);
     const call = spawn('true', [], { stdio: ['ignore', 'ignore', 'ignore', 'pipe'] });
     call.on('error', () => {});
     const extra = call.stdio[3] as net.Socket;
     expect(extra.readable).toBe(true);
-    expect(extra.writable).toBe(false);
+    expect(extra.writable).toBe(true);
     await new Promise((r2) => call.on('close', r2));
   });
 

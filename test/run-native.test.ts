@@ -1,5 +1,5 @@
-// run() reads its stdout and stderr in the addon, not through net.Socket
-// (native/loop/output_pipes.h), and gives stdin /dev/null when there is no
+// run() reads its stdout and stderr in the addon, without a stream object
+// (native/loop/streams.h), and gives stdin /dev/null when there is no
 // input. What must not change: no byte lost or reordered (50 MB, binary,
 // both streams at once, a listener slower than the writer, output written
 // after the main process exited), 'close' only once the tree is empty and

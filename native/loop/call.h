@@ -28,8 +28,10 @@
 namespace proctree {
 
 struct CallEvent {
-  // kOutput, kOutputEnd: of an OutputPipes pipe, call_id is the pipe's id.
-  enum Kind { kExit, kCleanup, kEmpty, kError, kStarted, kStartFailed, kOutput, kOutputEnd };
+  // kOutput, kOutputEnd (error: why reading failed, if it did), kWritten (a
+  // write is in the pipe, or error says why not): of a stream (streams.h),
+  // call_id is the stream's id.
+  enum Kind { kExit, kCleanup, kEmpty, kError, kStarted, kStartFailed, kOutput, kOutputEnd, kWritten };
   Kind kind;
   uint64_t call_id;
   ExitStatus exit;

@@ -24,9 +24,9 @@
 #include "ladder/confinement.h"
 #include "loop/call.h"
 #include "loop/file_writer.h"
-#include "loop/output_pipes.h"
 #include "loop/reactor.h"
 #include "loop/spawner.h"
+#include "loop/streams.h"
 #include "loop/subtrees.h"
 #include "loop/timers.h"
 #include "loop/waiter.h"
@@ -101,8 +101,8 @@ class Environment {
   // LoopHost::deliver_later's call: the next event, or the turn going on
   // while the reactor is ready, within the same task.
   void deliver_next();
-  // run()'s stdout and stderr, read here (see output_pipes.h).
-  OutputPipes& output_pipes() { return output_pipes_; }
+  // Calls' pipes and terminals, read and written here (see streams.h).
+  Streams& streams() { return streams_; }
 
   Call* find(uint64_t id);
   ChildStack& child_stack() { return stack_; }
@@ -188,7 +188,7 @@ class Environment {
   bool delivery_scheduled_ = false;  // a deliver_next() is coming
   bool continuing_ = false;       // ...within the same turn
   bool yielded_ = false;          // the turn ran out of time with work left
-  OutputPipes output_pipes_{this};
+  Streams streams_{this};
   bool opened_ = false;
   bool closing_ = false;
   SysError open_error_;

@@ -24,7 +24,7 @@ constexpr uint64_t kSpawnsTag = ~uint64_t{0} - 6;
 // kind of descriptor became ready.
 constexpr uint64_t kControlBit = uint64_t{1} << 62;
 constexpr uint64_t kMemberBit = uint64_t{1} << 61;
-// OutputPipes ids, which count up from 1 on their own.
+// Streams ids, which count up from 1 on their own.
 constexpr uint64_t kOutputBit = uint64_t{1} << 60;
 constexpr uint64_t kIdMask = kOutputBit - 1;
 // Readiness handled per loop turn: the rest stays ready (level-triggered) for
@@ -68,14 +68,14 @@ SysError Reactor::watch_member(int pidfd, uint64_t call_id) {
   return add(epoll_.get(), pidfd, EPOLLIN | EPOLLONESHOT, call_id | kMemberBit);
 }
 
-SysError Reactor::watch_output(int fd, uint64_t pipe_id) {
-  return add(epoll_.get(), fd, EPOLLIN, pipe_id | kOutputBit);
+SysError Reactor::watch_stream(int fd, uint64_t stream_id, uint32_t events) {
+  return add(epoll_.get(), fd, events, stream_id | kOutputBit);
 }
 
-void Reactor::set_output_reading(int fd, uint64_t pipe_id, bool reading) {
+void Reactor::set_stream_events(int fd, uint64_t stream_id, uint32_t events) {
   epoll_event ev{};
-  ev.events = reading ? EPOLLIN : EPOLLET;
-  ev.data.u64 = pipe_id | kOutputBit;
+  ev.events = events;
+  ev.data.u64 = stream_id | kOutputBit;
   epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev);
 }
 
@@ -198,7 +198,7 @@ void Reactor::dispatch() {
   if (spawns) env_->on_spawns_done();
   // Output first: what a command wrote before it exited reaches JavaScript
   // before its 'exit' when both are seen in the same turn.
-  for (const auto& o : output) env_->output_pipes().on_ready(o.first, o.second);
+  for (const auto& o : output) env_->streams().on_ready(o.first, o.second);
   // A shim (or the broker) reports the command's exit before it exits itself.
   if (broker >= 0) env_->on_broker_socket(broker == 1);
   if (broker_process) env_->on_broker_process();

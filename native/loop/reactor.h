@@ -38,12 +38,12 @@ class Reactor {
   // One-shot: a dead member's pidfd stays readable, and one wake-up is all
   // it is for. Closing the pidfd takes it out of the set.
   SysError watch_member(int pidfd, uint64_t call_id);
-  // The read end of an OutputPipes pipe. set_output_reading(false) keeps it
-  // in the set but reports only a hang-up, once (edge-triggered): never
-  // fails, as a re-add could for want of memory.
-  SysError watch_output(int fd, uint64_t pipe_id);
-  void set_output_reading(int fd, uint64_t pipe_id, bool reading);
-  // Removes an fd added by watch_main, watch_control, watch_member or watch_output.
+  // Our end of a call's pipe or terminal (loop/streams.h), with the epoll
+  // events it waits for (EPOLLET alone: only a hang-up, once).
+  // set_stream_events never fails, as a re-add could for want of memory.
+  SysError watch_stream(int fd, uint64_t stream_id, uint32_t events);
+  void set_stream_events(int fd, uint64_t stream_id, uint32_t events);
+  // Removes an fd added by watch_main, watch_control, watch_member or watch_stream.
   void unwatch(int fd);
   SysError watch_cgroup(const std::string& events_path, uint64_t call_id, int* wd);
   // The systemd tier's broker: its socket (and, while requests wait to be

@@ -1,9 +1,9 @@
-// loop/output_pipes.cc on the environment's own loop, without Node: a
-// command's output read to the byte through the reactor and delivered as
-// events; the end at EOF (with or without data left); finish() delivers what
-// the pipe holds while a writer still has it open; no descriptor stays open;
-// once closed the environment keeps nothing alive.
-#include "loop/output_pipes.h"
+// loop/streams.cc on the environment's own loop, without Node: a command's
+// output read to the byte through the reactor and delivered as events; the
+// end at EOF (with or without data left); finish() delivers what the pipe
+// holds while a writer still has it open; writes queued and completed; no
+// descriptor stays open; once closed the environment keeps nothing alive.
+#include "loop/streams.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -22,7 +22,7 @@
 using proctree::CallEvent;
 using proctree::Environment;
 using proctree::Fd;
-using proctree::OutputPipes;
+using proctree::Streams;
 using proctree::SysError;
 
 namespace {
@@ -41,13 +41,16 @@ struct Sink : proctree::EventSink {
   Environment* env = nullptr;
   std::map<uint64_t, std::string> bytes;
   std::map<uint64_t, int> ends;
+  std::map<uint64_t, int> written;
   std::vector<CallEvent::Kind> call_events;
   void deliver(const CallEvent& ev) override {
     if (ev.kind == CallEvent::kOutput) {
       bytes[ev.call_id] += ev.data;
-      env->output_pipes().delivered(ev.call_id);
+      env->streams().delivered(ev.call_id);
     } else if (ev.kind == CallEvent::kOutputEnd) {
       ++ends[ev.call_id];
+    } else if (ev.kind == CallEvent::kWritten) {
+      if (!ev.error) ++written[ev.call_id];
     } else {
       call_events.push_back(ev.kind);
     }
@@ -67,7 +70,7 @@ struct Harness {
   Harness(const Harness&) = delete;
   Harness& operator=(const Harness&) = delete;
   ~Harness() { close(); }
-  OutputPipes& pipes() { return env->output_pipes(); }
+  Streams& pipes() { return env->streams(); }
   // Closes the environment: 0 when nothing keeps the loop alive after it.
   int close() {
     if (!env) return 0;
@@ -93,8 +96,9 @@ void command_output(bool* passed) {
   Sink& sink = h.sink;
   uint64_t out_id = 0, err_id = 0;
   Fd out_w, err_w;
-  CHECK_EQ(env->output_pipes().open(&out_id, &out_w).err, 0);
-  CHECK_EQ(env->output_pipes().open(&err_id, &err_w).err, 0);
+  int our_fd = -1;
+  CHECK_EQ(env->streams().open(Streams::kOutput, &out_id, &out_w, &our_fd).err, 0);
+  CHECK_EQ(env->streams().open(Streams::kOutput, &err_id, &err_w, &our_fd).err, 0);
   CHECK(out_id != err_id);
   // Our read ends are non-blocking, the child's write ends are not.
   CHECK_EQ(fcntl(out_w.get(), F_GETFL) & O_NONBLOCK, 0);
@@ -114,7 +118,7 @@ void command_output(bool* passed) {
   CHECK_EQ(sink.bytes[out_id].size(), size_t{300000});
   CHECK(sink.bytes[out_id].find_first_not_of('\0') == std::string::npos);
   CHECK_EQ(sink.bytes[err_id], std::string("done\n"));
-  CHECK_EQ(env->output_pipes().open_count(), size_t{0});
+  CHECK_EQ(env->streams().open_count(), size_t{0});
   CHECK_EQ(h.close(), 0);
   *passed = true;
 }
@@ -134,7 +138,8 @@ TEST(end_without_data) {
   Harness h;
   uint64_t id = 0;
   Fd w;
-  CHECK_EQ(h.pipes().open(&id, &w).err, 0);
+  int our_fd = -1;
+  CHECK_EQ(h.pipes().open(Streams::kOutput, &id, &w, &our_fd).err, 0);
   w.reset();
   CHECK(h.loop.run_until([&] { return h.sink.ends[id] == 1; }));
   CHECK(h.sink.bytes[id].empty());
@@ -148,7 +153,8 @@ TEST(finish_delivers_what_the_pipe_holds) {
   Harness h;
   uint64_t id = 0;
   Fd w;
-  CHECK_EQ(h.pipes().open(&id, &w).err, 0);
+  int our_fd = -1;
+  CHECK_EQ(h.pipes().open(Streams::kOutput, &id, &w, &our_fd).err, 0);
   std::string data(50000, 'q');
   CHECK_EQ(write(w.get(), data.data(), data.size()), static_cast<ssize_t>(data.size()));
   h.pipes().finish(id);
@@ -163,6 +169,59 @@ TEST(finish_delivers_what_the_pipe_holds) {
   h.pipes().delivered(id);
   w.reset();
   CHECK_EQ(h.close(), 0);
+  CHECK_EQ(open_fds(), fds_before);
+}
+
+// A socketpair (fd 3 and up): 1 MB written in four writes, most of it
+// queued (the socket takes far less at once); each write completes once, in
+// order; `cat` on the other end echoes everything, and the end of our
+// writing (shutdown) is its EOF, then ours.
+TEST(duplex_written_and_read_back) {
+  int fds_before = open_fds();
+  {
+    Harness h;
+    Environment* env = h.env;
+    uint64_t id = 0;
+    Fd theirs;
+    int our_fd = -1;
+    CHECK_EQ(env->streams().open(Streams::kDuplex, &id, &theirs, &our_fd).err, 0);
+    CHECK(our_fd >= 0);
+    env->streams().read_start(id);
+    proctree::SpawnRequest req;
+    req.candidates = {"/bin/cat"};
+    req.argv = {"cat"};
+    req.envp = {"PATH=/usr/local/bin:/usr/bin:/bin"};
+    req.fds = {theirs.get(), theirs.get(), proctree::dev_null_fd()};
+    proctree::SpawnOptions opts;
+    opts.tier = proctree::Tier::kPgroup;
+    proctree::SpawnedCall call;
+    CHECK_EQ(env->spawn(opts, req, &call).err, 0);
+    theirs.reset();
+    // Loop::run_until runs the loop once more after its check holds, until
+    // nothing keeps it alive: neither the call nor the stream may then.
+    env->set_referenced(call.id, false);
+    env->streams().set_ref(id, false);
+    std::string data;
+    for (int i = 0; i < 1000000; ++i) data.push_back(static_cast<char>('a' + i % 26));
+    int queued_writes = 0;
+    for (int part = 0; part < 4; ++part) {
+      bool queued = false;
+      CHECK_EQ(env->streams().write(id, data.data() + part * 250000, 250000, &queued).err, 0);
+      queued_writes += queued;
+    }
+    CHECK(queued_writes > 0);
+    CHECK(h.loop.run_until([&] { return h.sink.written[id] == queued_writes; }));
+    CHECK_EQ(env->streams().shutdown(id).err, 0);
+    bool ok = h.loop.run_until([&] { return h.sink.ends[id] == 1 && h.sink.call_events.size() >= 2; });
+    CHECK(ok);
+    CHECK(h.sink.bytes[id] == data);
+    // Writing after the end of writing is refused.
+    bool queued = false;
+    CHECK_EQ(env->streams().write(id, "x", 1, &queued).err, EBADF);
+    env->streams().close(id);
+    CHECK_EQ(env->streams().open_count(), size_t{0});
+    CHECK_EQ(h.close(), 0);
+  }
   CHECK_EQ(open_fds(), fds_before);
 }
 

@@ -1,0 +1,136 @@
+// A call's pipe as a stream: our end of it is read and written by the addon
+// (native/loop/streams.h), never by a libuv stream (net.Socket), which Bun
+// and Deno do not reliably give over an arbitrary fd. A Duplex as
+// ChildProcess's stdio sockets are, readable and writable as the pipe is:
+// stdin (written, `readable: false`), stdout and stderr (read), fd 3 and up
+// (a socketpair: both).
+//
+// Backpressure both ways: a chunk whose push() finds the buffer full stops
+// the addon's reading until _read() asks again (the writer blocks on its
+// full pipe meanwhile); a write completes (its callback runs, and 'drain'
+// may follow) only once its bytes are in the pipe.
+import { Duplex, type DuplexOptions } from 'node:stream';
+
+import { native, type NativeErrorShape, type StreamKind } from './native';
+
+/** streamOpen() kinds. */
+export const READ: StreamKind = 1;
+export const WRITE: StreamKind = 2;
+export const DUPLEX: StreamKind = 3;
+
+/**
+ * What a 'wrap' stdio entry (options.ts, stdio.ts's stopReading) reads of a
+ * stream handed to another call: its fd, and how to stop reading it.
+ */
+interface PipeHandle {
+  readonly fd: number;
+  reading: boolean;
+  readStop(): void;
+}
+
+type Callback = (err?: Error | null) => void;
+
+export class PipeStream extends Duplex {
+  /** The child's end, until the call's start hands it over (stdio.ts closes it then). */
+  readonly childEnd: number;
+  /** @internal */
+  readonly _handle: PipeHandle;
+  readonly #id: number;
+  #reading = false;
+  #closed = false;
+  /** Completions of the writes in flight, oldest first. */
+  #writes: Callback[] | null = null;
+
+  constructor(kind: StreamKind) {
+    const readable = kind !== WRITE;
+    const writable = kind !== READ;
+    // allowHalfOpen false, as a net.Socket: the end of reading ends writing
+    // too, so fd 3's stream closes (and the call's 'close' may come) once
+    // the child is done with it.
+    // (`readable`/`writable`: Duplex's own options since Node 14, which
+    // these typings do not list.)
+    super({ readable, writable, allowHalfOpen: false, decodeStrings: true } as DuplexOptions);
+    const [id, childEnd, fd] = native.streamOpen(kind, (k, v) => this.#onEvent(k, v));
+    this.#id = id;
+    this.childEnd = childEnd;
+    this._handle = {
+      fd,
+      reading: false,
+      readStop: () => this.#read(false),
+    };
+    // As a net.Socket over an fd: reading starts now, until the buffer is full.
+    if (readable) this.read(0);
+  }
+
+  #onEvent(kind: 0 | 1 | 2, value: Buffer | NativeErrorShape | null): void {
+    if (kind === 0) {
+      if (this.destroyed) return;
+      // Full: no more reads until _read() asks.
+      if (!this.push(value as Buffer)) this.#read(false);
+      return;
+    }
+    if (kind === 1) {
+      this.#reading = false;
+      if (value) this.destroy(value as Error);
+      else if (!this.destroyed) this.push(null);
+      return;
+    }
+    const cb = this.#writes?.shift();
+    cb?.(value as Error | null);
+  }
+
+  #read(on: boolean): void {
+    if (this.#reading === on || this.#closed) return;
+    this.#reading = on;
+    this._handle.reading = on;
+    native.streamRead(this.#id, on);
+  }
+
+  override _read(): void {
+    this.#read(true);
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, cb: Callback): void {
+    const r = native.streamWrite(this.#id, chunk);
+    if (r === false) cb();
+    else if (r === true) (this.#writes ??= []).push(cb);
+    else cb(r);
+  }
+
+  override _final(cb: Callback): void {
+    cb(native.streamShutdown(this.#id) ?? null);
+  }
+
+  override _destroy(err: Error | null, cb: Callback): void {
+    this.#close();
+    cb(err);
+  }
+
+  #close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#writes = null;
+    native.streamClose(this.#id);
+  }
+
+  /**
+   * Our end's descriptor, -1 once closed: what child_process.spawn takes of
+   * a stream given as a stdio entry (it had a net.Socket's handle before).
+   * Never read, written or closed but through this stream.
+   */
+  get fd(): number {
+    return this.#closed ? -1 : this._handle.fd;
+  }
+
+  /** As Socket#ref(): the stream keeps the loop alive while it reads or writes. */
+  ref(): this {
+    if (!this.#closed) native.streamRef(this.#id, true);
+    return this;
+  }
+
+  /** As Socket#unref(). */
+  unref(): this {
+    if (!this.#closed) native.streamRef(this.#id, false);
+    return this;
+  }
+}

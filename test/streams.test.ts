@@ -1,0 +1,160 @@
+// A call's pipes are read and written by the addon (native/loop/streams.h),
+// not by net.Socket: stdio[3] is duplex as Node's socketpair is, and
+// backpressure holds both ways (a paused stdout stops our reading and the
+// writer blocks on its full pipe; a stdin write completes only once its
+// bytes are in the pipe).
+import { spawn as cpSpawn } from 'node:child_process';
+import net from 'node:net';
+import { Duplex, Readable, Writable } from 'node:stream';
+
+import { describe, expect, it } from 'vitest';
+
+import { spawn, type ToolCall } from '../dist/cjs/index.js';
+import { blockedIn, waitUntil } from './helpers';
+
+/** Rejects when `p` has not settled within `ms`: a hang fails the test instead of the run. */
+function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
+    p.then(
+      (v) => {
+        clearTimeout(t);
+        resolve(v);
+      },
+      (e: unknown) => {
+        clearTimeout(t);
+        reject(e);
+      },
+    );
+  });
+}
+
+function readAll(stream: NodeJS.ReadableStream | null | undefined): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let out = '';
+    stream?.setEncoding('utf8');
+    stream?.on('data', (d: string) => (out += d));
+    stream?.on('end', () => resolve(out));
+    stream?.on('error', reject);
+  });
+}
+
+function closed(call: { on(ev: 'close', fn: (code: number | null, signal: string | null) => void): unknown }): Promise<[number | null, string | null]> {
+  return new Promise((resolve) => call.on('close', (code, signal) => resolve([code, signal])));
+}
+
+describe('stdio streams over the addon', () => {
+  it("an extra 'pipe' at fd 3 is duplex: what the harness writes into it comes back, as with child_process", async () => {
+    const script = 'cat <&3 >&3; echo done';
+    const text = 'into fd 3 and back\n'.repeat(5000);
+    const results: Array<{ back: string; out: string; status: [number | null, string | null] }> = [];
+    for (const start of [cpSpawn, spawn] as const) {
+      const call = start('sh', ['-c', script], { stdio: ['ignore', 'pipe', 'inherit', 'pipe'] });
+      try {
+        const three = call.stdio[3] as Duplex;
+        expect(three.readable).toBe(true);
+        expect(three.writable).toBe(true);
+        const back = readAll(three);
+        const out = readAll(call.stdout);
+        three.end(text);
+        const status = closed(call);
+        results.push(await within(Promise.all([back, out, status]).then(([b, o, s]) => ({ back: b, out: o, status: s })), 10_000, start.name));
+      } finally {
+        call.kill('SIGKILL');
+      }
+    }
+    expect(results[1].back).toBe(text);
+    expect(results[1]).toEqual(results[0]);
+  });
+
+  it('the streams are plain Readable/Writable/Duplex streams, no net.Socket; stdin is not readable', () => {
+    const call = spawn('true', [], { stdio: ['pipe', 'pipe', 'pipe', 'pipe'] });
+    expect(call.stdin).toBeInstanceOf(Writable);
+    expect(call.stdin?.readable).toBe(false);
+    expect(call.stdout).toBeInstanceOf(Readable);
+    expect(call.stdout?.writable).toBe(false);
+    expect(call.stdio[3]).toBeInstanceOf(Duplex);
+    for (const s of call.stdio) expect(s instanceof net.Socket).toBe(false);
+    return closed(call as ToolCall);
+  });
+
+  it('a stdout nobody reads stops our reading: the command blocks on its full pipe, then everything arrives', async () => {
+    const size = 8_000_000;
+    const call = spawn('head', ['-c', String(size), '/dev/zero'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    try {
+      await within(new Promise((r) => call.on('spawn', r)), 10_000, 'spawn');
+      const pid = call.pid as number;
+      // Without backpressure the addon would read all 8 MB into the stream's
+      // buffer and head would exit: it never blocks.
+      await waitUntil(() => blockedIn(pid, 'write', 1), 10_000);
+      expect(blockedIn(pid, 'write', 1)).toBe(true);
+      expect(call.exitCode).toBe(null);
+      const stdout = call.stdout as Readable;
+      // What the stream holds: its high-water mark and one chunk at most.
+      expect(stdout.readableLength).toBeLessThanOrEqual(stdout.readableHighWaterMark + 64 * 1024);
+      let total = 0;
+      stdout.on('data', (d: Buffer) => (total += d.length));
+      const [code] = await within(closed(call), 20_000, 'close');
+      expect(code).toBe(0);
+      expect(total).toBe(size);
+    } finally {
+      call.kill('SIGKILL');
+    }
+  });
+
+  it('a stdin write completes once its bytes are in the pipe, not before the command reads them', async () => {
+    const size = 4_000_000;
+    // fd 3 is the gate: stdin is not read until a line arrives there.
+    const call = spawn('sh', ['-c', 'read gate <&3; exec wc -c'], { stdio: ['pipe', 'pipe', 'inherit', 'pipe'] });
+    try {
+      await within(new Promise((r) => call.on('spawn', r)), 10_000, 'spawn');
+      const pid = call.pid as number;
+      let gateOpen = false;
+      let completedBeforeGate = false;
+      const written = new Promise<Error | null | undefined>((resolve) => {
+        const more = call.stdin?.write(Buffer.alloc(size, 0x61), (err) => {
+          if (!gateOpen) completedBeforeGate = true;
+          resolve(err);
+        });
+        expect(more).toBe(false);
+      });
+      const out = readAll(call.stdout);
+      // (`read gate <&3` reads fd 3 as its fd 0.)
+      await waitUntil(() => blockedIn(pid, 'read', 0), 10_000);
+      expect(blockedIn(pid, 'read', 0)).toBe(true);
+      // The pipe holds 64 KiB: the rest waits in the addon.
+      expect(completedBeforeGate).toBe(false);
+      expect(call.stdin?.writableLength).toBe(size);
+      gateOpen = true;
+      (call.stdio[3] as Duplex).write('go\n');
+      expect(await within(written, 10_000, 'write')).toBeFalsy();
+      expect(completedBeforeGate).toBe(false);
+      call.stdin?.end();
+      expect((await within(out, 10_000, 'wc')).trim()).toBe(String(size));
+      (call.stdio[3] as Duplex).end();
+      expect((await within(closed(call), 10_000, 'close'))[0]).toBe(0);
+    } finally {
+      call.kill('SIGKILL');
+    }
+  });
+
+  it('writing to a command that closed its stdin: EPIPE on the write, not fatal, and the call closes', async () => {
+    const call = spawn('sh', ['-c', 'exec <&-; read gate <&3'], { stdio: ['pipe', 'ignore', 'inherit', 'pipe'] });
+    try {
+      await within(new Promise((r) => call.on('spawn', r)), 10_000, 'spawn');
+      const pid = call.pid as number;
+      await waitUntil(() => blockedIn(pid, 'read', 0), 10_000);
+      expect(blockedIn(pid, 'read', 0)).toBe(true);
+      const err = await within(
+        new Promise<Error | null | undefined>((resolve) => call.stdin?.write(Buffer.alloc(1_000_000), resolve)),
+        10_000,
+        'write',
+      );
+      expect(err).toMatchObject({ code: 'EPIPE', syscall: 'write' });
+      (call.stdio[3] as Duplex).end('go\n');
+      expect(await within(closed(call), 10_000, 'close')).toEqual([0, null]);
+    } finally {
+      call.kill('SIGKILL');
+    }
+  });
+});
