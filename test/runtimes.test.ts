@@ -8,9 +8,10 @@
 // binaries come as optional dependencies). A runtime that is not installed
 // skips with the reason; CI sets PROCTREE_REQUIRE_RUNTIMES=1 so that it
 // cannot.
-import { spawn as cpSpawn } from 'node:child_process';
+import { execFileSync, spawn as cpSpawn } from 'node:child_process';
 import { randomInt } from 'node:crypto';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 
 import { describe, expect, it } from 'vitest';
@@ -174,4 +175,74 @@ describe.each(['node', 'bun', 'deno'])('%s', (name) => {
     },
     120_000,
   );
+});
+
+/** Whether `cmd` is on PATH. */
+function onPath(cmd: string): boolean {
+  return (process.env.PATH ?? '').split(':').some((d) => d && fs.existsSync(path.join(d, cmd)));
+}
+
+// A harness compiled into one executable by `bun build --compile`: the addon
+// is embedded through the loader's literal require, the helper as one more
+// entry point; at run time the helper is copied out to a private directory
+// (lib/native.ts). Run with the repository's build/, prebuilds/, dist/ and
+// node_modules/ hidden (tmpfs over each, in a mount namespace of its own)
+// when root can, so that only what is inside the executable can be used.
+describe('bun build --compile', () => {
+  const bun = runtime('bun');
+  const root = path.resolve(__dirname, '..');
+  if (bun.missing) {
+    if (requireRuntimes) {
+      it('bun is installed (PROCTREE_REQUIRE_RUNTIMES=1)', () => {
+        throw new Error(`PROCTREE_REQUIRE_RUNTIMES=1, but ${bun.missing}`);
+      });
+    } else {
+      it.skip(`bun not installed: ${bun.missing}`, () => {});
+    }
+    return;
+  }
+
+  it('a single-file harness runs a call, its guardian runs the embedded helper, and the tree is gone', async () => {
+    const helper = [path.join(root, 'build', 'Release', 'proctree-helper'), path.join(root, 'prebuilds', `linux-${process.arch}`, 'proctree-helper')].find(
+      (f) => fs.existsSync(f),
+    );
+    expect(helper, 'no proctree-helper built (npm run compile)').toBeDefined();
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-bun-compile-'));
+    const tag = String(randomInt(100_000_000, 999_999_999));
+    let pid = 0;
+    try {
+      fs.mkdirSync(path.join(dir, 'node_modules'));
+      fs.symlinkSync(root, path.join(dir, 'node_modules', 'proctree'));
+      fs.copyFileSync(path.join(__dirname, 'runtimes', 'compile', 'harness.ts'), path.join(dir, 'harness.ts'));
+      const exe = path.join(dir, 'harness');
+      execFileSync(bun.command, ['build', '--compile', 'harness.ts', helper as string, '--asset-naming=[name].[ext]', '--outfile', exe], {
+        cwd: dir,
+        stdio: 'pipe',
+        timeout: 240_000,
+        env: { ...process.env, NO_COLOR: '1' },
+      });
+      fs.rmSync(path.join(dir, 'node_modules'), { recursive: true });
+      fs.rmSync(path.join(dir, 'harness.ts'));
+      const hide = process.getuid?.() === 0 && onPath('unshare');
+      const hidden = ['build', 'prebuilds', 'dist', 'node_modules'].map((d) => path.join(root, d)).filter((d) => fs.existsSync(d));
+      const script = `for d in "$@"; do mount -t tmpfs -o size=1m proctree-hidden "$d" || exit 99; done; exec ${JSON.stringify(exe)} 300.${tag}`;
+      const [command, args] = hide ? ['unshare', ['--mount', '--', 'sh', '-c', script, 'sh', ...hidden]] : [exe, [`300.${tag}`]];
+      const out = await runScenario(command, args as string[], tag, 100_000);
+      const line = out.stdout.trim().split('\n').find((l) => l.startsWith('{"pid"'));
+      if (!line) console.error(`compiled harness stdout:\n${out.stdout.slice(-4000)}\nstderr:\n${out.stderr.slice(-4000)}`);
+      expect(line, `exit ${out.code ?? out.signal}: ${lastLines(out.stderr)}`).toBeDefined();
+      const r = JSON.parse(line as string);
+      pid = r.pid;
+      expect(r).toMatchObject({ stdout: 'ok\n', exitCode: 0, reason: 'leftovers', leftovers: 0, verified: 'cgroup.events', tier: 'cgroup', helperProbe: true });
+      // The guardian runs the helper copied out of the executable, not the repository's.
+      expect(r.guardianExe).toMatch(/\/proctree-\d+\/[0-9a-f]{16}\/proctree-helper$/);
+      await waitUntil(() => liveWith(`.${tag}`).length === 0 && subtreesOf(pid).length === 0, 5000);
+      expect(liveWith(`.${tag}`)).toEqual([]);
+      expect(subtreesOf(pid)).toEqual([]);
+    } finally {
+      killLiveWith(`.${tag}`);
+      if (pid) for (const d of subtreesOf(pid)) killCgroup(d);
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  }, 300_000);
 });
