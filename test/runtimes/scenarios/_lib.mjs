@@ -153,6 +153,10 @@ export function scenario(name, body, limitMs = 90000) {
     process.exit(ok ? 0 : 1);
   };
   const limit = setTimeout(() => finish(false, `timed out after ${limitMs} ms; last check passed: ${checks.at(-1) ?? 'none'}`), limitMs);
+  // A throw outside the body's promise chain (a stream's callback) still ends in a result line.
+  const uncaught = (err) => finish(false, `uncaught after "${checks.at(-1) ?? 'none'}": ${err && err.stack ? err.stack : err}`);
+  process.on('uncaughtException', uncaught);
+  process.on('unhandledRejection', uncaught);
   Promise.resolve()
     .then(() => body(t))
     .then(
