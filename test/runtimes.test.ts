@@ -157,9 +157,12 @@ describe.each(['node', 'bun', 'deno'])('%s', (name) => {
         expect(out.result?.runtime).toBe(name);
         expect(out.result?.checks).toBeGreaterThan(0);
         // Nothing left: the exit hook's cgroup.kill (or the guardian) is done
-        // once every process is gone and every subtree removed.
-        await waitUntil(() => liveWith(needle).length === 0 && pids.every((p) => subtreesOf(p).length === 0), 5000);
+        // once every process is gone, every subtree removed, and the
+        // guardian of each harness process has exited.
+        const guardians = (): number[] => pids.flatMap((p) => liveWith(`proctree-${p}-`, 'proctree-guard'));
+        await waitUntil(() => liveWith(needle).length === 0 && guardians().length === 0 && pids.every((p) => subtreesOf(p).length === 0), 5000);
         expect(liveWith(needle)).toEqual([]);
+        expect(guardians()).toEqual([]);
         for (const p of pids) expect(subtreesOf(p)).toEqual([]);
       } finally {
         // Whatever a failed scenario left: its own processes (by its token)
@@ -167,7 +170,11 @@ describe.each(['node', 'bun', 'deno'])('%s', (name) => {
         killLiveWith(needle);
         for (const p of pids) {
           for (const dir of subtreesOf(p)) {
-            for (const leaf of fs.readdirSync(dir, { withFileTypes: true })) if (leaf.isDirectory()) killCgroup(path.join(dir, leaf.name));
+            try {
+              for (const leaf of fs.readdirSync(dir, { withFileTypes: true })) if (leaf.isDirectory()) killCgroup(path.join(dir, leaf.name));
+            } catch {
+              // removed meanwhile
+            }
             killCgroup(dir);
           }
         }
@@ -236,8 +243,10 @@ describe('bun build --compile', () => {
       expect(r).toMatchObject({ stdout: 'ok\n', exitCode: 0, reason: 'leftovers', leftovers: 0, verified: 'cgroup.events', tier: 'cgroup', helperProbe: true });
       // The guardian runs the helper copied out of the executable, not the repository's.
       expect(r.guardianExe).toMatch(/\/proctree-\d+\/[0-9a-f]{16}\/proctree-helper$/);
-      await waitUntil(() => liveWith(`.${tag}`).length === 0 && subtreesOf(pid).length === 0, 5000);
+      const guardians = (): number[] => liveWith(`proctree-${pid}-`, 'proctree-guard');
+      await waitUntil(() => liveWith(`.${tag}`).length === 0 && guardians().length === 0 && subtreesOf(pid).length === 0, 5000);
       expect(liveWith(`.${tag}`)).toEqual([]);
+      expect(guardians()).toEqual([]);
       expect(subtreesOf(pid)).toEqual([]);
     } finally {
       killLiveWith(`.${tag}`);
