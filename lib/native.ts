@@ -298,10 +298,14 @@ function loadAddon(): { binding: NativeBinding; file: string } {
 /**
  * In a Bun single-file executable: the proctree-helper embedded in it (built
  * with the helper as one more entry point, or imported `with { type: 'file' }`),
- * copied out to a file the kernel can execute, once per content:
- * `<tmpdir>/proctree-<uid>/<sha256 prefix>/proctree-helper`, in a directory
- * only this user can write (an existing one that is not is refused).
- * null when no helper is embedded (or outside such an executable).
+ * copied out to a file the kernel can execute. Once per content, to
+ * `<tmpdir>/proctree-<uid>/<sha256 prefix>/proctree-helper`, when that
+ * directory is this user's and no one else can write it; else (someone
+ * else's, writable by others, a read-only or full tmpdir) to a private
+ * mkdtemp directory of this process, removed at its exit (the guardian and
+ * the shims have exec'd it by then). null when no helper is embedded, or it
+ * cannot be copied out at all (the helper probe then says why calls run
+ * without a guardian), or outside such an executable.
  */
 export function embeddedHelper(): string | null {
   const bun = bunExecutable();
@@ -309,20 +313,31 @@ export function embeddedHelper(): string | null {
   if (!bun || !entry?.name) return null;
   const bytes = fs.readFileSync(path.join(path.dirname(bun.main as string), path.basename(entry.name)));
   const uid = process.getuid?.() ?? 0;
-  const top = path.join(os.tmpdir(), `proctree-${uid}`);
-  fs.mkdirSync(top, { mode: 0o700, recursive: true });
-  const st = fs.lstatSync(top);
-  if (!st.isDirectory() || st.uid !== uid || (st.mode & 0o022) !== 0) {
-    throw new Error(`${top} is not a directory that only uid ${uid} can write: refusing to run a helper from it`);
+  try {
+    const top = path.join(os.tmpdir(), `proctree-${uid}`);
+    fs.mkdirSync(top, { mode: 0o700, recursive: true });
+    const st = fs.lstatSync(top);
+    if (!st.isDirectory() || st.uid !== uid || (st.mode & 0o022) !== 0) throw new Error(`${top} is not only uid ${uid}'s`);
+    const dir = path.join(top, createHash('sha256').update(bytes).digest('hex').slice(0, 16));
+    const file = path.join(dir, 'proctree-helper');
+    if (fs.existsSync(file) && fs.readFileSync(file).equals(bytes)) return file;
+    fs.mkdirSync(dir, { mode: 0o700, recursive: true });
+    const tmp = `${file}.${process.pid}.tmp`;
+    fs.writeFileSync(tmp, bytes, { mode: 0o755 });
+    fs.renameSync(tmp, file);
+    return file;
+  } catch {
+    // not a directory to share: a private one
   }
-  const dir = path.join(top, createHash('sha256').update(bytes).digest('hex').slice(0, 16));
-  const file = path.join(dir, 'proctree-helper');
-  if (fs.existsSync(file) && fs.readFileSync(file).equals(bytes)) return file;
-  fs.mkdirSync(dir, { mode: 0o700, recursive: true });
-  const tmp = `${file}.${process.pid}.tmp`;
-  fs.writeFileSync(tmp, bytes, { mode: 0o755 });
-  fs.renameSync(tmp, file);
-  return file;
+  try {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-helper-'));
+    process.once('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+    const file = path.join(dir, 'proctree-helper');
+    fs.writeFileSync(file, bytes, { mode: 0o755 });
+    return file;
+  } catch {
+    return null;
+  }
 }
 
 const loaded = portable ? { binding: createPortableBinding(portable), file: '' } : loadAddon();

@@ -7,7 +7,8 @@
 // Bun and Deno are pinned devDependencies (bun, deno: their platform
 // binaries come as optional dependencies). A runtime that is not installed
 // skips with the reason; CI sets PROCTREE_REQUIRE_RUNTIMES=1 so that it
-// cannot.
+// cannot. PROCTREE_PACKAGE_ROOT runs everything against another build of
+// the package (a checkout with its dist/ and build/) instead of this one.
 import { execFileSync, spawn as cpSpawn } from 'node:child_process';
 import { randomInt } from 'node:crypto';
 import fs from 'node:fs';
@@ -103,12 +104,12 @@ function lastLines(text: string): string {
 }
 
 /** Runs one scenario file; SIGKILLs it (by pid) after `limitMs`. */
-function runScenario(command: string, args: string[], tag: string, limitMs: number): Promise<Outcome> {
+function runScenario(command: string, args: string[], tag: string, limitMs: number, env: NodeJS.ProcessEnv = {}): Promise<Outcome> {
   return new Promise((resolve, reject) => {
     const child = cpSpawn(command, args, {
       cwd: path.resolve(__dirname, '..'),
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, PROCTREE_SCENARIO_TOKEN: tag, NO_COLOR: '1' },
+      env: { ...process.env, PROCTREE_SCENARIO_TOKEN: tag, NO_COLOR: '1', ...env },
     });
     let stdout = '';
     let stderr = '';
@@ -197,7 +198,8 @@ function onPath(cmd: string): boolean {
 // when root can, so that only what is inside the executable can be used.
 describe('bun build --compile', () => {
   const bun = runtime('bun');
-  const root = path.resolve(__dirname, '..');
+  // The package compiled in: this repository, or PROCTREE_PACKAGE_ROOT as for the scenarios.
+  const root = path.resolve(process.env.PROCTREE_PACKAGE_ROOT || path.join(__dirname, '..'));
   if (bun.missing) {
     if (requireRuntimes) {
       it('bun is installed (PROCTREE_REQUIRE_RUNTIMES=1)', () => {
@@ -216,7 +218,6 @@ describe('bun build --compile', () => {
     expect(helper, 'no proctree-helper built (npm run compile)').toBeDefined();
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-bun-compile-'));
     const tag = String(randomInt(100_000_000, 999_999_999));
-    let pid = 0;
     try {
       fs.mkdirSync(path.join(dir, 'node_modules'));
       fs.symlinkSync(root, path.join(dir, 'node_modules', 'proctree'));
@@ -232,25 +233,45 @@ describe('bun build --compile', () => {
       fs.rmSync(path.join(dir, 'harness.ts'));
       const hide = process.getuid?.() === 0 && onPath('unshare');
       const hidden = ['build', 'prebuilds', 'dist', 'node_modules'].map((d) => path.join(root, d)).filter((d) => fs.existsSync(d));
-      const script = `for d in "$@"; do mount -t tmpfs -o size=1m proctree-hidden "$d" || exit 99; done; exec ${JSON.stringify(exe)} 300.${tag}`;
-      const [command, args] = hide ? ['unshare', ['--mount', '--', 'sh', '-c', script, 'sh', ...hidden]] : [exe, [`300.${tag}`]];
-      const out = await runScenario(command, args as string[], tag, 100_000);
-      const line = out.stdout.trim().split('\n').find((l) => l.startsWith('{"pid"'));
-      if (!line) console.error(`compiled harness stdout:\n${out.stdout.slice(-4000)}\nstderr:\n${out.stderr.slice(-4000)}`);
-      expect(line, `exit ${out.code ?? out.signal}: ${lastLines(out.stderr)}`).toBeDefined();
-      const r = JSON.parse(line as string);
-      pid = r.pid;
-      expect(r).toMatchObject({ stdout: 'ok\n', exitCode: 0, reason: 'leftovers', leftovers: 0, verified: 'cgroup.events', tier: 'cgroup', helperProbe: true });
-      // The guardian runs the helper copied out of the executable, not the repository's.
-      expect(r.guardianExe).toMatch(/\/proctree-\d+\/[0-9a-f]{16}\/proctree-helper$/);
-      const guardians = (): number[] => liveWith(`proctree-${pid}-`, 'proctree-guard');
-      await waitUntil(() => liveWith(`.${tag}`).length === 0 && guardians().length === 0 && subtreesOf(pid).length === 0, 5000);
-      expect(liveWith(`.${tag}`)).toEqual([]);
-      expect(guardians()).toEqual([]);
-      expect(subtreesOf(pid)).toEqual([]);
+      const pids: number[] = [];
+      /** Runs the executable (in a mount namespace with the repository's files hidden, when root can): its JSON line. */
+      const runExe = async (T: string, env: NodeJS.ProcessEnv = {}): Promise<Record<string, unknown>> => {
+        const script = `for d in "$@"; do mount -t tmpfs -o size=1m proctree-hidden "$d" || exit 99; done; exec ${JSON.stringify(exe)} ${T}`;
+        const [command, args] = hide ? ['unshare', ['--mount', '--', 'sh', '-c', script, 'sh', ...hidden]] : [exe, [T]];
+        const out = await runScenario(command, args as string[], tag, 100_000, env);
+        const line = out.stdout.trim().split('\n').find((l) => l.startsWith('{"pid"'));
+        if (!line) console.error(`compiled harness stdout:\n${out.stdout.slice(-4000)}\nstderr:\n${out.stderr.slice(-4000)}`);
+        expect(line, `exit ${out.code ?? out.signal}: ${lastLines(out.stderr)}`).toBeDefined();
+        const r = JSON.parse(line as string) as Record<string, unknown>;
+        pids.push(r.pid as number);
+        expect(r).toMatchObject({ stdout: 'ok\n', exitCode: 0, reason: 'leftovers', leftovers: 0, verified: 'cgroup.events', tier: 'cgroup', helperProbe: true });
+        const pid = r.pid as number;
+        const guardians = (): number[] => liveWith(`proctree-${pid}-`, 'proctree-guard');
+        await waitUntil(() => liveWith(T).length === 0 && guardians().length === 0 && subtreesOf(pid).length === 0, 5000);
+        expect(liveWith(T)).toEqual([]);
+        expect(guardians()).toEqual([]);
+        expect(subtreesOf(pid)).toEqual([]);
+        return r;
+      };
+      try {
+        // The guardian runs the helper copied out of the executable, not the repository's.
+        const first = await runExe(`300.${tag}1`);
+        expect(first.guardianExe).toMatch(/\/proctree-\d+\/[0-9a-f]{16}\/proctree-helper$/);
+        // A shared directory that others can write is never used: a private
+        // copy of the process runs instead, removed when it exits.
+        const tmp = path.join(dir, 'tmp');
+        const uid = process.getuid?.() ?? 0;
+        fs.mkdirSync(path.join(tmp, `proctree-${uid}`), { recursive: true });
+        fs.chmodSync(path.join(tmp, `proctree-${uid}`), 0o777);
+        const second = await runExe(`300.${tag}2`, { TMPDIR: tmp });
+        expect(second.guardianExe).toMatch(new RegExp(`^${tmp}/proctree-helper-\\w+/proctree-helper$`));
+        expect(fs.readdirSync(path.join(tmp, `proctree-${uid}`))).toEqual([]);
+        expect(fs.existsSync(path.dirname(second.guardianExe as string))).toBe(false);
+      } finally {
+        for (const p of pids) for (const d of subtreesOf(p)) killCgroup(d);
+      }
     } finally {
       killLiveWith(`.${tag}`);
-      if (pid) for (const d of subtreesOf(pid)) killCgroup(d);
       fs.rmSync(dir, { recursive: true, force: true });
     }
   }, 300_000);
