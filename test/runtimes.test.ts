@@ -131,7 +131,7 @@ function runScenario(command: string, args: string[], tag: string, limitMs: numb
 
 describe.each(['node', 'bun', 'deno'])('%s', (name) => {
   const rt = runtime(name);
-  if (rt.missing) {
+  if (rt.missing !== undefined) {
     if (requireRuntimes) {
       it('is installed (PROCTREE_REQUIRE_RUNTIMES=1)', () => {
         throw new Error(`PROCTREE_REQUIRE_RUNTIMES=1, but ${rt.missing}`);
@@ -141,6 +141,7 @@ describe.each(['node', 'bun', 'deno'])('%s', (name) => {
     }
     return;
   }
+  const { command, args } = rt;
 
   it.each(scenarios)(
     '%s',
@@ -148,7 +149,7 @@ describe.each(['node', 'bun', 'deno'])('%s', (name) => {
       // Digits: every sleep the scenario starts is `<seconds>.<tag><n>`.
       const tag = String(randomInt(100_000_000, 999_999_999));
       const needle = `.${tag}`;
-      const out = await runScenario(rt.command, rt.args(path.join(scenarioDir, file)), tag, 100_000);
+      const out = await runScenario(command, args(path.join(scenarioDir, file)), tag, 100_000);
       const pids = [out.pid, ...(out.result?.harnessPid ? [out.result.harnessPid] : [])];
       try {
         const why = `${name} ${file}: exit ${out.code ?? out.signal}, ${out.result?.reason?.split('\n')[0] ?? `no result line; stderr: ${lastLines(out.stderr)}`}`;
@@ -200,7 +201,7 @@ describe('bun build --compile', () => {
   const bun = runtime('bun');
   // The package compiled in: this repository, or PROCTREE_PACKAGE_ROOT as for the scenarios.
   const root = path.resolve(process.env.PROCTREE_PACKAGE_ROOT || path.join(__dirname, '..'));
-  if (bun.missing) {
+  if (bun.missing !== undefined) {
     if (requireRuntimes) {
       it('bun is installed (PROCTREE_REQUIRE_RUNTIMES=1)', () => {
         throw new Error(`PROCTREE_REQUIRE_RUNTIMES=1, but ${bun.missing}`);
@@ -210,6 +211,7 @@ describe('bun build --compile', () => {
     }
     return;
   }
+  const bunCommand = bun.command;
 
   it('a single-file harness runs a call, its guardian runs the embedded helper, and the tree is gone', async () => {
     const helper = [path.join(root, 'build', 'Release', 'proctree-helper'), path.join(root, 'prebuilds', `linux-${process.arch}`, 'proctree-helper')].find(
@@ -223,7 +225,7 @@ describe('bun build --compile', () => {
       fs.symlinkSync(root, path.join(dir, 'node_modules', 'proctree'));
       fs.copyFileSync(path.join(__dirname, 'runtimes', 'compile', 'harness.ts'), path.join(dir, 'harness.ts'));
       const exe = path.join(dir, 'harness');
-      execFileSync(bun.command, ['build', '--compile', 'harness.ts', helper as string, '--asset-naming=[name].[ext]', '--outfile', exe], {
+      execFileSync(bunCommand, ['build', '--compile', 'harness.ts', helper as string, '--asset-naming=[name].[ext]', '--outfile', exe], {
         cwd: dir,
         stdio: 'pipe',
         timeout: 240_000,
