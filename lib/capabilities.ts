@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 
 import { ConfinementUnavailableError } from './errors';
-import { native, type NativeLocation, nativePath, portable, type PortableMode } from './native';
+import { embeddedHelper, native, type NativeLocation, nativePath, portable, type PortableMode } from './native';
 import { pickTier, type Probes, tierRejection } from './tiers';
 import type { Confinement } from './types';
 
@@ -38,8 +38,14 @@ export interface Capabilities {
 
 let cached: Capabilities | null = null;
 
+let helperFile: string | undefined;
+/**
+ * The proctree-helper executable: next to the addon, or in a Bun single-file
+ * executable the one embedded in it, copied out (lib/native.ts).
+ */
 export function helperPath(): string {
-  return path.join(path.dirname(nativePath), 'proctree-helper');
+  helperFile ??= embeddedHelper() ?? path.join(path.dirname(nativePath), 'proctree-helper');
+  return helperFile;
 }
 
 /**

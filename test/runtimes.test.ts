@@ -1,0 +1,280 @@
+// Every scenario of test/runtimes/scenarios/ (plain JS programs that check
+// themselves and print one JSON line) under Node, Bun and Deno: each must
+// pass, and leave nothing behind — no process carrying its token in /proc,
+// and no proctree-<pid>- cgroup of its process (or of the harness it
+// started) under the cgroup2 mount that holds this process's cgroup.
+//
+// Bun and Deno are pinned devDependencies (bun, deno: their platform
+// binaries come as optional dependencies). A runtime that is not installed
+// skips with the reason; CI sets PROCTREE_REQUIRE_RUNTIMES=1 so that it
+// cannot. PROCTREE_PACKAGE_ROOT runs everything against another build of
+// the package (a checkout with its dist/ and build/) instead of this one.
+import { execFileSync, spawn as cpSpawn } from 'node:child_process';
+import { randomInt } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+import { describe, expect, it } from 'vitest';
+
+import { killCgroup, killLiveWith, liveWith, waitUntil } from './helpers';
+import { runtime } from './runtimes/runtimes.mjs';
+
+const requireRuntimes = process.env.PROCTREE_REQUIRE_RUNTIMES === '1';
+const scenarioDir = path.join(__dirname, 'runtimes', 'scenarios');
+/** Files starting with '_' are the scenarios' library and fixtures. */
+export const scenarios = fs
+  .readdirSync(scenarioDir)
+  .filter((f) => /^[a-z][\w-]*\.mjs$/.test(f))
+  .sort();
+
+/** The cgroup2 mount holding this process's cgroup, from /proc/self/mountinfo and /proc/self/cgroup. */
+function cgroupMount(): string {
+  const own = fs
+    .readFileSync('/proc/self/cgroup', 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith('0::'))
+    ?.slice(3);
+  if (own === undefined) throw new Error('no cgroup2 line in /proc/self/cgroup');
+  const mounts = fs
+    .readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' '))
+    .filter((f) => f.length > 4 && f[f.indexOf('-') + 1] === 'cgroup2')
+    .map((f) => ({ root: f[3], mount: f[4] }))
+    .filter((m) => own === m.root || own.startsWith(m.root === '/' ? '/' : `${m.root}/`))
+    .sort((a, b) => b.root.length - a.root.length);
+  if (mounts.length === 0) throw new Error(`no cgroup2 mount holds ${own}`);
+  return mounts[0].mount;
+}
+
+/** Every cgroup below the mount whose name starts with proctree-<pid>- (a subtree of that process). */
+function subtreesOf(pid: number): string[] {
+  const found: string[] = [];
+  const walk = (dir: string, depth: number): void => {
+    let entries: fs.Dirent[];
+    try {
+      entries = fs.readdirSync(dir, { withFileTypes: true });
+    } catch {
+      return; // removed while we looked
+    }
+    for (const e of entries) {
+      if (!e.isDirectory()) continue;
+      if (e.name.startsWith(`proctree-${pid}-`)) found.push(path.join(dir, e.name));
+      else if (depth < 8) walk(path.join(dir, e.name), depth + 1);
+    }
+  };
+  walk(cgroupMount(), 0);
+  return found;
+}
+
+interface ScenarioResult {
+  scenario: string;
+  runtime: string;
+  version: string;
+  pid: number;
+  ok: boolean;
+  checks: number;
+  reason?: string;
+  harnessPid?: number;
+}
+
+interface Outcome {
+  result: ScenarioResult | null;
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+  pid: number;
+}
+
+/**
+ * The last lines of a runtime's stderr, one line, without colors, for an
+ * assertion message (whole lines of paths read like stack frames to vitest).
+ */
+function lastLines(text: string): string {
+  return text
+    .replace(/\x1b\[[0-9;]*m/g, '')
+    .trim()
+    .split('\n')
+    .filter((l) => /error|panic|Error|undefined symbol/.test(l))
+    .slice(-3)
+    .map((l) => l.replace(/\s+/g, ' ').slice(0, 300))
+    .join(' | ');
+}
+
+/** Runs one scenario file; SIGKILLs it (by pid) after `limitMs`. */
+function runScenario(command: string, args: string[], tag: string, limitMs: number, env: NodeJS.ProcessEnv = {}): Promise<Outcome> {
+  return new Promise((resolve, reject) => {
+    const child = cpSpawn(command, args, {
+      cwd: path.resolve(__dirname, '..'),
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, PROCTREE_SCENARIO_TOKEN: tag, NO_COLOR: '1', ...env },
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    const limit = setTimeout(() => child.kill('SIGKILL'), limitMs);
+    child.on('error', reject);
+    child.on('close', (code, signal) => {
+      clearTimeout(limit);
+      const line = stdout
+        .trim()
+        .split('\n')
+        .reverse()
+        .find((l) => l.startsWith('{"scenario"'));
+      resolve({ result: line ? (JSON.parse(line) as ScenarioResult) : null, code, signal, stdout, stderr, pid: child.pid as number });
+    });
+  });
+}
+
+describe.each(['node', 'bun', 'deno'])('%s', (name) => {
+  const rt = runtime(name);
+  if (rt.missing !== undefined) {
+    if (requireRuntimes) {
+      it('is installed (PROCTREE_REQUIRE_RUNTIMES=1)', () => {
+        throw new Error(`PROCTREE_REQUIRE_RUNTIMES=1, but ${rt.missing}`);
+      });
+    } else {
+      it.skip(`not installed: ${rt.missing}`, () => {});
+    }
+    return;
+  }
+  const { command, args } = rt;
+
+  it.each(scenarios)(
+    '%s',
+    async (file) => {
+      // Digits: every sleep the scenario starts is `<seconds>.<tag><n>`.
+      const tag = String(randomInt(100_000_000, 999_999_999));
+      const needle = `.${tag}`;
+      const out = await runScenario(command, args(path.join(scenarioDir, file)), tag, 100_000);
+      const pids = [out.pid, ...(out.result?.harnessPid ? [out.result.harnessPid] : [])];
+      try {
+        const why = `${name} ${file}: exit ${out.code ?? out.signal}, ${out.result?.reason?.split('\n')[0] ?? `no result line; stderr: ${lastLines(out.stderr)}`}`;
+        if (out.result?.ok !== true) console.error(`${name} ${file} (the whole reason is in its result line) stdout:\n${out.stdout.slice(-4000)}\nstderr:\n${out.stderr.slice(-4000)}`);
+        expect(out.result?.ok, why).toBe(true);
+        expect(out.code, why).toBe(0);
+        expect(out.result?.runtime).toBe(name);
+        expect(out.result?.checks).toBeGreaterThan(0);
+        // Nothing left: the exit hook's cgroup.kill (or the guardian) is done
+        // once every process is gone, every subtree removed, and the
+        // guardian of each harness process has exited.
+        const guardians = (): number[] => pids.flatMap((p) => liveWith(`proctree-${p}-`, 'proctree-guard'));
+        await waitUntil(() => liveWith(needle).length === 0 && guardians().length === 0 && pids.every((p) => subtreesOf(p).length === 0), 5000);
+        expect(liveWith(needle)).toEqual([]);
+        expect(guardians()).toEqual([]);
+        for (const p of pids) expect(subtreesOf(p)).toEqual([]);
+      } finally {
+        // Whatever a failed scenario left: its own processes (by its token)
+        // and the subtrees its processes made (deepest first).
+        killLiveWith(needle);
+        for (const p of pids) {
+          for (const dir of subtreesOf(p)) {
+            try {
+              for (const leaf of fs.readdirSync(dir, { withFileTypes: true })) if (leaf.isDirectory()) killCgroup(path.join(dir, leaf.name));
+            } catch {
+              // removed meanwhile
+            }
+            killCgroup(dir);
+          }
+        }
+      }
+    },
+    120_000,
+  );
+});
+
+/** Whether `cmd` is on PATH. */
+function onPath(cmd: string): boolean {
+  return (process.env.PATH ?? '').split(':').some((d) => d && fs.existsSync(path.join(d, cmd)));
+}
+
+// A harness compiled into one executable by `bun build --compile`: the addon
+// is embedded through the loader's literal require, the helper as one more
+// entry point; at run time the helper is copied out to a private directory
+// (lib/native.ts). Run with the repository's build/, prebuilds/, dist/ and
+// node_modules/ hidden (tmpfs over each, in a mount namespace of its own)
+// when root can, so that only what is inside the executable can be used.
+describe('bun build --compile', () => {
+  const bun = runtime('bun');
+  // The package compiled in: this repository, or PROCTREE_PACKAGE_ROOT as for the scenarios.
+  const root = path.resolve(process.env.PROCTREE_PACKAGE_ROOT || path.join(__dirname, '..'));
+  if (bun.missing !== undefined) {
+    if (requireRuntimes) {
+      it('bun is installed (PROCTREE_REQUIRE_RUNTIMES=1)', () => {
+        throw new Error(`PROCTREE_REQUIRE_RUNTIMES=1, but ${bun.missing}`);
+      });
+    } else {
+      it.skip(`bun not installed: ${bun.missing}`, () => {});
+    }
+    return;
+  }
+  const bunCommand = bun.command;
+
+  it('a single-file harness runs a call, its guardian runs the embedded helper, and the tree is gone', async () => {
+    const helper = [path.join(root, 'build', 'Release', 'proctree-helper'), path.join(root, 'prebuilds', `linux-${process.arch}`, 'proctree-helper')].find(
+      (f) => fs.existsSync(f),
+    );
+    expect(helper, 'no proctree-helper built (npm run compile)').toBeDefined();
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-bun-compile-'));
+    const tag = String(randomInt(100_000_000, 999_999_999));
+    try {
+      fs.mkdirSync(path.join(dir, 'node_modules'));
+      fs.symlinkSync(root, path.join(dir, 'node_modules', 'proctree'));
+      fs.copyFileSync(path.join(__dirname, 'runtimes', 'compile', 'harness.ts'), path.join(dir, 'harness.ts'));
+      const exe = path.join(dir, 'harness');
+      execFileSync(bunCommand, ['build', '--compile', 'harness.ts', helper as string, '--asset-naming=[name].[ext]', '--outfile', exe], {
+        cwd: dir,
+        stdio: 'pipe',
+        timeout: 240_000,
+        env: { ...process.env, NO_COLOR: '1' },
+      });
+      fs.rmSync(path.join(dir, 'node_modules'), { recursive: true });
+      fs.rmSync(path.join(dir, 'harness.ts'));
+      const hide = process.getuid?.() === 0 && onPath('unshare');
+      const hidden = ['build', 'prebuilds', 'dist', 'node_modules'].map((d) => path.join(root, d)).filter((d) => fs.existsSync(d));
+      const pids: number[] = [];
+      /** Runs the executable (in a mount namespace with the repository's files hidden, when root can): its JSON line. */
+      const runExe = async (T: string, env: NodeJS.ProcessEnv = {}): Promise<Record<string, unknown>> => {
+        const script = `for d in "$@"; do mount -t tmpfs -o size=1m proctree-hidden "$d" || exit 99; done; exec ${JSON.stringify(exe)} ${T}`;
+        const [command, args] = hide ? ['unshare', ['--mount', '--', 'sh', '-c', script, 'sh', ...hidden]] : [exe, [T]];
+        const out = await runScenario(command, args as string[], tag, 100_000, env);
+        const line = out.stdout.trim().split('\n').find((l) => l.startsWith('{"pid"'));
+        if (!line) console.error(`compiled harness stdout:\n${out.stdout.slice(-4000)}\nstderr:\n${out.stderr.slice(-4000)}`);
+        expect(line, `exit ${out.code ?? out.signal}: ${lastLines(out.stderr)}`).toBeDefined();
+        const r = JSON.parse(line as string) as Record<string, unknown>;
+        pids.push(r.pid as number);
+        expect(r).toMatchObject({ stdout: 'ok\n', exitCode: 0, reason: 'leftovers', leftovers: 0, verified: 'cgroup.events', tier: 'cgroup', helperProbe: true });
+        const pid = r.pid as number;
+        const guardians = (): number[] => liveWith(`proctree-${pid}-`, 'proctree-guard');
+        await waitUntil(() => liveWith(T).length === 0 && guardians().length === 0 && subtreesOf(pid).length === 0, 5000);
+        expect(liveWith(T)).toEqual([]);
+        expect(guardians()).toEqual([]);
+        expect(subtreesOf(pid)).toEqual([]);
+        return r;
+      };
+      try {
+        // The guardian runs the helper copied out of the executable, not the repository's.
+        const first = await runExe(`300.${tag}1`);
+        expect(first.guardianExe).toMatch(/\/proctree-\d+\/[0-9a-f]{16}\/proctree-helper$/);
+        // A shared directory that others can write is never used: a private
+        // copy of the process runs instead, removed when it exits.
+        const tmp = path.join(dir, 'tmp');
+        const uid = process.getuid?.() ?? 0;
+        fs.mkdirSync(path.join(tmp, `proctree-${uid}`), { recursive: true });
+        fs.chmodSync(path.join(tmp, `proctree-${uid}`), 0o777);
+        const second = await runExe(`300.${tag}2`, { TMPDIR: tmp });
+        expect(second.guardianExe).toMatch(new RegExp(`^${tmp}/proctree-helper-\\w+/proctree-helper$`));
+        expect(fs.readdirSync(path.join(tmp, `proctree-${uid}`))).toEqual([]);
+        expect(fs.existsSync(path.dirname(second.guardianExe as string))).toBe(false);
+      } finally {
+        for (const p of pids) for (const d of subtreesOf(p)) killCgroup(d);
+      }
+    } finally {
+      killLiveWith(`.${tag}`);
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  }, 300_000);
+});

@@ -1,0 +1,51 @@
+// spawn() and run() basics: output, input, exit codes, signals, a command
+// that cannot start, a call's streams and events.
+import { load, scenario, leafReleased, cgroupOf } from './_lib.mjs';
+
+scenario('basics', async (t) => {
+  const { run, spawn } = load();
+
+  const r = await run('sh', ['-c', 'echo out; echo err >&2; exit 3']);
+  t.check(r.exitCode === 3 && r.signal === null, 'exit code 3', [r.exitCode, r.signal]);
+  t.check(r.stdout === 'out\n' && r.stderr === 'err\n', 'stdout and stderr', [r.stdout, r.stderr]);
+  t.check(r.confinement === 'cgroup' && r.cleanup === null, 'cgroup tier, nothing to clean', [r.confinement, r.cleanup]);
+  t.check(leafReleased(r.cgroup), 'leaf released');
+
+  const echoed = await run('sh', ['-c', 'tr a-z A-Z'], { input: 'hello from stdin\n' });
+  t.check(echoed.stdout === 'HELLO FROM STDIN\n', 'input', echoed.stdout);
+
+  const sig = await run('sh', ['-c', 'kill -USR1 $$']);
+  t.check(sig.exitCode === null && sig.signal === 'SIGUSR1', 'ended by a signal', [sig.exitCode, sig.signal]);
+
+  const env = await run('sh', ['-c', 'echo "$PROCTREE_X"; pwd'], { env: { PATH: process.env.PATH, PROCTREE_X: 'x1' }, cwd: '/tmp' });
+  t.check(env.stdout === 'x1\n/tmp\n', 'env and cwd', env.stdout);
+
+  const err = await run('no-such-tool-proctree').then(
+    () => null,
+    (e) => e,
+  );
+  t.check(err && err.code === 'ENOENT' && err.syscall === 'spawn no-such-tool-proctree' && err.step === 'execve', 'ENOENT rejects', err && { code: err.code, syscall: err.syscall, step: err.step });
+
+  // spawn(): the ChildProcess-shaped call, its events in order.
+  const call = spawn('sh', ['-c', 'read line; echo "got $line"; echo warn >&2; exit 5']);
+  const seen = [];
+  for (const ev of ['spawn', 'exit', 'empty', 'close']) call.on(ev, () => seen.push(ev));
+  let out = '';
+  let errOut = '';
+  call.stdout.setEncoding('utf8').on('data', (c) => (out += c));
+  call.stderr.setEncoding('utf8').on('data', (c) => (errOut += c));
+  t.check(typeof call.pid === 'number' && call.pid > 0, 'pid', call.pid);
+  const cg = call.cgroup;
+  t.check(cgroupOf(call.pid) !== null && cg.endsWith(cgroupOf(call.pid)), 'the command runs in the call leaf', [cg, cgroupOf(call.pid)]);
+  call.stdin.end('ping\n');
+  const [code, signal] = await new Promise((resolve) => call.on('close', (c, s) => resolve([c, s])));
+  t.check(code === 5 && signal === null, 'close(5, null)', [code, signal]);
+  t.check(out === 'got ping\n' && errOut === 'warn\n', 'streams', [out, errOut]);
+  t.check(seen.join() === 'spawn,exit,empty,close', 'events in order', seen);
+
+  // A command that cannot start: 'error' then 'close', never a throw.
+  const bad = spawn('no-such-tool-proctree', []);
+  const failed = await new Promise((resolve) => bad.on('error', resolve));
+  await new Promise((resolve) => bad.on('close', resolve));
+  t.check(failed.code === 'ENOENT' && bad.pid === undefined, "spawn: 'error' ENOENT, no pid", [failed.code, bad.pid]);
+});
