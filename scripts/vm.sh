@@ -98,7 +98,11 @@ trap 'exit 125' INT TERM HUP
 
 # --- what the VM is made of (built once, cached) ---------------------------
 fixture="$(bash "$root/scripts/bullseye-rootfs.sh")" || die "no Debian 11 root filesystem (bash scripts/bullseye-rootfs.sh, as root)"
-vmlinuz="$(bash "$root/scripts/debian-kernel.sh" "$kernel")" || die "no $kernel kernel (bash scripts/debian-kernel.sh $kernel)"
+if [[ "$kernel" == 5.10 ]]; then
+  vmlinuz="$fixture/vmlinuz"  # the fixture's copy of scripts/debian-kernel.sh 5.10
+else
+  vmlinuz="$(bash "$root/scripts/debian-kernel.sh" "$kernel")" || die "no $kernel kernel (bash scripts/debian-kernel.sh $kernel)"
+fi
 
 # The package as npm publishes it (dist/ and the x64 prebuild built first if missing).
 if [[ ! -f "$root/dist/cjs/index.js" ]]; then (cd "$root" && node scripts/build-ts.js >&2) || die "build-ts failed"; fi
@@ -109,6 +113,11 @@ tarball="$work/$(tail -n 1 <<<"$tarball")"
 key="$( (sha256sum <"$tarball"; cat "$fixture/complete"; echo "app $APP_FIXTURE") | sha256sum | cut -c1-16)"
 app="$cache/vm-app/$key"
 
+mkdir -p "$cache/vm-app"
+# One install of a given package at a time (tests boot VMs in parallel);
+# whoever comes second finds it made.
+exec 8>"$cache/vm-app/.lock"
+flock 8
 if [[ ! -f "$app/app.cpio" ]]; then
   [[ $(id -u) -eq 0 ]] || die "installing the package in the Debian 11 chroot needs root"
   log "installing $(basename "$tarball") in the Debian 11 root filesystem"
@@ -142,6 +151,7 @@ if [[ ! -f "$app/app.cpio" ]]; then
   mv "$app/app.cpio.tmp" "$app/app.cpio"
   rm -rf "$work/install" "$work/stage"
 fi
+exec 8>&-
 
 # --- this call: /init, COMMAND and the added files --------------------------
 overlay="$work/overlay"

@@ -250,7 +250,7 @@ SysError controller_report(const std::string& mount, const std::string& dir, uns
   if (!out->missing) return SysError::none();
   unsigned here = 0;
   if (SysError e = read_controllers_at(dir, "cgroup.controllers", &here)) return e;
-  const bool busy = dir != mount && holds_processes(dir);
+  const bool busy = dir != mount && holds_processes(dir);  // the root is exempt
 
   // Each missing controller's fix; controllers with the same fix share it
   // ("memory, pids: enable them in ...").
@@ -300,10 +300,13 @@ SysError controller_report(const std::string& mount, const std::string& dir, uns
     if (at != std::string::npos) text.replace(at, 7, f.names);
     out->reason += f.names + ": " + text;
   }
-  if (busy) {
+  // memory is a domain controller: the kernel refuses it (EBUSY) for the
+  // children of a cgroup with processes of its own. pids and cpu are
+  // threaded controllers and may be enabled there.
+  if (busy && (out->missing & kLimitMemory)) {
     out->reason += "; " + dir +
-                   " holds processes of its own, and the kernel enables no controller for the children of such a "
-                   "cgroup: move them into a leaf of their own first";
+                   " holds processes of its own, and the kernel enables memory only for the children of a cgroup "
+                   "that has none: move them into a leaf of their own first";
   }
   return SysError::none();
 }

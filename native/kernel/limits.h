@@ -7,9 +7,10 @@
 // pids.peak where the kernel has them.
 //
 // A limit needs its controller enabled in the subtree_control of the leaf's
-// parent, which cgroup v2 allows only in a cgroup that holds no process of
-// its own (the "no internal processes" rule; the root is exempt) and only
-// for controllers that its own parent passed down. controller_report() says
+// parent, which cgroup v2 allows only for controllers that its own parent
+// passed down, and for memory (a domain controller) only in a cgroup that
+// holds no process of its own (the "no internal processes" rule; the root is
+// exempt; pids and cpu are threaded controllers, exempt too). controller_report() says
 // which of them a leaf made in a given directory would get, and for each one
 // it would not, what to do about it: never silently unlimited.
 //
@@ -90,7 +91,8 @@ LimitVerdict limit_verdict(const LimitCounters& before, const LimitCounters& aft
 // cgroup.subtree_control (dir_fd: the cgroup's directory), as bits.
 SysError read_controller_file(int dir_fd, const std::string& dir_path, const char* file, unsigned* out);
 // Writes "+memory +pids +cpu" (the bits of `which`) to the cgroup's
-// cgroup.subtree_control. EBUSY: the cgroup holds processes of its own.
+// cgroup.subtree_control. EBUSY for memory when the cgroup holds processes
+// of its own (pids and cpu are allowed there).
 SysError enable_controllers(int dir_fd, const std::string& dir_path, unsigned which);
 
 // For leaves made in the cgroup `dir` (an absolute path below the cgroup2
@@ -102,7 +104,8 @@ SysError enable_controllers(int dir_fd, const std::string& dir_path, unsigned wh
 //    delegated here; boot with cgroup_no_v1=memory,pids,cpu (or
 //    systemd.unified_cgroup_hierarchy=1)"
 // The reason also says when `dir` holds processes of its own, which keeps
-// the kernel from enabling anything there until they move into a leaf.
+// the kernel from enabling memory (a domain controller; pids and cpu are
+// threaded ones, which it allows there) until they move into a leaf.
 struct ControllerReport {
   unsigned available = 0;  // in dir's cgroup.subtree_control
   unsigned missing = 0;    // needed & ~available

@@ -226,24 +226,33 @@ TEST(report_of_a_leaf_and_of_a_cgroup_with_processes) {
   CHECK_EQ(r.reason, "pids: enable in " + path + "/cgroup.subtree_control and in each cgroup.subtree_control below it down to " +
                          below + "/cgroup.subtree_control");
   CHECK(rmdir(below.c_str()) == 0);
-  // With a process in it, the report says the kernel will refuse (and it does).
+  // With a process in it, the report says the kernel will refuse memory
+  // (a domain controller), and it does; pids and cpu (threaded
+  // controllers) it allows.
   int go = -1;
   fixtures::Children kids;
   pid_t pid = kids.add(start_child(&go, [] { return 0; }));
   CHECK(pid > 0);
   CHECK(!move_into(leaf, pid));
-  CHECK(!proctree::controller_report(place().mount, path, proctree::kLimitCpu, &r));
+  CHECK(!proctree::controller_report(place().mount, path, proctree::kLimitMemory, &r));
   CHECK(r.reason.find(path + " holds processes of its own") != std::string::npos);
-  SysError e = proctree::enable_controllers(leaf.dir_fd(), path, proctree::kLimitCpu);
+  CHECK(!proctree::controller_report(place().mount, path, proctree::kLimitCpu | proctree::kLimitPids, &r));
+  CHECK_EQ(r.reason, "pids,cpu: enable in " + path + "/cgroup.subtree_control");
+  SysError e = proctree::enable_controllers(leaf.dir_fd(), path, proctree::kLimitMemory);
   CHECK_EQ(e.err, EBUSY);
+  CHECK_EQ(e.path, path + "/cgroup.subtree_control");
+  CHECK(!proctree::enable_controllers(leaf.dir_fd(), path, proctree::kLimitCpu | proctree::kLimitPids));
   close(go);  // the child reads EOF and exits
   int status = 0;
-  CHECK(fixtures::reap_within(pid, &status));
-  kids.reap(pid);
-  // Empty again: now the kernel enables it.
-  CHECK(!proctree::enable_controllers(leaf.dir_fd(), path, proctree::kLimitCpu | proctree::kLimitPids));
-  CHECK(slurp(path + "/cgroup.subtree_control").find("cpu") != std::string::npos);
-  CHECK(slurp(path + "/cgroup.subtree_control").find("pids") != std::string::npos);
+  CHECK(kids.reap(pid, &status));
+  // Empty again: now the kernel enables memory too.
+  CHECK(!proctree::enable_controllers(leaf.dir_fd(), path, proctree::kLimitMemory));
+  std::string enabled = slurp(path + "/cgroup.subtree_control");
+  CHECK(enabled.find("memory") != std::string::npos);
+  CHECK(enabled.find("cpu") != std::string::npos);
+  CHECK(enabled.find("pids") != std::string::npos);
+  CHECK(!proctree::controller_report(place().mount, path, proctree::kAllLimitControllers, &r));
+  CHECK_EQ(r.missing, 0u);
   CHECK(!proctree::enable_controllers(leaf.dir_fd(), path, 0));
 }
 
@@ -296,8 +305,7 @@ TEST(memory_hog_under_128_mib_is_oom_killed) {
   CHECK(write(go, "g", 1) == 1);
   close(go);
   int status = 0;
-  CHECK(fixtures::reap_within(pid, &status, 120000));
-  kids.reap(pid);
+  CHECK(kids.reap(pid, &status, 120000));
   CHECK(WIFSIGNALED(status));
   CHECK_EQ(WTERMSIG(status), SIGKILL);
 
@@ -346,8 +354,7 @@ TEST(fork_loop_under_pids_max_64_is_refused) {
   CHECK(write(go, "g", 1) == 1);
   close(go);
   int status = 0;
-  CHECK(fixtures::reap_within(pid, &status, 120000));
-  kids.reap(pid);
+  CHECK(kids.reap(pid, &status, 120000));
   CHECK(WIFEXITED(status));
   CHECK_EQ(WEXITSTATUS(status), 63);
 
