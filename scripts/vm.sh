@@ -244,6 +244,7 @@ qemu-system-x86_64 \
   -append "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init cgroup_no_v1=all swapaccount=1" \
   </dev/null >>"$work/console" 2>&1 &
 qemu_pid=$!
+log "booting linux $kernel (qemu pid $qemu_pid, timeout $timeout s)"
 tail -c +1 -f --pid="$qemu_pid" "$work/stdout" &
 tail_pids+=($!)
 tail -c +1 -f --pid="$qemu_pid" "$work/stderr" >&2 &

@@ -6,6 +6,8 @@
 //     leaf harness/main, and no cgroup v1 hierarchy is mounted;
 //   * the packed package is installed and loads with require('proctree');
 //   * COMMAND's stdout, stderr and exit status come back apart;
+//   * (a second, short run) a VM that overruns --timeout is killed: status
+//     124, and its qemu is gone;
 //   * the native limits test (test/native/limits_test.cc, built by
 //     `npm run test:native`) runs inside with the host's C++ runtime copied
 //     in (--add): a memory hog under 128 MiB is OOM-killed and oom_kill
@@ -109,4 +111,21 @@ describe.skipIf(why !== null && !requireVm)(`scripts/vm.sh on Debian 12's Linux 
     expect(out).toMatch(/^\d+ passed, 0 failed, 0 skipped$/m);
     expect(line(out, 'LIMITS-EXIT')).toBe('0');
   });
+
+  it('kills a VM that overruns --timeout: status 124, and its qemu process is gone', async () => {
+    const over = await runVm({ kernel: '6.1', timeoutS: 3 }, ['sleep', '600']);
+    const detail = `status ${over.status ?? over.signal}\n${over.stderr}`;
+    expect(over.status, detail).toBe(124);
+    expect(over.stderr).toMatch(/overran 3 s and was killed/);
+    const pid = Number(/qemu pid (\d+)/.exec(over.stderr)?.[1]);
+    expect(pid, detail).toBeGreaterThan(0);
+    // Gone (or the number reused by something that is not a qemu).
+    let cmdline = '';
+    try {
+      cmdline = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    } catch {
+      // no such process
+    }
+    expect(cmdline).not.toMatch(/qemu-system/);
+  }, 600_000);
 });
