@@ -125,7 +125,15 @@ export function inChroot(
   options: { timeoutMs: number; env?: Record<string, string> },
 ): SpawnSyncReturns<string> {
   fs.mkdirSync(path.join(work, 'npm-cache'), { recursive: true });
-  const extra = Object.entries(options.env ?? {})
+  const env: Record<string, string> = { ...options.env };
+  // The CA bundle this Node is told to trust (a TLS-inspecting proxy's), for
+  // npm's fetches in the chroot, as scripts/vm.sh passes it.
+  const ca = process.env.NODE_EXTRA_CA_CERTS;
+  if (ca && fs.existsSync(ca) && env.NODE_EXTRA_CA_CERTS === undefined) {
+    fs.copyFileSync(ca, path.join(work, 'extra-ca.pem'));
+    env.NODE_EXTRA_CA_CERTS = '/mnt/extra-ca.pem';
+  }
+  const extra = Object.entries(env)
     .map(([k, v]) => `${k}=${v}`)
     .join(' ');
   const own = ownCgroupDir();
