@@ -151,6 +151,9 @@ if [[ ! -f "$app/app.cpio" ]]; then
   mv "$app/app.cpio.tmp" "$app/app.cpio"
   rm -rf "$work/install" "$work/stage"
 fi
+# Each change of the package makes a new install (4-5 MB): the four used last are kept.
+touch "$app"
+for old in $(cd "$cache/vm-app" && ls -1t | grep -E '^[0-9a-f]{16}$' | tail -n +5); do rm -rf "${cache:?}/vm-app/$old"; done
 exec 8>&-
 
 # --- this call: /init, COMMAND and the added files --------------------------
