@@ -12,6 +12,7 @@
         "native/kernel/child.cc",
         "native/kernel/clone.cc",
         "native/kernel/guardian_launch.cc",
+        "native/kernel/limits.cc",
         "native/kernel/members.cc",
         "native/kernel/pidfd.cc",
         "native/kernel/probe.cc",

@@ -6,7 +6,8 @@
 #                  only glibc 2.28) and npm from the npm package npm, both
 #                  pinned by version and integrity;
 #   vmlinuz        Debian 11's own kernel (linux-image-5.10.*-amd64: no
-#                  cgroup.kill), for qemu-system-x86_64;
+#                  cgroup.kill), for qemu-system-x86_64, as
+#                  scripts/debian-kernel.sh 5.10 fetches it;
 #   base.cpio      rootfs as an initramfs archive (newc, uncompressed: the
 #                  kernel unpacks it fast even under TCG).
 # Everything comes from the Debian mirror apt already uses and from the npm
@@ -53,21 +54,12 @@ if [[ $(id -u) -ne 0 ]]; then
   log "debootstrap needs root"
   exit 1
 fi
-for cmd in debootstrap cpio node npm dpkg-deb apt-get; do
+for cmd in debootstrap cpio node npm dpkg-deb apt-get apt-cache; do
   command -v "$cmd" >/dev/null || { log "$cmd is missing (apt-get install debootstrap cpio)"; exit 1; }
 done
 
-# The Debian mirror apt already uses: the first URIs/deb line for /debian
-# (not the security archive). PROCTREE_DEBIAN_MIRROR overrides it.
-mirror="${PROCTREE_DEBIAN_MIRROR:-}"
-if [[ -z "$mirror" ]]; then
-  mirror="$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ && $2 ~ /\/debian\/?$/ { print $2; exit }')"
-fi
-if [[ -z "$mirror" ]]; then
-  mirror="$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-    awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^https?:.*\/debian\/?$/) { print $i; exit } }')"
-fi
-[[ -n "$mirror" ]] || { log "no Debian mirror found in apt's sources; set PROCTREE_DEBIAN_MIRROR"; exit 1; }
+# The Debian mirror apt already uses (PROCTREE_DEBIAN_MIRROR overrides it).
+mirror="$(bash "$root/scripts/debian-kernel.sh" --mirror)"
 
 mkdir -p "$cache"
 exec 9>"$cache/.lock"
@@ -118,27 +110,14 @@ printf '#!/bin/sh\nexec /usr/local/bin/node /opt/npm/bin/npm-cli.js "$@"\n' >"$r
 chmod 0755 "$rootfs/usr/local/bin/npm"
 rm -rf "$work/npm"
 
-# Debian 11's kernel: apt with state of its own (package lists and download
-# cache under the fixture), so the machine's apt is left as it was.
+# Debian 11's kernel, as scripts/debian-kernel.sh fetches it for scripts/vm.sh
+# (one copy in the cache, shared).
 log "linux-image-amd64 from $SUITE"
-apt="$work/apt"
-mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/parts"
-echo "deb [signed-by=$keyring] $mirror $SUITE main" >"$apt/sources.list"
-: >"$apt/status"
-apt_b=(-o Dir::Etc::SourceList="$apt/sources.list" -o Dir::Etc::SourceParts="$apt/parts"
-  -o Dir::State::Lists="$apt/lists" -o Dir::State::Status="$apt/status"
-  -o Dir::Cache="$apt" -o Dir::Cache::Archives="$apt/archives"
-  -o APT::Architecture=amd64 -o APT::Architectures::=amd64
-  -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
-apt-get "${apt_b[@]}" update -qq
-kpkg="$(apt-cache "${apt_b[@]}" depends linux-image-amd64 | awk '$1 ~ /Depends:/ && $2 ~ /^linux-image-5\.10/ { print $2; exit }')"
-[[ -n "$kpkg" ]] || { log "no linux-image-5.10 package behind linux-image-amd64"; exit 1; }
-(cd "$apt" && apt-get "${apt_b[@]}" download "$kpkg" >/dev/null)
-mkdir -p "$work/kernel"
-dpkg-deb --fsys-tarfile "$apt"/"$kpkg"_*.deb | tar -x -C "$work/kernel" ./boot
-cp "$work/kernel"/boot/vmlinuz-* "$work/vmlinuz"
-kernel_version="$(basename "$work"/kernel/boot/vmlinuz-* | sed 's/^vmlinuz-//')"
-rm -rf "$work/kernel" "$apt"
+vmlinuz="$(bash "$root/scripts/debian-kernel.sh" 5.10)"
+cp "$vmlinuz" "$work/vmlinuz"
+kernel_info="$(cat "$(dirname "$vmlinuz")/complete")"
+kernel_version="$(awk '{ print $2 }' <<<"$kernel_info")"
+kpkg="$(sed -n 's/^kernel [^ ]* (\([^)]*\)).*/\1/p' <<<"$kernel_info")"
 
 # Smaller, for the initramfs: no documentation, translations or apt state.
 rm -rf "$rootfs"/usr/share/{doc,man,info,locale}/* "$rootfs"/var/cache/apt/* "$rootfs"/var/lib/apt/lists/*

@@ -1,6 +1,8 @@
-// Shared by the older-host tests (test/bullseye.test.ts, test/oldkernel.test.ts):
-// the Debian 11 fixture that scripts/bullseye-rootfs.sh builds, the package as
-// `npm pack` makes it, and commands run in a chroot of that root filesystem.
+// Shared by the older-host tests (test/bullseye.test.ts, test/oldkernel.test.ts,
+// test/restricted.test.ts) and the VM tests (test/vm.test.ts): the Debian 11
+// fixture that scripts/bullseye-rootfs.sh builds, the package as `npm pack`
+// makes it, commands run in a chroot of that root filesystem, and commands
+// run in a VM by scripts/vm.sh (runVm).
 //
 // A chroot runs inside `unshare --mount --pid --fork --kill-child`: its /proc,
 // /sys (with the cgroup2 mount below it), /dev and work-folder mounts exist
@@ -8,7 +10,7 @@
 // PID namespace of its own. However the command ends (exit, timeout, a test
 // failure), the kernel drops those mounts and kills what is left when the
 // namespace's init dies; no umount step can be forgotten.
-import { execFileSync, spawnSync, type SpawnSyncReturns } from 'node:child_process';
+import { execFileSync, spawn, spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -123,7 +125,15 @@ export function inChroot(
   options: { timeoutMs: number; env?: Record<string, string> },
 ): SpawnSyncReturns<string> {
   fs.mkdirSync(path.join(work, 'npm-cache'), { recursive: true });
-  const extra = Object.entries(options.env ?? {})
+  const env: Record<string, string> = { ...options.env };
+  // The CA bundle this Node is told to trust (a TLS-inspecting proxy's), for
+  // npm's fetches in the chroot, as scripts/vm.sh passes it.
+  const ca = process.env.NODE_EXTRA_CA_CERTS;
+  if (ca && fs.existsSync(ca) && env.NODE_EXTRA_CA_CERTS === undefined) {
+    fs.copyFileSync(ca, path.join(work, 'extra-ca.pem'));
+    env.NODE_EXTRA_CA_CERTS = '/mnt/extra-ca.pem';
+  }
+  const extra = Object.entries(env)
     .map(([k, v]) => `${k}=${v}`)
     .join(' ');
   const own = ownCgroupDir();
@@ -244,4 +254,74 @@ export function expectStoppedAfterRunning(r: ScenarioResult | undefined, output:
   if (r.unavailable) return;
   if (!(typeof r.alive === 'number' && r.alive > 0)) throw new Error(`${r.name}: its tree was never seen running (alive ${r.alive}): ${r.detail}`);
   if (r.survivors !== 0) throw new Error(`${r.name}: survivors ${r.survivors}: ${r.detail}`);
+}
+
+/** CI sets this: a VM of scripts/vm.sh that cannot be booted fails the run instead of skipping. */
+export const requireVm = process.env.PROCTREE_REQUIRE_VM === '1';
+
+export type VmKernel = '5.10' | '6.1';
+
+/**
+ * Why scripts/vm.sh cannot boot `kernel` here, saying how to make it
+ * possible, or null. It needs the Debian 11 fixture (its root filesystem and
+ * its 5.10 kernel) and, for 6.1, Debian 12's kernel fetched by
+ * scripts/debian-kernel.sh; vm.sh would build both itself, but a test only
+ * boots what is there.
+ */
+export function vmUnavailable(kernel: VmKernel): string | null {
+  const { why } = bullseyeFixture();
+  if (why) return why;
+  for (const cmd of ['qemu-system-x86_64', 'cpio']) if (!which(cmd)) return `${cmd} is not installed (apt-get install qemu-system-x86 cpio)`;
+  if (kernel === '6.1') {
+    const vmlinuz = execFileSync('bash', [path.join(root, 'scripts', 'debian-kernel.sh'), kernel, '--print-path'], { encoding: 'utf8' }).trim();
+    if (!fs.existsSync(path.join(path.dirname(vmlinuz), 'complete'))) {
+      return `no Debian 12 kernel at ${vmlinuz} (fetch it: bash scripts/debian-kernel.sh 6.1, a few seconds)`;
+    }
+  }
+  return null;
+}
+
+export interface VmRun {
+  /** COMMAND's exit status; 124: the VM overran its timeout; 125: vm.sh could not build or boot it. */
+  status: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  /** COMMAND's stderr, then vm.sh's own lines (`vm.sh: ...`). */
+  stderr: string;
+  ms: number;
+}
+
+/**
+ * `scripts/vm.sh --kernel K --timeout S [--layout L] [--add H:G]... -- command...`:
+ * one VM, bounded by vm.sh (which kills its qemu by pid); vm.sh itself is
+ * stopped (SIGTERM, then SIGKILL) if it overruns by minutes (packing and
+ * installing the package come before the boot).
+ */
+export function runVm(
+  options: { kernel: VmKernel; timeoutS: number; layout?: 'leaf' | 'inner'; adds?: Array<[string, string]> },
+  command: string[],
+): Promise<VmRun> {
+  const args = [path.join(root, 'scripts', 'vm.sh'), '--kernel', options.kernel, '--timeout', String(options.timeoutS)];
+  if (options.layout) args.push('--layout', options.layout);
+  for (const [host, guest] of options.adds ?? []) args.push('--add', `${host}:${guest}`);
+  args.push('--', ...command);
+  return new Promise((resolve, reject) => {
+    const started = Date.now();
+    const vm = spawn('bash', args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    vm.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    vm.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    let kill: NodeJS.Timeout | undefined;
+    const term = setTimeout(() => {
+      vm.kill('SIGTERM');
+      kill = setTimeout(() => vm.kill('SIGKILL'), 10_000);
+    }, (options.timeoutS + 600) * 1000);
+    vm.on('error', reject);
+    vm.on('close', (status, signal) => {
+      clearTimeout(term);
+      if (kill) clearTimeout(kill);
+      resolve({ status, signal, stdout, stderr, ms: Date.now() - started });
+    });
+  });
 }
