@@ -11,9 +11,11 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -124,6 +126,7 @@ SysError diag_receive(int nl, unsigned seq, Fn fn) {
 // past the end (reject). The kernel's audit follows the "yes" chain, so
 // every op must lie on it: hence the JMPs (ss builds its OR the same way).
 std::vector<char> cgroup_bytecode(const unsigned long long* ids, size_t n) {
+  if (n == 0) return {};
   const size_t cond = sizeof(inet_diag_bc_op) + sizeof(uint64_t);
   const size_t jmp = sizeof(inet_diag_bc_op);
   std::vector<char> bc(n * cond + (n - 1) * jmp);
@@ -144,7 +147,8 @@ std::vector<char> cgroup_bytecode(const unsigned long long* ids, size_t n) {
   return bc;
 }
 
-// Sockets of one family and protocol in the given states whose cgroup is one of ids.
+// Sockets of one family and protocol in the given states whose cgroup is
+// one of ids; with no ids, every one (of this network namespace).
 SysError inet_query(int nl, int family, int protocol, unsigned states, const unsigned long long* ids, size_t n,
                     std::vector<Found>* out) {
   std::vector<char> bc = cgroup_bytecode(ids, n);
@@ -158,7 +162,7 @@ SysError inet_query(int nl, int family, int protocol, unsigned states, const uns
   Head* head = reinterpret_cast<Head*>(msg);
   static unsigned seq_counter = 0;
   unsigned seq = __atomic_add_fetch(&seq_counter, 1, __ATOMIC_RELAXED);
-  head->nlh.nlmsg_len = static_cast<uint32_t>(sizeof(Head) + bc.size());
+  head->nlh.nlmsg_len = static_cast<uint32_t>(bc.empty() ? offsetof(Head, attr) : sizeof(Head) + bc.size());
   head->nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
   head->nlh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
   head->nlh.nlmsg_seq = seq;
@@ -167,7 +171,7 @@ SysError inet_query(int nl, int family, int protocol, unsigned states, const uns
   head->req.idiag_states = states;
   head->attr.rta_type = kReqBytecode;
   head->attr.rta_len = static_cast<unsigned short>(RTA_LENGTH(bc.size()));
-  memcpy(msg + sizeof(Head), bc.data(), bc.size());
+  if (!bc.empty()) memcpy(msg + sizeof(Head), bc.data(), bc.size());
   if (SysError e = diag_send(nl, msg, head->nlh.nlmsg_len)) return e;
   const ListenerProtocol proto = protocol == IPPROTO_TCP ? ListenerProtocol::tcp : ListenerProtocol::udp;
   return diag_receive(nl, seq, [&](const nlmsghdr* h) {
@@ -177,6 +181,31 @@ SysError inet_query(int nl, int family, int protocol, unsigned states, const uns
     if (port == 0) return;
     out->push_back(Found{proto, inet_text(m->idiag_family, m->id.idiag_src), port, m->idiag_inode});
   });
+}
+
+// The listening TCP and unconnected bound UDP sockets, IPv4 and IPv6, of
+// this network namespace whose cgroup is one of ids (all of them: n == 0).
+SysError inet_listeners(int nl, const unsigned long long* ids, size_t n, std::vector<Found>* out) {
+  struct Query {
+    int family, protocol;
+    unsigned states;
+  };
+  const Query queries[] = {{AF_INET, IPPROTO_TCP, 1u << kTcpListen},
+                           {AF_INET6, IPPROTO_TCP, 1u << kTcpListen},
+                           {AF_INET, IPPROTO_UDP, 1u << kTcpClose},
+                           {AF_INET6, IPPROTO_UDP, 1u << kTcpClose}};
+  for (const Query& q : queries) {
+    size_t i = 0;
+    do {
+      size_t chunk = std::min(kIdsPerQuery, n - i);
+      SysError e = inet_query(nl, q.family, q.protocol, q.states, ids + i, chunk, out);
+      // No IPv6 in this kernel: no IPv6 sockets either.
+      if (e.err == EAFNOSUPPORT || (e.err == ENOENT && q.family == AF_INET6)) break;
+      if (e) return e;
+      i += chunk;
+    } while (i < n);
+  }
+  return SysError::none();
 }
 
 // Every listening unix stream socket of this network namespace.
@@ -212,26 +241,43 @@ SysError unix_query(int nl, std::vector<Found>* out) {
 
 // ---- /proc ---------------------------------------------------------------
 
+// linux_dirent64, which glibc declares only from 2.30 (getdents64 too).
+struct Dirent64 {
+  uint64_t d_ino;
+  int64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[1];
+};
+
 // The socket inodes pid holds open, each mapped to the lowest pid holding
-// it (callers go through pids in ascending order and keep the first).
-void collect_socket_inodes(pid_t pid, std::unordered_map<unsigned long long, pid_t>* holders) {
+// it (callers go through pids in ascending order and keep the first). Raw
+// getdents64 on one descriptor: opendir's fstat and fcntls would be a third
+// of the system calls of a tree with few fds per process. true when pid
+// holds at least one socket.
+bool collect_socket_inodes(pid_t pid, std::unordered_map<unsigned long long, pid_t>* holders) {
   std::string dir = "/proc/" + std::to_string(pid) + "/fd";
   Fd dfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dfd) return;  // gone, or not ours to read
-  DIR* d = fdopendir(dfd.get());
-  if (!d) return;
-  dfd.release();
+  if (!dfd) return false;  // gone, or not ours to read
+  alignas(8) char buf[8192];
   char link[64];
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    ssize_t n = readlinkat(dirfd(d), e->d_name, link, sizeof link - 1);
-    if (n <= 8) continue;
-    link[n] = '\0';
-    if (strncmp(link, "socket:[", 8) != 0) continue;
-    unsigned long long ino = strtoull(link + 8, nullptr, 10);
-    holders->emplace(ino, pid);  // keeps an earlier (lower) pid
+  bool any = false;
+  for (;;) {
+    long n = syscall(SYS_getdents64, dfd.get(), buf, sizeof buf);
+    if (n <= 0) break;
+    for (long off = 0; off < n;) {
+      const Dirent64* e = reinterpret_cast<const Dirent64*>(buf + off);
+      off += e->d_reclen;
+      if (e->d_name[0] == '.') continue;
+      ssize_t len = readlinkat(dfd.get(), e->d_name, link, sizeof link - 1);
+      if (len <= 8) continue;
+      link[len] = '\0';
+      if (strncmp(link, "socket:[", 8) != 0) continue;
+      holders->emplace(strtoull(link + 8, nullptr, 10), pid);  // keeps an earlier (lower) pid
+      any = true;
+    }
   }
-  closedir(d);
+  return any;
 }
 
 // The network namespace of pid (inode of /proc/<pid>/ns/net); 0 when gone.
@@ -343,17 +389,22 @@ void attach_holders(const std::vector<Found>& found, const std::unordered_map<un
   normalize_listeners(out);
 }
 
-// Members grouped by network namespace; ns_of_self: ours (the thread's,
-// which is the one a netlink socket we open sees).
-std::map<unsigned long long, std::vector<pid_t>> by_net_ns(std::vector<pid_t> pids) {
+// What the members hold: every socket inode with the lowest pid holding
+// it, and the members that hold any, grouped by network namespace (only
+// those pay for the stat of /proc/<pid>/ns/net: most of a tree holds none).
+struct Holdings {
+  std::unordered_map<unsigned long long, pid_t> holders;
+  std::map<unsigned long long, std::vector<pid_t>> by_net_ns;
+};
+
+void scan_members(std::vector<pid_t> pids, Holdings* out) {
   std::sort(pids.begin(), pids.end());
   pids.erase(std::unique(pids.begin(), pids.end()), pids.end());
-  std::map<unsigned long long, std::vector<pid_t>> groups;
   for (pid_t pid : pids) {
+    if (!collect_socket_inodes(pid, &out->holders)) continue;
     unsigned long long ns = net_ns_of("/proc/" + std::to_string(pid));
-    if (ns != 0) groups[ns].push_back(pid);
+    if (ns != 0) out->by_net_ns[ns].push_back(pid);
   }
-  return groups;
 }
 
 // Answers the members of one network namespace from its /proc/<pid>/net
@@ -454,18 +505,29 @@ SysError cgroup_ids_below(const std::string& path, std::vector<unsigned long lon
 
 SysError listeners_of_pids(const std::vector<pid_t>& pids, std::vector<Listener>* out) {
   out->clear();
+  Holdings held;
+  scan_members(pids, &held);
+  // Socket inodes are unique across namespaces (one sockfs): each
+  // namespace's tables are matched against all of them.
   std::vector<Found> found;
-  for (const auto& group : by_net_ns(pids)) {
-    std::unordered_map<unsigned long long, pid_t> holders;
-    for (pid_t pid : group.second) collect_socket_inodes(pid, &holders);
-    if (holders.empty()) continue;
-    std::vector<Found> here;
-    proc_net_listeners(group.second, true, holders, &here);
-    std::vector<Listener> listeners;
-    attach_holders(here, holders, &listeners);
-    out->insert(out->end(), listeners.begin(), listeners.end());
+  unsigned long long own_ns = net_ns_of("/proc/thread-self");
+  for (const auto& group : held.by_net_ns) {
+    // Our own namespace through sock_diag when it answers: /proc/net/tcp
+    // walks the whole established hash (twice, with tcp6), a LISTEN-state
+    // dump only the listening one.
+    if (group.first == own_ns) {
+      std::vector<Found> all;
+      Fd nl = diag_socket();
+      if (nl && !inet_listeners(nl.get(), nullptr, 0, &all) && !unix_query(nl.get(), &all)) {
+        for (Found& f : all) {
+          if (held.holders.count(f.inode)) found.push_back(std::move(f));
+        }
+        continue;
+      }
+    }
+    proc_net_listeners(group.second, true, held.holders, &found);
   }
-  normalize_listeners(out);
+  attach_holders(found, held.holders, out);
   return SysError::none();
 }
 
@@ -479,37 +541,18 @@ SysError listeners_in_cgroup(const std::string& cgroup_dir_path, std::vector<Lis
   if (!nl) return SysError::from_errno("socket", "NETLINK_SOCK_DIAG");
   // Sockets made in the tree, whoever holds them now: in this network namespace.
   std::vector<Found> found;
-  struct Query {
-    int family, protocol;
-    unsigned states;
-  };
-  const Query queries[] = {{AF_INET, IPPROTO_TCP, 1u << kTcpListen},
-                           {AF_INET6, IPPROTO_TCP, 1u << kTcpListen},
-                           {AF_INET, IPPROTO_UDP, 1u << kTcpClose},
-                           {AF_INET6, IPPROTO_UDP, 1u << kTcpClose}};
-  for (const Query& q : queries) {
-    for (size_t i = 0; i < ids.size(); i += kIdsPerQuery) {
-      SysError e = inet_query(nl.get(), q.family, q.protocol, q.states, ids.data() + i,
-                              std::min(kIdsPerQuery, ids.size() - i), &found);
-      // No IPv6 in this kernel: no IPv6 sockets either.
-      if (e.err == EAFNOSUPPORT || (e.err == ENOENT && q.family == AF_INET6)) break;
-      if (e) return e;
-    }
-  }
+  if (SysError e = inet_listeners(nl.get(), ids.data(), ids.size(), &found)) return e;
 
+  Holdings held;
+  scan_members(members, &held);
   unsigned long long own_ns = net_ns_of("/proc/thread-self");
-  std::unordered_map<unsigned long long, pid_t> holders;
-  for (const auto& group : by_net_ns(members)) {
-    std::unordered_map<unsigned long long, pid_t> here;
-    for (pid_t pid : group.second) collect_socket_inodes(pid, &here);
-    for (const auto& kv : here) holders.emplace(kv);
-    if (here.empty() || group.first == own_ns) continue;
+  for (const auto& group : held.by_net_ns) {
+    if (group.first == own_ns) continue;
     // Members in another network namespace: sock_diag here cannot see
     // their sockets, their own /proc/<pid>/net can.
-    proc_net_listeners(group.second, true, here, &found);
+    proc_net_listeners(group.second, true, held.holders, &found);
   }
-  // holders was filled in ascending pid order per namespace; a socket held
-  // across namespaces is rare enough that "some holder" is fine.
+  const auto& holders = held.holders;
 
   // Unix sockets carry no cgroup: the ones members hold, in our namespace.
   std::vector<Found> unix_found;
