@@ -280,11 +280,24 @@ bool collect_socket_inodes(pid_t pid, std::unordered_map<unsigned long long, pid
   return any;
 }
 
-// The network namespace of pid (inode of /proc/<pid>/ns/net); 0 when gone.
+// The inode number of path (or of fd with an empty path); 0 on failure.
+// statx, not stat: glibc before 2.33 has no stat symbol to link against.
+unsigned long long inode_of(int dirfd, const char* path) {
+  struct statx st;
+  int flags = path[0] == '\0' ? AT_EMPTY_PATH : 0;
+  if (statx(dirfd, path, flags, STATX_INO, &st) != 0 || !(st.stx_mask & STATX_INO)) return 0;
+  return static_cast<unsigned long long>(st.stx_ino);
+}
+
+// The network namespace of a /proc/<pid>, from its ns/net link
+// ("net:[4026531992]"), which every kernel the /proc way serves has (statx
+// needs 4.11); 0 when gone.
 unsigned long long net_ns_of(const std::string& proc_dir) {
-  struct stat st;
-  if (stat((proc_dir + "/ns/net").c_str(), &st) != 0) return 0;
-  return static_cast<unsigned long long>(st.st_ino);
+  char link[64];
+  ssize_t n = readlink((proc_dir + "/ns/net").c_str(), link, sizeof link - 1);
+  if (n <= 5) return 0;
+  link[n] = '\0';
+  return strncmp(link, "net:[", 5) == 0 ? strtoull(link + 5, nullptr, 10) : 0;
 }
 
 // "0100007F:1F90" (the kernel's raw __be32 words in hex, port in host order).
@@ -430,10 +443,8 @@ SysError cgroup_id_of(const std::string& path, unsigned long long* id) {
     memcpy(id, h.fh.f_handle, sizeof h.id);
     return SysError::none();
   }
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) return SysError::from_errno("stat", path);
-  *id = static_cast<unsigned long long>(st.st_ino);
-  return SysError::none();
+  *id = inode_of(AT_FDCWD, path.c_str());
+  return *id != 0 ? SysError::none() : SysError::from_errno("statx", path);
 }
 
 // The cgroup at path and everything below: ids and members (appended).
@@ -584,8 +595,8 @@ SysError probe_cgroup_socket_filter(bool* works) {
   lo.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   bool listening = probe && bind(probe.get(), reinterpret_cast<sockaddr*>(&lo), sizeof lo) == 0 &&
                    listen(probe.get(), 1) == 0;
-  struct stat st {};
-  if (listening && fstat(probe.get(), &st) != 0) listening = false;
+  unsigned long long probe_inode = listening ? inode_of(probe.get(), "") : 0;
+  if (probe_inode == 0) listening = false;
   std::vector<Found> found;
   if (SysError e = inet_query(nl.get(), AF_INET, IPPROTO_TCP, 1u << kTcpListen, &id, 1, &found)) {
     return e.err == EINVAL ? SysError::none() : e;  // EINVAL: the bytecode is unknown here
@@ -602,7 +613,7 @@ SysError probe_cgroup_socket_filter(bool* works) {
     return SysError::none();
   }
   for (const Found& f : found) {
-    if (f.inode == static_cast<unsigned long long>(st.st_ino)) *works = true;
+    if (f.inode == probe_inode) *works = true;
   }
   return SysError::none();
 }
