@@ -404,7 +404,7 @@ void attach_holders(const std::vector<Found>& found, const std::unordered_map<un
 
 // What the members hold: every socket inode with the lowest pid holding
 // it, and the members that hold any, grouped by network namespace (only
-// those pay for the stat of /proc/<pid>/ns/net: most of a tree holds none).
+// those pay for the readlink of /proc/<pid>/ns/net: most of a tree holds none).
 struct Holdings {
   std::unordered_map<unsigned long long, pid_t> holders;
   std::map<unsigned long long, std::vector<pid_t>> by_net_ns;
@@ -422,10 +422,10 @@ void scan_members(std::vector<pid_t> pids, Holdings* out) {
 
 // Answers the members of one network namespace from its /proc/<pid>/net
 // (tried through each member in turn, should the first one have gone).
-void proc_net_listeners(const std::vector<pid_t>& members, bool inet_too,
+void proc_net_listeners(const std::vector<pid_t>& members,
                         const std::unordered_map<unsigned long long, pid_t>& holders, std::vector<Found>* out) {
   for (pid_t pid : members) {
-    if (read_proc_net("/proc/" + std::to_string(pid), inet_too, true, holders, out)) return;
+    if (read_proc_net("/proc/" + std::to_string(pid), true, true, holders, out)) return;
   }
 }
 
@@ -536,7 +536,7 @@ SysError listeners_of_pids(const std::vector<pid_t>& pids, std::vector<Listener>
         continue;
       }
     }
-    proc_net_listeners(group.second, true, held.holders, &found);
+    proc_net_listeners(group.second, held.holders, &found);
   }
   attach_holders(found, held.holders, out);
   return SysError::none();
@@ -561,7 +561,7 @@ SysError listeners_in_cgroup(const std::string& cgroup_dir_path, std::vector<Lis
     if (group.first == own_ns) continue;
     // Members in another network namespace: sock_diag here cannot see
     // their sockets, their own /proc/<pid>/net can.
-    proc_net_listeners(group.second, true, held.holders, &found);
+    proc_net_listeners(group.second, held.holders, &found);
   }
   const auto& holders = held.holders;
 
