@@ -213,7 +213,12 @@ export interface NativeBinding {
    * call handed on carries that call's counters; 0 for a new one).
    */
   retire(id: number): [number, number];
-  /** Waits for an `execPending` call's exec report: true once the command exec'd, else the step that failed. */
+  /**
+   * Waits for an `execPending` call's exec report, `waitMs` at most (default:
+   * the addon's bound, past which the command counts as started): true once
+   * the command exec'd (or counts as started), false when a shorter wait
+   * ended first, else the step that failed.
+   */
   settle(id: number, waitMs?: number): boolean | NativeErrorShape;
   closeFd(fd: number): void;
   ptyResize(masterFd: number, cols: number, rows: number): void;

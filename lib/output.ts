@@ -241,8 +241,8 @@ const readablePush = ReadableStream.prototype.push;
  * the first chunk (or the end) arrives, or a CallOutput. The call's stdio
  * (stdio.ts) reads the same property of its readable streams, to count their
  * 'close': one property on the stream for both, as each property added to a
- * net.Socket after its construction costs every such Socket. A stream that
- * has one keeps it.
+ * stream after its construction costs every such stream. A stream that has
+ * one keeps it.
  */
 export const streamOwner = Symbol('proctree.streamOwner');
 const kOutput = streamOwner;
