@@ -324,7 +324,9 @@ describe('spawn safety', () => {
 
   // ------------------------------------------------------- worker threads
 
-  it.skipIf(!cgroupTier)('a worker thread that spawns a call held before its exec and is terminated: no crash, the call\'s tree ends', async () => {
+  // Ended by worker.terminate(), or by its own process.exit() (its script
+  // ending with calls still live).
+  it.skipIf(!cgroupTier).each(['terminate', 'exit'] as const)('a worker thread that spawns a call held before its exec and ends (%s): no crash, the call\'s tree ends', async (end) => {
     const h = new Harness(`
       const { Worker } = require('node:worker_threads');
       const worker = new Worker(\`
@@ -339,6 +341,8 @@ describe('spawn safety', () => {
           await once(parentPort, 'message');
           const call = sup.spawn('sleep', ['60'], { stdio: 'ignore' });
           parentPort.postMessage({ ev: 'held', cgroup: call.cgroup });
+          await once(parentPort, 'message');
+          process.exit(0);
         })();
       \`, { eval: true });
       worker.on('message', (m) => out(m.ev, m));
@@ -347,7 +351,12 @@ describe('spawn safety', () => {
         await cmd();
         worker.postMessage('go');
         await cmd();
-        await worker.terminate();
+        if (${JSON.stringify(end)} === 'terminate') {
+          await worker.terminate();
+        } else {
+          worker.postMessage('end');
+          await once(worker, 'exit');
+        }
         out('terminated');
         await cmd();
         // The harness goes on: its own loop and a spawn of its own still work.
