@@ -13,9 +13,9 @@
 // No sanitizer code may run here (shadow-memory writes, no-return hooks),
 // no library call (GCC turns simple loops into memset/strlen calls unless
 // told not to), and no TLS: the stack protector's canary is read from the
-// thread pointer (%fs:0x28 on x86-64), the TLS of the thread that spawned,
-// which a child not waited for may outlive. CMakeLists.txt compiles this
-// file with -fno-stack-protector; node-gyp cannot set a flag for one file,
+// thread pointer (%fs:0x28 on x86-64), the TLS of the suspended thread that
+// spawned, which the child shares and must leave alone. CMakeLists.txt
+// compiles this file with -fno-stack-protector; node-gyp cannot set a flag for one file,
 // so the attribute below is what turns it off there (and wherever else this
 // file is built). A test disassembles the built object to check that it
 // calls nothing and reads no thread pointer.

@@ -1,14 +1,14 @@
 // The child side of spawn: what runs between the clone and the exec, on a
 // private stack, sharing the harness's memory (CLONE_VM) or, for a spawn
-// that changes uid or gid, on a copy of it (a fork), while the parent thread
-// is suspended (a vfork), or goes on (the deprecated spawn_process_started:
-// the stack, ChildArgs and all it points to are then held until the report).
+// that changes uid or gid, on a copy of it (a fork), while the spawning
+// thread is suspended until the exec or exit (CLONE_VFORK, always).
 // Every signal is blocked until its handlers are reset, so no handler of
 // the harness ever runs here. It uses raw system calls only and calls nothing
 // through the PLT: an unresolved first call would run the dynamic linker
 // here. It touches no TLS either (child.cc is built without the stack
 // protector, whose canary is read from the thread pointer): the thread
-// whose TLS that is may be gone while a child not waited for still runs.
+// pointer is the suspended spawning thread's, whose TLS the child shares
+// (an errno written here would be that thread's).
 // Everything it needs is prepared by the parent (kernel/spawn.cc) in
 // ChildArgs, lengths included; it only reads those and writes its report.
 // test/native/child-side-calls.mjs checks the built code for both rules.
@@ -84,10 +84,9 @@ struct ChildArgs {
   // otherwise.
   int* own_pid;
   // Written by the child. With a real vfork the parent reads it after the
-  // clone returns, and a started spawn once the kernel has cleared its
-  // report word (the child exec'd or exited: PendingExec); under an emulator
-  // that copies memory instead, the child also writes its report to
-  // report_fd (a pipe), -1 otherwise.
+  // clone returns (the child has exec'd or exited by then); under an
+  // emulator that copies memory instead, the child also writes its report
+  // to report_fd (a pipe), -1 otherwise.
   ChildReport* report;
   int report_fd;
 };

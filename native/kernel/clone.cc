@@ -12,8 +12,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <mutex>
-#include <vector>
 
 #include "kernel/raw_syscall.h"
 #include "kernel/syscalls.h"
@@ -132,32 +130,6 @@ SysError ChildStack::ensure() {
   return SysError::none();
 }
 
-namespace {
-std::mutex g_stacks_mutex;
-std::vector<std::unique_ptr<ChildStack>>* g_stacks = nullptr;
-constexpr size_t kStacksKept = 8;
-}  // namespace
-
-std::unique_ptr<ChildStack> take_child_stack() {
-  {
-    std::lock_guard<std::mutex> lock(g_stacks_mutex);
-    if (g_stacks && !g_stacks->empty()) {
-      std::unique_ptr<ChildStack> s = std::move(g_stacks->back());
-      g_stacks->pop_back();
-      return s;
-    }
-  }
-  return std::make_unique<ChildStack>();
-}
-
-void give_child_stack(std::unique_ptr<ChildStack> stack) {
-  std::lock_guard<std::mutex> lock(g_stacks_mutex);
-  // Never freed: a process-wide cache (no destructor racing the exit of
-  // other threads that spawn).
-  if (!g_stacks) g_stacks = new std::vector<std::unique_ptr<ChildStack>>();
-  if (g_stacks->size() < kStacksKept) g_stacks->push_back(std::move(stack));
-}
-
 SysError clone_vfork(ChildStack& stack, const CloneRequest& req, int (*fn)(void*), void* arg, Cloned* out) {
   if (SysError e = stack.ensure()) return e;
   int local_pidfd = -1;
@@ -169,15 +141,11 @@ SysError clone_vfork(ChildStack& stack, const CloneRequest& req, int (*fn)(void*
     AllSignalsBlocked blocked;
     if (g_clone3_works.load(std::memory_order_relaxed)) {
       CloneArgs ca{};
-      ca.flags = static_cast<uint64_t>(vm) | (req.wait_exec ? CLONE_VFORK : 0) | CLONE_PIDFD | req.ns_flags;
+      ca.flags = static_cast<uint64_t>(vm) | CLONE_VFORK | CLONE_PIDFD | req.ns_flags;
       ca.pidfd = reinterpret_cast<uint64_t>(pidfd_slot);
       if (req.parent_tid) {
         ca.flags |= CLONE_PARENT_SETTID;
         ca.parent_tid = reinterpret_cast<uint64_t>(req.parent_tid);
-      }
-      if (!req.wait_exec && req.clear_tid) {
-        ca.flags |= CLONE_CHILD_CLEARTID;
-        ca.child_tid = reinterpret_cast<uint64_t>(req.clear_tid);
       }
       ca.exit_signal = SIGCHLD;
       ca.stack = reinterpret_cast<uint64_t>(stack.base());
@@ -224,8 +192,6 @@ SysError clone_vfork(ChildStack& stack, const CloneRequest& req, int (*fn)(void*
   }
   if (pid < 0) return SysError::of(static_cast<int>(-pid), method == CloneMethod::kClone3 ? "clone3" : "clone");
   int pidfd = method == CloneMethod::kClonePidfdOpen ? -1 : *pidfd_slot;
-  // clone() always waits: the child is off our memory already.
-  if (method != CloneMethod::kClone3 && req.clear_tid) __atomic_store_n(req.clear_tid, 0, __ATOMIC_RELEASE);
   if (method == CloneMethod::kClonePidfdOpen) {
     // Not reaped yet (only we wait for our children), so the number is still
     // this child's: pidfd_open is race-free here, and so is kill() by number.

@@ -12,7 +12,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 
 #include "kernel/fd.h"
 #include "kernel/sys_error.h"
@@ -43,12 +42,6 @@ class ChildStack {
   size_t size_ = 0;
 };
 
-// DEPRECATED with spawn_process_started (delete with it). Stacks for
-// children not waited for, each held until its child's report: a few are
-// kept for the next spawns.
-std::unique_ptr<ChildStack> take_child_stack();
-void give_child_stack(std::unique_ptr<ChildStack> stack);
-
 // How the child was created, for capabilities() and the tests.
 enum class CloneMethod { kClone3, kClone, kClonePidfdOpen };
 const char* clone_method_name(CloneMethod m);
@@ -63,16 +56,6 @@ struct CloneRequest {
   int cgroup_fd = -1;
   int* child_procs_fd = nullptr;
   Fd* late_procs = nullptr;
-  // DEPRECATED with spawn_process_started (delete wait_exec and clear_tid
-  // with it). false: clone3 without CLONE_VFORK, returning while the child still runs
-  // on `stack` and our memory (the caller keeps both until its report). The
-  // clone() fallback always waits.
-  bool wait_exec = true;
-  // With !wait_exec: a word of ours the kernel zeroes (and wakes as a
-  // futex) once the child no longer runs on our memory: at its exec's point
-  // of no return, or its exit (CLONE_CHILD_CLEARTID, as a thread's tid). The
-  // caller sets it non-zero first; the clone() fallback zeroes it itself.
-  uint32_t* clear_tid = nullptr;
   // false: no CLONE_VM. The child runs on a copy of our memory (a fork:
   // page tables copied, a cost that grows with our RSS), still with
   // CLONE_VFORK. For a child that changes its uid or gid: one that shares

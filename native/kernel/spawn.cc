@@ -4,11 +4,9 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
-#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,7 +14,6 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <utility>
 
 #include "kernel/stdio_fds.h"
@@ -329,142 +326,6 @@ SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* 
   out->pidfd = std::move(child.pidfd);
   out->method = child.method;
   return SysError::none();
-}
-
-// Children not waited for whose report is not collected yet: each holds a
-// stack (two mappings) and its arguments. Past this many (a loop of
-// thousands of spawns with no tick between), each spawn waits for its own
-// report (started_reports_full).
-namespace {
-std::atomic<int> g_started_unreported{0};
-constexpr int kMaxStartedUnreported = 256;
-}  // namespace
-
-// What a child not waited for runs on and reads, until its report.
-struct ExecBlock {
-  SpawnRequest req;
-  ChildPrep prep;
-  std::unique_ptr<ChildStack> stack;
-  // Non-zero until the kernel clears it (CloneRequest::clear_tid).
-  alignas(4) uint32_t running = 1;
-};
-
-PendingExec::PendingExec() = default;
-
-PendingExec::PendingExec(PendingExec&& o) noexcept : block_(o.block_) { o.block_ = nullptr; }
-
-namespace {
-constexpr int kDropWaitMs = 1000;
-
-// Drops a block whose child may still run on it: waited for a while, then
-// left to the child (a stack and some strings, for a child someone holds).
-void drop(PendingExec* p) {
-  SysError ignored;
-  if (!p->collect(kDropWaitMs, &ignored)) p->abandon();
-}
-
-uint64_t monotonic_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
-}
-}  // namespace
-
-PendingExec& PendingExec::operator=(PendingExec&& o) noexcept {
-  if (this != &o) {
-    if (block_) drop(this);
-    block_ = o.block_;
-    o.block_ = nullptr;
-  }
-  return *this;
-}
-
-PendingExec::~PendingExec() {
-  if (block_) drop(this);
-}
-
-void PendingExec::abandon() { block_ = nullptr; }
-
-bool PendingExec::collect(int timeout_ms, SysError* failed) {
-  if (!block_) return true;
-  const uint64_t deadline = timeout_ms > 0 ? monotonic_ms() + static_cast<uint64_t>(timeout_ms) : 0;
-  for (;;) {
-    uint32_t v = __atomic_load_n(&block_->running, __ATOMIC_ACQUIRE);
-    if (v == 0) break;
-    if (timeout_ms == 0) return false;
-    timespec rel{};
-    timespec* wait = nullptr;
-    if (timeout_ms > 0) {
-      uint64_t now = monotonic_ms();
-      if (now >= deadline) return false;
-      uint64_t left = deadline - now;
-      rel.tv_sec = static_cast<time_t>(left / 1000);
-      rel.tv_nsec = static_cast<long>((left % 1000) * 1000000);
-      wait = &rel;
-    }
-    // A shared (not private) futex: the kernel's wake at the clear is one.
-    // EAGAIN (cleared meanwhile), EINTR and ETIMEDOUT only mean: look again.
-    syscall(SYS_futex, &block_->running, FUTEX_WAIT, v, wait, nullptr, 0);
-  }
-  const ChildReport& a = block_->prep.report;
-  *failed = a.stage != kStageNone ? stage_error(a.stage, a.err, block_->req) : SysError::none();
-  give_child_stack(std::move(block_->stack));
-  delete block_;
-  block_ = nullptr;
-  g_started_unreported.fetch_sub(1, std::memory_order_relaxed);
-  return true;
-}
-
-bool can_spawn_started(const SpawnRequest& req) {
-  return g_report_mode.load(std::memory_order_relaxed) == kSharedMemory && clone3_available() && req.ns_flags == 0;
-}
-
-bool started_reports_full() {
-  return g_started_unreported.load(std::memory_order_relaxed) >= kMaxStartedUnreported;
-}
-
-SysError spawn_process_started(SpawnRequest* req, SpawnResult* out, PendingExec* pending) {
-  if (SysError e = validate_fds(*req)) return e;
-  std::unique_ptr<ExecBlock> b(new ExecBlock);
-  b->stack = take_child_stack();
-  if (SysError e = b->stack->ensure()) return e;
-  b->req = std::move(*req);
-  // Handed back if no child comes of it (the caller may try again).
-  struct GiveBack {
-    ExecBlock* b;
-    SpawnRequest* req;
-    ~GiveBack() {
-      if (b) *req = std::move(b->req);
-    }
-  } give_back{b.get(), req};
-  prepare_child(b->req, &b->prep);
-  ChildArgs& args = b->prep.args;
-
-  CloneRequest creq;
-  creq.cgroup_fd = b->req.cgroup_dir;
-  creq.child_procs_fd = &args.procs_fd;
-  Fd late_procs;
-  creq.late_procs = &late_procs;
-  creq.wait_exec = false;
-  creq.clear_tid = &b->running;
-  Cloned child;
-  if (SysError e = clone_vfork(*b->stack, creq, child_main, &args, &child)) return e;
-  out->pid = child.pid;
-  out->pidfd = std::move(child.pidfd);
-  out->method = child.method;
-  give_back.b = nullptr;
-  pending->block_ = b.release();
-  g_started_unreported.fetch_add(1, std::memory_order_relaxed);
-  return SysError::none();
-}
-
-SysError spawn_process_bounded(SpawnRequest* req, SpawnResult* out, PendingExec* pending, int wait_ms) {
-  if (SysError e = spawn_process_started(req, out, pending)) return e;
-  SysError failed;
-  if (!pending->collect(wait_ms, &failed) || !failed) return SysError::none();
-  reap(out->pidfd.get());
-  *out = SpawnResult();
-  return failed;
 }
 
 }  // namespace proctree

@@ -12,9 +12,7 @@
 // spawning thread (its TLS, its stack) outlives the child's use of them.
 // Another thread learns the child's pid and pidfd before the exec through
 // EarlyIds, even when the child is held before it (born into a frozen
-// cgroup). spawn_process_started and its kin are the deprecated way (a
-// child cloned without CLONE_VFORK, reported later), kept until loop/
-// spawns on spawner threads.
+// cgroup).
 #pragma once
 
 #include <sys/types.h>
@@ -125,72 +123,6 @@ bool read_early_ids(const EarlyIds& ids, pid_t* pid, int* pidfd);
 // a reader saw is not reused before the caller closes it (after the reader
 // is done with it). Without `early`, *out is left alone on an error.
 SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* out, EarlyIds* early = nullptr);
-
-struct ExecBlock;
-
-// DEPRECATED (with can_spawn_started, started_reports_full,
-// spawn_process_started and spawn_process_bounded): the JS thread's way of
-// spawning without blocking, by a child cloned with CLONE_VM but without
-// CLONE_VFORK. That child is not in a vfork (the OOM killer may pick it, by
-// the harness's RSS, and so kill the harness), may outlive the spawning
-// thread whose TLS it shares, and its uid/gid change makes the harness
-// non-dumpable. Kept only until loop/ spawns with spawn_process on spawner
-// threads; delete then.
-//
-// A child cloned without waiting for its exec (spawn_process_started). Until
-// it has exec'd or exited it runs on our memory: its stack, its ChildArgs and
-// every string it reads are held here, and only its report frees them. The
-// report is a word the kernel zeroes once the child is off our memory
-// (CLONE_CHILD_CLEARTID): no descriptor, and no system call when it is in.
-class PendingExec {
- public:
-  PendingExec();
-  PendingExec(PendingExec&&) noexcept;
-  PendingExec& operator=(PendingExec&&) noexcept;
-  PendingExec(const PendingExec&) = delete;
-  PendingExec& operator=(const PendingExec&) = delete;
-  // Waits for the report (its exec or its exit clears the word), up to a
-  // second: a child held before its exec (frozen by someone who may write
-  // its cgroup's parent) must not hang whoever drops it. Past that the
-  // memory is left to it, never freed under it.
-  ~PendingExec();
-
-  bool pending() const { return block_ != nullptr; }
-  // Waits up to timeout_ms (0: not at all, -1: for ever). false: no report
-  // yet. true: the report is in, the memory is freed, and *failed is the
-  // step that failed, or none: it exec'd. A failed child has exited, and is
-  // reaped by whoever holds its pidfd.
-  bool collect(int timeout_ms, SysError* failed);
-  // Forgets the block without freeing it: its child may still run on it.
-  void abandon();
-
- private:
-  friend SysError spawn_process_started(SpawnRequest* req, SpawnResult* out, PendingExec* pending);
-  ExecBlock* block_ = nullptr;
-};
-
-// DEPRECATED. Whether spawn_process_started can be used for this request: a real
-// CLONE_VM (not an emulator's fork) seen on an earlier spawn, clone3, and no
-// new namespace.
-bool can_spawn_started(const SpawnRequest& req);
-// DEPRECATED. So many children's reports are not collected yet (256, each holding a
-// stack) that a new child's should be waited for at once
-// (spawn_process_bounded), as a loop of spawns with no tick between would
-// otherwise hold ever more.
-bool started_reports_full();
-
-// DEPRECATED. Like spawn_process, but returns as soon as the child exists: *out has its
-// pid and pidfd, *pending its report. Errors returned are the clone's own
-// (or pipe2's, mmap's); *req is moved from only when the child exists.
-SysError spawn_process_started(SpawnRequest* req, SpawnResult* out, PendingExec* pending);
-
-// DEPRECATED. spawn_process_started, then the report waited for up to wait_ms: a step
-// that failed within that time is returned as spawn_process returns it (the
-// child reaped, *out empty). For a request whose failure Node reports
-// synchronously (uid, gid), and past started_reports_full(), without the
-// unbounded wait of a vfork: a child held before its exec (its cgroup frozen
-// by someone) leaves the report in *pending, to be read later like any other.
-SysError spawn_process_bounded(SpawnRequest* req, SpawnResult* out, PendingExec* pending, int wait_ms);
 
 // Replaces inherit_env by a copy of `environ` in req->envp. For the thread
 // that may call setenv (Node's main thread, through process.env): a

@@ -1,11 +1,10 @@
 // What spawn_process (a vfork on a thread that may block) guarantees the
-// harness, on the real kernel, each against the deprecated way (a CLONE_VM
-// child cloned without CLONE_VFORK: spawn_process_started), which must show
-// the defect. Whatever may kill or wedge a process runs in a forked,
-// sacrificial copy of the test, never in the test runner itself.
+// harness, on the real kernel. Whatever may kill or wedge a process runs in
+// a forked, sacrificial copy of the test, never in the test runner itself.
 //   * OOM: a child held before its exec in a memory-limited cgroup is not
-//     the OOM killer's victim (in_vfork); without the vfork it is, scored by
-//     the harness's RSS, and the harness dies with it.
+//     the OOM killer's victim (in_vfork): a child sharing our memory without
+//     the vfork would be, scored by the harness's RSS, and the harness would
+//     die with it.
 //   * A spawning thread cannot exit while its child still runs on it.
 //   * The clone() fallback into a frozen cgroup blocks its thread only:
 //     another thread reads the pid and pidfd, and kills the child.
@@ -222,7 +221,7 @@ struct Leaf {
 };
 
 // Primes the process's spawn state: its first spawn shows whether CLONE_VM
-// is real (the deprecated path needs that known).
+// is real (later spawns read no report pipe).
 bool prime() {
   static ChildStack s;
   SpawnResult r;
@@ -260,48 +259,32 @@ struct SpawnerThread {
 
 // ---------------------------------------------------------------- OOM
 
-enum class Path { kVfork, kDeprecated };
-
 constexpr size_t kMiB = 1024 * 1024;
 
 // The sacrificial harness: 150 MiB touched, a child held before its exec
 // (born frozen) moved into the limited memory cgroup, the filler told to
 // overflow it, and after the OOM kill, a thaw and the child's exec. Exits 0
 // when all went as it should; the OOM killer's SIGKILL otherwise.
-int oom_harness(Path path, const Leaf& leaf, const V1Memcg& memcg, int go_fd) {
+int oom_harness(const Leaf& leaf, const V1Memcg& memcg, int go_fd) {
   if (!prime()) return 2;
   if (!touch(150 * kMiB)) return 3;
   SpawnRequest req = request({"/bin/sh", "-c", "exit 7"});
   req.cgroup_dir = leaf.dir.dir_fd();
   SpawnerThread spawner;
-  SpawnResult old_result;
-  proctree::PendingExec pending;
   pid_t pid = 0;
   int pidfd = -1;
-  if (path == Path::kVfork) {
-    spawner.req = req;
-    spawner.start();
-    if (!wait_for([&] { return proctree::read_early_ids(spawner.ids, &pid, &pidfd) && pidfd >= 0; })) return 4;
-  } else {
-    if (!proctree::can_spawn_started(req)) return 5;
-    if (proctree::spawn_process_started(&req, &old_result, &pending)) return 6;
-    pid = old_result.pid;
-    pidfd = old_result.pidfd.get();
-  }
+  spawner.req = req;
+  spawner.start();
+  if (!wait_for([&] { return proctree::read_early_ids(spawner.ids, &pid, &pidfd) && pidfd >= 0; })) return 4;
   if (!memcg.add(pid)) return 7;
   if (write(go_fd, "g", 1) != 1) return 8;
   // The filler overflows the limit: the OOM killer picks a victim among the
   // cgroup's tasks (the filler, the held child).
   if (!wait_for([&] { return memcg.oom_kills() >= 1; }, 30000)) return 9;
   if (!leaf.freeze(false)) return 10;
-  if (path == Path::kVfork) {
-    if (!wait_for([&] { return spawner.done.load(); })) return 11;
-    spawner.thread.join();
-    if (spawner.error) return 12;
-  } else {
-    SysError failed;
-    if (!pending.collect(10000, &failed) || failed) return 12;
-  }
+  if (!wait_for([&] { return spawner.done.load(); })) return 11;
+  spawner.thread.join();
+  if (spawner.error) return 12;
   proctree::ExitStatus st = fixtures::wait_exit(pidfd);
   if (!st.done || st.code != 7) {
     std::printf("     the child: code %d signal %d\n", st.code, st.signal);
@@ -310,9 +293,9 @@ int oom_harness(Path path, const Leaf& leaf, const V1Memcg& memcg, int go_fd) {
   return 0;
 }
 
-// The OOM scenario with one path; the harness's exit status (as
-// fixtures::exit_code: 100 + signal when killed), or -1 with *why (skip).
-int oom_scenario(Path path, std::string* why) {
+// The OOM scenario; the harness's exit status (as fixtures::exit_code: 100
+// + signal when killed), or -1 with *why (skip).
+int oom_scenario(std::string* why) {
   if (geteuid() != 0) {
     *why = "needs root (a v1 memory cgroup of its own)";
     return -1;
@@ -347,33 +330,22 @@ int oom_scenario(Path path, std::string* why) {
   children.add(filler);
   char c;
   if (read(ready[0], &c, 1) != 1) return 91;
-  int rc = fixtures::run_forked([&] { return oom_harness(path, leaf, memcg, go[1]); });
+  int rc = fixtures::run_forked([&] { return oom_harness(leaf, memcg, go[1]); });
   close(ready[0]);
   close(ready[1]);
   close(go[0]);
   close(go[1]);
-  std::printf("     %s: harness %s (%d), OOM kills in the cgroup: %ld\n",
-              path == Path::kVfork ? "spawn_process" : "spawn_process_started",
-              rc == 0 ? "survived" : "failed", rc, memcg.oom_kills());
+  std::printf("     harness %s (%d), OOM kills in the cgroup: %ld\n", rc == 0 ? "survived" : "failed", rc,
+              memcg.oom_kills());
   children.stop_all();
   return rc;
 }
 
 TEST(oom_in_the_childs_memory_cgroup_spares_the_harness) {
   std::string why;
-  int rc = oom_scenario(Path::kVfork, &why);
+  int rc = oom_scenario(&why);
   if (rc < 0) SKIP(why);
   CHECK_EQ(rc, 0);
-}
-
-// The check can fail: the deprecated child (CLONE_VM without CLONE_VFORK) is
-// the OOM killer's victim by the harness's RSS, and the harness is SIGKILLed
-// with it.
-TEST(oom_kills_the_harness_with_the_deprecated_spawn) {
-  std::string why;
-  int rc = oom_scenario(Path::kDeprecated, &why);
-  if (rc < 0) SKIP(why);
-  CHECK_EQ(rc, 100 + SIGKILL);
 }
 
 // -------------------------------------------------- a thread that spawns
@@ -382,8 +354,8 @@ TEST(oom_kills_the_harness_with_the_deprecated_spawn) {
 // spawns into a frozen cgroup and ends. With spawn_process it cannot end
 // before its child's exec: it is seen blocked in the clone while the child
 // is held, and the child execs fine once thawed. Returns 0 when so; 20 or
-// 21 when the thread ended before its child's exec (the deprecated spawn).
-int thread_scenario(Path path) {
+// 21 when the thread ended before its child's exec.
+int thread_scenario() {
   if (!prime()) return 2;
   std::string why;
   Leaf leaf;
@@ -398,16 +370,13 @@ int thread_scenario(Path path) {
   void* stack = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (stack == MAP_FAILED) return 3;
   struct Shared {
-    Path path;
     SpawnRequest* req;
     ChildStack child_stack;
     EarlyIds ids;
     SpawnResult result;
-    proctree::PendingExec pending;
     SysError error;
     std::atomic<pid_t> tid{0};
   } sh;
-  sh.path = path;
   sh.req = &req;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -416,15 +385,7 @@ int thread_scenario(Path path) {
   auto body = [](void* p) -> void* {
     Shared* s = static_cast<Shared*>(p);
     s->tid.store(static_cast<pid_t>(syscall(SYS_gettid)));
-    if (s->path == Path::kVfork) {
-      s->error = proctree::spawn_process(*s->req, s->child_stack, &s->result, &s->ids);
-    } else {
-      s->error = proctree::spawn_process_started(s->req, &s->result, &s->pending);
-      if (!s->error) {
-        __atomic_store_n(&s->ids.pidfd, s->result.pidfd.get(), __ATOMIC_RELEASE);
-        __atomic_store_n(&s->ids.pid, s->result.pid, __ATOMIC_RELEASE);
-      }
-    }
+    s->error = proctree::spawn_process(*s->req, s->child_stack, &s->result, &s->ids);
     return nullptr;
   };
   if (pthread_create(&th, &attr, body, &sh) != 0) return 4;
@@ -449,18 +410,11 @@ int thread_scenario(Path path) {
     munmap(stack, size);
     stack = nullptr;
   }
-  if (path == Path::kDeprecated) {
-    SysError failed;
-    sh.pending.collect(10000, &failed);
-    sh.pending.abandon();
-  }
   proctree::ExitStatus st = fixtures::wait_exit(pidfd);
-  std::printf("     %s: the thread %s before the exec; the child: code %d signal %d\n",
-              path == Path::kVfork ? "spawn_process" : "spawn_process_started",
+  std::printf("     the thread %s before the exec; the child: code %d signal %d\n",
               ended_first ? "ENDED" : (in_clone ? "waited in the clone" : "was not seen"), st.code, st.signal);
-  // The thread ended first: its child still exec'd when it reads no TLS
-  // (20); built with the stack protector, it died reading the canary from
-  // the unmapped TLS (SIGSEGV: 21).
+  // The thread ended first (it must not): its child still exec'd (20), or
+  // died on the thread's unmapped stack or TLS (21).
   if (ended_first) return st.signal != 0 ? 21 : 20;
   if (!in_clone) return 7;
   if (sh.error) return 8;
@@ -469,16 +423,7 @@ int thread_scenario(Path path) {
 }
 
 TEST(a_spawning_thread_waits_for_its_childs_exec) {
-  CHECK_EQ(fixtures::run_forked([] { return thread_scenario(Path::kVfork); }), 0);
-}
-
-// The check can fail: the deprecated spawn's thread ends (its TLS unmapped)
-// while its child, on that thread's thread pointer, has not exec'd. The
-// child then survives only because child.cc reads no TLS (20): built with
-// the stack protector, as before, it dies of SIGSEGV (21).
-TEST(a_thread_ends_before_its_childs_exec_with_the_deprecated_spawn) {
-  if (!proctree::clone3_available()) SKIP("no clone3: the deprecated spawn is not used here");
-  CHECK_EQ(fixtures::run_forked([] { return thread_scenario(Path::kDeprecated); }), 20);
+  CHECK_EQ(fixtures::run_forked([] { return thread_scenario(); }), 0);
 }
 
 // ------------------------------------- the clone() fallback, frozen cgroup
@@ -559,8 +504,8 @@ TEST(clone_fallback_into_a_frozen_cgroup_publishes_nothing_without_early_ids) {
 
 // 0 when the harness is still dumpable after a spawn with uid/gid 65534
 // (and the spawn's report of a failed step still arrives); 40 when it is
-// not (the deprecated spawn: its child shared our memory when it setuid).
-int dumpable_scenario(Path path) {
+// not (a child that shared our memory when it setuid).
+int dumpable_scenario() {
   if (prctl(PR_SET_DUMPABLE, 1) != 0 || prctl(PR_GET_DUMPABLE) != 1) return 2;
   if (!prime()) return 3;
   SpawnRequest req = request({"/bin/sh", "-c", "test \"$(id -u):$(id -g)\" = 65534:65534"});
@@ -568,45 +513,34 @@ int dumpable_scenario(Path path) {
   req.uid = 65534;
   req.gid = 65534;
   SpawnResult r;
-  if (path == Path::kVfork) {
-    static ChildStack s;
-    if (SysError e = proctree::spawn_process(req, s, &r)) {
-      std::printf("     spawn: %s %s\n", e.syscall, strerror(e.err));
-      return 4;
-    }
-  } else {
-    proctree::PendingExec pending;
-    if (proctree::spawn_process_bounded(&req, &r, &pending, 10000)) return 4;
-    SysError failed;
-    pending.collect(10000, &failed);
+  static ChildStack s;
+  if (SysError e = proctree::spawn_process(req, s, &r)) {
+    std::printf("     spawn: %s %s\n", e.syscall, strerror(e.err));
+    return 4;
   }
   proctree::ExitStatus st = fixtures::wait_exit(r.pidfd.get());
   int dumpable = prctl(PR_GET_DUMPABLE);
-  std::printf("     %s (%s): PR_GET_DUMPABLE after a uid/gid spawn: %d; the child: code %d\n",
-              path == Path::kVfork ? "spawn_process" : "spawn_process_bounded", proctree::clone_method_name(r.method),
-              dumpable, st.code);
+  std::printf("     %s: PR_GET_DUMPABLE after a uid/gid spawn: %d; the child: code %d\n",
+              proctree::clone_method_name(r.method), dumpable, st.code);
   if (!st.done || st.code != 0) return 5;
   if (dumpable != 1) return 40;
-  if (path == Path::kVfork) {
-    // A failed step, reported through the shared page (the child's memory
-    // is a copy of ours).
-    static ChildStack s;
-    SpawnRequest missing = req;
-    missing.candidates = {"/nonexistent/proctree-safety"};
-    SysError e = proctree::spawn_process(missing, s, &r);
-    if (e.err != ENOENT || std::string(e.syscall) != "execve") return 6;
-    SpawnRequest bad_cwd = req;
-    bad_cwd.cwd = "/nonexistent/proctree-safety-cwd";
-    e = proctree::spawn_process(bad_cwd, s, &r);
-    if (e.err != ENOENT || std::string(e.syscall) != "chdir") return 7;
-    if (prctl(PR_GET_DUMPABLE) != 1) return 41;
-  }
+  // A failed step, reported through the shared page (the child's memory is
+  // a copy of ours).
+  SpawnRequest missing = req;
+  missing.candidates = {"/nonexistent/proctree-safety"};
+  SysError e = proctree::spawn_process(missing, s, &r);
+  if (e.err != ENOENT || std::string(e.syscall) != "execve") return 6;
+  SpawnRequest bad_cwd = req;
+  bad_cwd.cwd = "/nonexistent/proctree-safety-cwd";
+  e = proctree::spawn_process(bad_cwd, s, &r);
+  if (e.err != ENOENT || std::string(e.syscall) != "chdir") return 7;
+  if (prctl(PR_GET_DUMPABLE) != 1) return 41;
   return 0;
 }
 
 TEST(uid_gid_spawn_leaves_the_harness_dumpable) {
   if (geteuid() != 0) SKIP("needs root (setuid to 65534)");
-  CHECK_EQ(fixtures::run_forked([] { return dumpable_scenario(Path::kVfork); }), 0);
+  CHECK_EQ(fixtures::run_forked([] { return dumpable_scenario(); }), 0);
 }
 
 // The same through both clone() fallbacks (no clone3; no CLONE_PIDFD).
@@ -615,16 +549,10 @@ TEST(uid_gid_spawn_through_the_clone_fallbacks_leaves_the_harness_dumpable) {
   for (bool refuse_clone_pidfd : {false, true}) {
     CHECK_EQ(fixtures::run_forked([refuse_clone_pidfd] {
                if (!fixtures::install_emulator_like_filter(refuse_clone_pidfd)) return 50;
-               return dumpable_scenario(Path::kVfork);
+               return dumpable_scenario();
              }),
              0);
   }
-}
-
-TEST(uid_gid_spawn_makes_the_harness_undumpable_with_the_deprecated_spawn) {
-  if (geteuid() != 0) SKIP("needs root (setuid to 65534)");
-  if (!proctree::clone3_available()) SKIP("no clone3: the deprecated spawn is not used here");
-  CHECK_EQ(fixtures::run_forked([] { return dumpable_scenario(Path::kDeprecated); }), 40);
 }
 
 // ---------------------------------------------------- inherited environment
