@@ -144,7 +144,7 @@ function endSpawnTicks(): void {
   spawnTicksUntil = 0;
 }
 /** How long a ladder (or a whole shutdown's) waits for exec reports not in yet (ms): a normal exec takes one or two. */
-const STOP_EXEC_WAIT_MS = 50;
+const STOP_EXEC_WAIT_MS = 20;
 
 /** What a call reads of its options all its life. */
 type Settings = Pick<

@@ -12,9 +12,10 @@
 // Nor may it read the thread pointer at all, relocation or not: the stack
 // protector's canary is loaded from %fs:0x28 (x86-64), other TLS through
 // %fs:/%gs: or `mrs xN, tpidr_el0` (arm64). That TLS is the spawning
-// thread's, which may be gone while a child not waited for still runs
-// (SIGSEGV in a CLONE_VM child). Every instruction of the functions reached
-// is checked for such an operand.
+// thread's: the child runs on it while that thread waits in the vfork, and
+// must not depend on what it holds (a fault in a CLONE_VM child before
+// Linux 5.16 takes every process sharing the memory with it). Every
+// instruction of the functions reached is checked for such an operand.
 //
 // Usage: node child-side-calls.mjs [--objdump PATH] [--find NAME] [--root REGEX] FILE...
 //   FILE is an object file, or a linked one that still has its symbols (an
