@@ -115,7 +115,9 @@ describe('run() output read by the addon', () => {
 
   it('pipes at EOF do not settle the call while the tree still runs (leftovers: wait)', async () => {
     // A sleep of 1.x seconds whose unique duration finds it in /proc.
-    const t = token(1);
+    // 3 s: the sleeper must outlive the 200 ms window below however slowly
+    // a loaded machine gets there.
+    const t = token(3);
     // The background process closes its copies of the pipes at once: both
     // pipes reach EOF when the shell exits, long before the tree is empty.
     const p = run('sh', ['-c', `(exec >/dev/null 2>&1; exec sleep ${t}) & echo hi`], { leftovers: 'wait' });
