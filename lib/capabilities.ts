@@ -84,7 +84,8 @@ export function capabilities(): Capabilities {
  */
 function probeShortage(caps: Capabilities, confinement: 'auto' | Confinement): NativeErrorShape | null {
   const upTo = confinement === 'auto' ? (caps.tier ?? tiers[tiers.length - 1]) : confinement;
-  for (const tier of tiers.slice(0, tiers.indexOf(upTo) + 1)) {
+  const decided = confinement === 'auto' ? tiers.slice(0, tiers.indexOf(upTo) + 1) : [confinement];
+  for (const tier of decided) {
     for (const name of needs[tier]) {
       const p = caps.probes[name];
       if (!shortOfDescriptors(p)) continue;
