@@ -177,9 +177,12 @@ export class ProtocolServer {
   readonly #io: ServerIo;
   readonly #validator: RequestValidator;
   readonly #calls = new Map<string, LiveCall>();
-  /** Request text read but not handled yet: lines wait here while our stdout is over the limit. */
-  #inbox = '';
+  /** The start of a line whose newline has not come yet. */
+  #pending = '';
   #discarding = false;
+  /** Lines read but not handled yet (from #next on): they wait here while our stdout is over the limit. */
+  #lines: string[] = [];
+  #next = 0;
   /** Reading requests is paused until our stdout drains below the limit. */
   #readingHeld = false;
   /** Our stdout went over the limit and has not drained yet: collected calls are held. */
@@ -274,7 +277,31 @@ export class ProtocolServer {
   }
 
   #onData(text: string): void {
-    this.#inbox += text;
+    // Only the new text is searched for newlines: a long line arriving in
+    // many reads is appended to, never scanned again.
+    let start = 0;
+    for (;;) {
+      const nl = text.indexOf('\n', start);
+      if (nl < 0) break;
+      const piece = text.slice(start, nl);
+      start = nl + 1;
+      if (this.#discarding) {
+        this.#discarding = false;
+        this.#pending = '';
+        continue;
+      }
+      this.#lines.push(this.#pending + piece);
+      this.#pending = '';
+    }
+    if (!this.#discarding) {
+      this.#pending += text.slice(start);
+      if (this.#pending.length > MAX_LINE) {
+        // Answer now and drop the rest of the line when its newline comes.
+        this.#pending = '';
+        this.#discarding = true;
+        this.#send({ rid: null, ok: false, error: { code: 'ERR_PROCTREE_LINE_TOO_LONG', message: 'request line longer than 16 MiB' } });
+      }
+    }
     this.#pump();
   }
 
@@ -287,38 +314,23 @@ export class ProtocolServer {
     return !this.#clientGone && this.#io.output.writableLength > this.#limits.maxQueued;
   }
 
-  /** Handles the whole lines read, until our stdout is over the limit; reading pauses until it drains. */
+  /** Handles the lines read, until our stdout is over the limit; reading pauses until it drains. */
   #pump(): void {
-    const text = this.#inbox;
-    let start = 0;
-    while (!this.#overQueued) {
-      const nl = text.indexOf('\n', start);
-      if (nl < 0) break;
-      const line = text.slice(start, nl);
-      start = nl + 1;
-      if (this.#discarding) {
-        this.#discarding = false;
-        continue;
-      }
+    while (this.#next < this.#lines.length && !this.#overQueued) {
+      const line = this.#lines[this.#next];
+      this.#next += 1;
       this.#onLine(line);
     }
-    this.#inbox = text.slice(start);
+    if (this.#next === this.#lines.length) {
+      this.#lines = [];
+      this.#next = 0;
+    }
     if (this.#overQueued) {
       if (!this.#readingHeld) this.#io.input.pause();
       this.#readingHeld = true;
-      return;
-    }
-    if (this.#readingHeld) {
+    } else if (this.#readingHeld) {
       this.#readingHeld = false;
       this.#io.input.resume();
-    }
-    if (this.#discarding) {
-      this.#inbox = '';
-    } else if (this.#inbox.length > MAX_LINE) {
-      // Answer now and drop the rest of the line when its newline comes.
-      this.#inbox = '';
-      this.#discarding = true;
-      this.#send({ rid: null, ok: false, error: { code: 'ERR_PROCTREE_LINE_TOO_LONG', message: 'request line longer than 16 MiB' } });
     }
   }
 
