@@ -6,8 +6,16 @@ import os from 'node:os';
 import path from 'node:path';
 
 import { ConfinementUnavailableError } from './errors';
-import { embeddedHelper, native, type NativeLocation, nativePath, portable, type PortableMode } from './native';
-import { pickTier, type Probes, tierRejection } from './tiers';
+import {
+  embeddedHelper,
+  native,
+  type NativeErrorShape,
+  type NativeLocation,
+  nativePath,
+  portable,
+  type PortableMode,
+} from './native';
+import { needs, pickTier, type Probe, type Probes, tierRejection, tiers } from './tiers';
 import type { Confinement } from './types';
 
 export type { Probe, Probes } from './tiers';
@@ -48,10 +56,18 @@ export function helperPath(): string {
   return helperFile;
 }
 
+// A probe that failed only because this process was out of descriptors
+// (EMFILE) or the system was (ENFILE) says nothing about the host.
+function shortOfDescriptors(p: Probe | undefined): boolean {
+  return p !== undefined && !p.ok && (p.errno === 'EMFILE' || p.errno === 'ENFILE');
+}
+
 /**
  * What this host allows, probed for real on the first call and cached (the
  * probes block for a few milliseconds). `tier` is what confinement 'auto'
- * uses; `rejected` says why each stronger tier was not picked.
+ * uses; `rejected` says why each stronger tier was not picked. A result with
+ * a probe that ran out of descriptors is not cached: the next call probes
+ * again (once descriptors are free, the host is what it always was).
  */
 export function capabilities(): Capabilities {
   if (cached) return cached;
@@ -62,7 +78,7 @@ export function capabilities(): Capabilities {
     none: raw.probes.none ?? { ok: false, detail: 'only without the addon (off Linux, or PROCTREE_PORTABLE=1): the tiers above are stronger' },
   };
   const { tier, rejected } = pickTier(probes, portable !== null);
-  cached = {
+  const caps: Capabilities = {
     kernel: os.release(),
     cgroup2: raw.location,
     clone: portable ? 'child_process' : probes.cloneIntoCgroup.ok ? 'clone3' : 'clone',
@@ -71,12 +87,59 @@ export function capabilities(): Capabilities {
     rejected,
     portable,
   };
-  return cached;
+  if (!Object.values(probes).some(shortOfDescriptors)) cached = caps;
+  return caps;
+}
+
+/**
+ * The errno of a probe that ran out of descriptors and so decided which tier
+ * `confinement` runs in (for 'auto': any tier up to the one picked, which
+ * would otherwise be a weaker tier than the host allows); null when none did.
+ */
+function probeShortage(caps: Capabilities, confinement: 'auto' | Confinement): NativeErrorShape | null {
+  const upTo = confinement === 'auto' ? (caps.tier ?? tiers[tiers.length - 1]) : confinement;
+  const decided = confinement === 'auto' ? tiers.slice(0, tiers.indexOf(upTo) + 1) : [confinement];
+  for (const tier of decided) {
+    for (const name of needs[tier]) {
+      const p = caps.probes[name];
+      if (!shortOfDescriptors(p)) continue;
+      const code = p.errno as 'EMFILE' | 'ENFILE';
+      const err = new Error(`${code}: ${p.syscall ?? 'probe'} while probing the host (${name})`) as NativeErrorShape;
+      err.code = code;
+      err.errno = os.constants.errno[code];
+      err.syscall = p.syscall || 'probe';
+      if (p.detail) err.path = p.detail;
+      return err;
+    }
+  }
+  return null;
+}
+
+/**
+ * The tier a call with `confinement` runs in, or the descriptor shortage
+ * (EMFILE, ENFILE) that kept the probes from saying: that call's start
+ * error, which Node reports as an 'error' event, not a throw (its
+ * test-child-process-emfile). `tier` is then the one it was asked for, or
+ * for 'auto' the strongest the probes that ran allow. Throws when the tier
+ * cannot run here.
+ */
+export function tierFor(confinement: 'auto' | Confinement): { tier: Confinement; shortage: NativeErrorShape | null } {
+  const caps = capabilities();
+  const shortage = probeShortage(caps, confinement);
+  if (shortage === null) return { tier: resolveWith(caps, confinement), shortage };
+  if (confinement !== 'auto') return { tier: confinement, shortage };
+  const hopeful = Object.fromEntries(
+    Object.entries(caps.probes).map(([k, p]) => [k, shortOfDescriptors(p) ? { ok: true } : p]),
+  ) as unknown as Probes;
+  return { tier: pickTier(hopeful, caps.portable !== null).tier ?? 'pgroup', shortage };
 }
 
 /** The tier a call with `confinement` runs in; throws when it cannot run here. */
 export function resolveTier(confinement: 'auto' | Confinement): Confinement {
-  const caps = capabilities();
+  return resolveWith(capabilities(), confinement);
+}
+
+function resolveWith(caps: Capabilities, confinement: 'auto' | Confinement): Confinement {
   if (confinement === 'auto') {
     if (caps.tier === null) {
       const why = Object.entries(caps.rejected).map(([t, r]) => `${t}: ${r}`).join('; ');

@@ -142,8 +142,10 @@ function checkCwd(value: unknown): string | undefined {
   if (cwd.includes('\0')) {
     throw invalidArgValue('options.cwd', value, 'must be a string, Uint8Array, or URL without null bytes');
   }
-  // Node passes an empty cwd as "no cwd".
-  return cwd === '' ? undefined : cwd;
+  // Node passes an empty cwd as "no cwd". A relative one is resolved here,
+  // against this process's cwd, as the child's chdir in Node does: the
+  // systemd tier's broker runs in / and would resolve it there.
+  return cwd === '' ? undefined : path.resolve(cwd);
 }
 
 function toArg(value: unknown, index: number): string {

@@ -8,13 +8,14 @@ import type { Readable } from 'node:stream';
 import { Readable as ReadableStream } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 
+import { type Keep, OutputCollector } from './collect';
 import { invalidArgType, invalidArgValue } from './errors';
 import { PipeStream, READ } from './pipe-stream';
 
-export type OutputStream = 'stdout' | 'stderr';
+// The bounded byte stores live in collect.ts; their importers keep importing them from here.
+export { ByteTail, type Keep, type Kept, OutputCollector, utf8End, utf8Start } from './collect';
 
-/** Which part of an output longer than `maxBuffer` is kept. */
-export type Keep = 'head' | 'tail' | 'both';
+export type OutputStream = 'stdout' | 'stderr';
 
 /** The output options of a call, validated (resolveOutput in options.ts). */
 export interface OutputSettings {
@@ -37,177 +38,6 @@ export const DEFAULT_MAX_BUFFER = 64 * 1024 * 1024;
 export const UNREAD_MAX_BUFFER = 1024 * 1024;
 /** What `marker: true` inserts. */
 export const DEFAULT_MARKER = '\n[... {omitted} bytes omitted ...]\n';
-
-/**
- * Where the last whole character of `buf` ends: `buf.length`, unless the
- * buffer ends inside a multi-byte UTF-8 character, which is then left out.
- */
-export function utf8End(buf: Buffer, end = buf.length): number {
-  for (let i = end - 1; i >= 0 && i >= end - 4; i--) {
-    const b = buf[i];
-    if ((b & 0xc0) === 0x80) continue;
-    const length = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
-    return i + length > end ? i : end;
-  }
-  // Only continuation bytes: not UTF-8 text, nothing to protect.
-  return end;
-}
-
-/** Where the first whole character of `buf` starts: past the continuation bytes of one cut in front. */
-export function utf8Start(buf: Buffer, start = 0): number {
-  let i = start;
-  while (i < buf.length && i < start + 3 && (buf[i] & 0xc0) === 0x80) i++;
-  return i < buf.length && (buf[i] & 0xc0) === 0x80 ? start : i;
-}
-
-/**
- * The last `capacity` bytes of a stream, and how many it had in all. The
- * chunks are kept as they came (the first one trimmed), so writing is O(1)
- * whatever the size. A job's ring buffer and the tail of a collector.
- */
-export class ByteTail {
-  #chunks: Buffer[] = [];
-  #first = 0;
-  #size = 0;
-  #capacity: number;
-  /** Bytes written since the start, kept or not. */
-  total = 0;
-
-  constructor(capacity: number) {
-    this.#capacity = capacity;
-  }
-
-  get capacity(): number {
-    return this.#capacity;
-  }
-
-  /** Keeps more from now on (what was dropped stays dropped). */
-  grow(capacity: number): void {
-    this.#capacity = Math.max(this.#capacity, capacity);
-  }
-
-  /** Bytes held now. */
-  get size(): number {
-    return this.#size;
-  }
-
-  /** Offset in the stream of the first byte held; bytes before it were dropped. */
-  get start(): number {
-    return this.total - this.#size;
-  }
-
-  write(chunk: Buffer): void {
-    this.total += chunk.length;
-    const capacity = this.#capacity;
-    if (capacity === 0 || chunk.length === 0) return;
-    if (chunk.length >= capacity) {
-      this.#chunks = [chunk.subarray(chunk.length - capacity)];
-      this.#first = 0;
-      this.#size = capacity;
-      return;
-    }
-    this.#chunks.push(chunk);
-    this.#size += chunk.length;
-    while (this.#size > capacity) {
-      const head = this.#chunks[this.#first];
-      const excess = this.#size - capacity;
-      if (head.length <= excess) {
-        this.#first++;
-        this.#size -= head.length;
-      } else {
-        this.#chunks[this.#first] = head.subarray(excess);
-        this.#size -= excess;
-      }
-    }
-    // Drop the consumed slots now and then, not on every write.
-    if (this.#first > 64 && this.#first * 2 > this.#chunks.length) {
-      this.#chunks = this.#chunks.slice(this.#first);
-      this.#first = 0;
-    }
-  }
-
-  /** The bytes held between stream offsets `from` and `to` (clamped to what is held). */
-  slice(from = this.start, to = this.total): Buffer {
-    const lo = Math.max(from, this.start);
-    const hi = Math.min(to, this.total);
-    if (hi <= lo) return Buffer.alloc(0);
-    const parts: Buffer[] = [];
-    let at = this.start;
-    for (let i = this.#first; i < this.#chunks.length && at < hi; i++) {
-      const c = this.#chunks[i];
-      const end = at + c.length;
-      if (end > lo) parts.push(c.subarray(Math.max(0, lo - at), Math.min(c.length, hi - at)));
-      at = end;
-    }
-    return parts.length === 1 ? parts[0] : Buffer.concat(parts, hi - lo);
-  }
-}
-
-/** What a collector kept, cut at character boundaries when asked. */
-export interface Kept {
-  head: Buffer;
-  tail: Buffer;
-  /** Bytes in neither: the stream's length minus what was kept. */
-  omitted: number;
-}
-
-/**
- * Keeps at most `max` bytes of a stream: the first ones (`head`), the last
- * ones (`tail`), or half of each (`both`; the tail gets the odd byte), and
- * counts everything. It never stops reading: a writer blocked on a full
- * pipe would never exit.
- */
-export class OutputCollector {
-  readonly #head: Buffer[] = [];
-  #headSize = 0;
-  #headMax: number;
-  readonly #tail: ByteTail;
-  readonly #keep: Keep;
-
-  constructor(max: number, keep: Keep) {
-    this.#keep = keep;
-    this.#headMax = keep === 'head' ? max : keep === 'both' ? Math.floor(max / 2) : 0;
-    this.#tail = new ByteTail(keep === 'head' ? 0 : max - this.#headMax);
-  }
-
-  /**
-   * Raises the limit to `max` from now on. The head grows only while nothing
-   * went past it yet (else the bytes after it are gone and it stays as it
-   * is); the tail keeps more from now on.
-   */
-  grow(max: number): void {
-    const headMax = this.#keep === 'head' ? max : this.#keep === 'both' ? Math.floor(max / 2) : 0;
-    if (this.#tail.total === 0) this.#headMax = Math.max(this.#headMax, headMax);
-    if (this.#keep !== 'head') this.#tail.grow(max - this.#headMax);
-  }
-
-  get total(): number {
-    return this.#headSize + this.#tail.total;
-  }
-
-  write(chunk: Buffer): void {
-    if (this.#headSize < this.#headMax) {
-      const room = this.#headMax - this.#headSize;
-      const part = chunk.length > room ? chunk.subarray(0, room) : chunk;
-      this.#head.push(part);
-      this.#headSize += part.length;
-      if (part.length === chunk.length) return;
-      chunk = chunk.subarray(part.length);
-    }
-    this.#tail.write(chunk);
-  }
-
-  /** `utf8`: a character cut by the limit is left out whole, on either side of the gap. */
-  kept(utf8: boolean): Kept {
-    let head = Buffer.concat(this.#head, this.#headSize);
-    let tail = this.#tail.slice();
-    const omitted = this.total - head.length - tail.length;
-    if (omitted === 0 || !utf8) return { head, tail, omitted };
-    head = head.subarray(0, utf8End(head));
-    tail = tail.subarray(utf8Start(tail));
-    return { head, tail, omitted: this.total - head.length - tail.length };
-  }
-}
 
 function isUtf8(encoding: BufferEncoding | 'buffer'): boolean {
   return encoding !== 'buffer' && /^utf-?8$/i.test(encoding);

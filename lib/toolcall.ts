@@ -13,7 +13,7 @@ import type { Readable, Writable } from 'node:stream';
 import { AbortError, spawnError, spawnThrow } from './errors';
 import { native, NativeEventKind, type NativeErrorShape, type NativeReport, type NativeUsage, type NativeSpawnSpec } from './native';
 import { candidatesFor, checkGrace, isDefaultOutput, type ResolvedRun, type ResolvedSpawn, signalName, signalNumber } from './options';
-import { helperPath, resolveTier, warnNoGuardian } from './capabilities';
+import { helperPath, tierFor, warnNoGuardian } from './capabilities';
 import type { CallPhase } from './jobs';
 import { ByteTail, CallOutput, type LinesOptions, outputNow, tapLater } from './output';
 import { attachMaster, flushPty, noTerminal, PtyStream, ptyPending, ptyTreeEmpty, releasePty, setPtyRef, typeInput } from './pty';
@@ -621,12 +621,15 @@ export class ToolCall extends EventEmitter {
     this.#owner = owner;
     this.spawnfile = opts.file;
     this.spawnargs = opts.argv;
-    // Before anything is created: an explicit tier this host cannot run throws here.
-    this.confinement = resolveTier(opts.confinement);
+    // Before anything is created: an explicit tier this host cannot run throws
+    // here; probes that ran out of fds (EMFILE) are this spawn's 'error', as Node's.
+    const { tier, shortage } = tierFor(opts.confinement);
+    this.confinement = tier;
 
     let stdioError: NativeErrorShape | null = null;
     let pipes: CallPipes;
     try {
+      if (shortage) throw shortage;
       pipes = makePipes(opts.stdio, this, run && !opts.pty ? { input: run.input !== undefined } : undefined);
     } catch (err) {
       // Out of fds (EMFILE) while making the pipes: as Node, an 'error', not a throw.

@@ -299,3 +299,41 @@ describe('a proctree-helper that cannot run (built for another libc, say)', () =
     }
   });
 });
+
+describe('a harness out of descriptors at its first spawn', () => {
+  it("the probes' EMFILE is that spawn's 'error' (as Node), is not cached, and the next run after fds are freed works", () => {
+    // A harness of its own with a low fd limit, filled to the last fd before
+    // anything was probed.
+    const script = `
+      const fs = require('fs');
+      const { spawn, run, capabilities } = require(${JSON.stringify(path.join(root, 'dist/cjs/index.js'))});
+      const held = [];
+      try { for (let i = 0; i < 4096; i++) held.push(fs.openSync('/dev/null', 'r')); } catch {}
+      let threw = null;
+      let call;
+      try { call = spawn('true', [], { stdio: 'ignore' }); } catch (e) { threw = e.code; }
+      const events = [];
+      const done = (later) => console.log(JSON.stringify({ threw, events, ...later }));
+      const after = async () => {
+        for (const fd of held) fs.closeSync(fd);
+        held.length = 0;
+        try {
+          const r = await run('echo', ['again']);
+          done({ stdout: r.stdout, tier: capabilities().tier });
+        } catch (e) { done({ runError: e.code ?? String(e) }); }
+      };
+      if (!call) after();
+      else {
+        call.on('error', (e) => events.push('error:' + e.code + ':' + e.syscall));
+        call.on('close', (c) => { events.push('close:' + c); after(); });
+      }
+    `;
+    const r = spawnSync('bash', ['-c', `ulimit -n 128 && exec "${process.execPath}" -e "$0"`, script], { encoding: 'utf8', timeout: 20_000 });
+    const out = JSON.parse(r.stdout.trim().split('\n').pop() ?? 'null');
+    expect(out.threw).toBeNull();
+    expect(out.events).toEqual(['error:EMFILE:spawn true', 'close:-24']);
+    expect(out.runError).toBeUndefined();
+    expect(out.stdout).toBe('again\n');
+    expect(out.tier).toBe(capabilities().tier);
+  });
+});

@@ -712,13 +712,13 @@ describe('hardening (issue 18, JS side)', () => {
   it('12. pgroup: the timeout still ends the wait when it comes before grace', async () => {
     const t = newToken();
     try {
-      const r = await within(
-        // 2 s, not less: on a loaded machine bash may not have said
-        // "started" yet when a shorter timeout ends it.
-        run('bash', ['-c', `setsid sleep ${t} & echo started`], { confinement: 'pgroup', timeout: 2000, grace: 20_000 }),
-        10_000,
-        'run()',
-      );
+      // bash says "started" only once the sleep has left its session (its
+      // sid differs from bash's; bounded: 10 s at most): on a loaded machine
+      // a main that exited first left it in the group, where the leftovers
+      // ladder stopped it, and the call closed before the timeout. The
+      // timeout is far from both that wait and the grace (20 s).
+      const settled = `setsid sleep ${t} & for i in $(seq 1 1000); do [ "$(cut -d' ' -f6 /proc/$!/stat)" != "$(cut -d' ' -f6 /proc/$$/stat)" ] && break; sleep 0.01; done; echo started`;
+      const r = await within(run('bash', ['-c', settled], { confinement: 'pgroup', timeout: 5000, grace: 20_000 }), 18_000, 'run()');
       expect(r.stdout).toBe('started\n');
       expect(r.timedOut).toBe(true);
     } finally {

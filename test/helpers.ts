@@ -158,6 +158,17 @@ export function openFdCount(): number {
   return fs.readdirSync('/proc/self/fd').length;
 }
 
+/**
+ * The descriptors open now that were not in `before` (openFds() taken
+ * earlier): what a leak leaves. Unlike a count, descriptors that earlier work
+ * closes meanwhile cannot hide one.
+ */
+export function openFds(before?: ReadonlySet<string>): Set<string> {
+  const now = new Set(fs.readdirSync('/proc/self/fd'));
+  if (!before) return now;
+  return new Set([...now].filter((fd) => !before.has(fd)));
+}
+
 /** Our own children that are zombies: each would be a reaping bug. */
 export function zombieChildren(): number[] {
   const out: number[] = [];

@@ -185,11 +185,12 @@ describe("leftovers: 'keep'", () => {
   it("timeout and idleTimeout bound the command, not the job it left", async () => {
     const t = token();
     tokens.push(t);
-    // 1 s: on a loaded machine bash may take a while to fork and exit; the
+    // 3 s: on a loaded machine bash may take a while to fork and exit; the
     // bounds must not fire before it did.
-    const r = await run('bash', ['-c', `sleep ${t} & echo left`], { leftovers: 'keep', timeout: 1000, idleTimeout: 1000 });
+    const r = await run('bash', ['-c', `sleep ${t} & echo left`], { leftovers: 'keep', timeout: 3000, idleTimeout: 3000 });
     cgroups.push(r.cgroup);
-    await new Promise((resolve) => setTimeout(resolve, 2000));
+    // Past both bounds (what is checked is that nothing happens then).
+    await new Promise((resolve) => setTimeout(resolve, 4000));
     // Past both bounds, the sleep still runs, in the job's cgroup.
     const alive = liveWith(t, 'sleep');
     expect(alive).toHaveLength(1);

@@ -25,8 +25,9 @@ describe('resources', () => {
         ),
       );
     }
-    // Let socket handles finish closing.
-    await new Promise((r) => setTimeout(r, 100));
+    // Socket handles finish closing and the last children are reaped a
+    // moment later: wait for it (far longer than it takes), then check.
+    await waitUntil(() => zombieChildren().length === 0, 10_000);
     expect(zombieChildren()).toEqual([]);
     // Every leaf left is one kept for the next call: empty, unfrozen, nothing
     // below it (leafReleased); the subtree, kept leaves included, goes a

@@ -101,7 +101,9 @@ describe('events and results', () => {
 
   it('timeout stops the whole tree and says so', async () => {
     const t = token();
-    const result = await run('bash', ['-c', `setsid sleep ${t} & sleep ${t}`], { timeout: 200, grace: 200 });
+    // 3 s: far past the time the tree takes to start (and setsid to take
+    // effect) on a loaded machine, or the escapee would not be one yet.
+    const result = await run('bash', ['-c', `setsid sleep ${t} & sleep ${t}`], { timeout: 3000, grace: 200 });
     expect(result.timedOut).toBe(true);
     expect(result.cleanup?.reason).toBe('timeout');
     expect(result.cleanup?.escaped).toBe(1);

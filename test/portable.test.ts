@@ -56,8 +56,16 @@ function start(tier: 'pgroup' | 'none', script: string, extra: object = {}): Too
   return call;
 }
 
-/** What a known miss left behind: its sleeps, found by the test's /proc scan, killed by pid; how many. */
-const reapMisses = (t: string): number => killLiveWith(t, 'sleep');
+/**
+ * What a known miss left behind: its sleeps, found by the test's /proc scan,
+ * killed by pid; how many. Waits (10 s at most) until `expected` of them run
+ * sleep: a child forked just before its parent exited may not have exec'd yet
+ * (its comm is still bash) when a loaded machine gets here.
+ */
+async function reapMisses(t: string, expected: number): Promise<number> {
+  await waitForLive(t, expected, 'sleep', 10_000);
+  return killLiveWith(t, 'sleep');
+}
 
 /** /proc/<pid>/stat: the session and group ids the kernel has for a process. */
 function sessionOf(pid: number): { pgid: number; sid: number } {
@@ -124,7 +132,7 @@ describe.each(['pgroup', 'none'] as const)('portable confinement %s', (tier) => 
     const report = await call.terminate({ grace: 1000 });
     await call.done;
     expect(report).toMatchObject({ confinement: tier, verified: 'none', signaled: 1, escaped: 0, killed: 0, leftovers: [] });
-    expect(reapMisses(t)).toBe(1);
+    expect(await reapMisses(t, 1)).toBe(1);
   });
 
   it('setpgid into a group of its own, parent alive: stopped (a descendant of a member)', async () => {
@@ -195,7 +203,7 @@ describe.each(['pgroup', 'none'] as const)('portable confinement %s', (tier) => 
     const report = await call.terminate({ grace: 300 });
     await call.done;
     expect(report.leftovers).toEqual([]);
-    expect(reapMisses(t)).toBeGreaterThanOrEqual(20);
+    expect(await reapMisses(t, 20)).toBeGreaterThanOrEqual(20);
   });
 
   it('main exits leaving a setsid daemon: a miss, the call looks empty', async () => {
@@ -205,7 +213,7 @@ describe.each(['pgroup', 'none'] as const)('portable confinement %s', (tier) => 
     const result = await call.done;
     expect(result.exitCode).toBe(0);
     expect(result.cleanup).toBeNull();
-    expect(reapMisses(t)).toBe(1);
+    expect(await reapMisses(t, 1)).toBe(1);
   });
 
   it('main exits leaving a child in its group: the leftovers ladder stops it (pgroup); a miss in none (reparented away)', async () => {
@@ -220,7 +228,7 @@ describe.each(['pgroup', 'none'] as const)('portable confinement %s', (tier) => 
       expect(liveWith(t)).toEqual([]);
     } else {
       expect(result.cleanup).toBeNull();
-      expect(reapMisses(t)).toBe(1);
+      expect(await reapMisses(t, 1)).toBe(1);
     }
   });
 
@@ -312,7 +320,8 @@ describe('run() and spawn() on the portable binding', () => {
 
   it('timeout stops the whole visible tree; AbortSignal stops it with an AbortError', async () => {
     const t = tok();
-    const timed = await pt.run('bash', ['-c', `sleep ${t} & sleep ${t}`], { timeout: 300, grace: 500 });
+    // 3 s: far past the time bash takes to start both sleeps on a loaded machine.
+    const timed = await pt.run('bash', ['-c', `sleep ${t} & sleep ${t}`], { timeout: 3000, grace: 500 });
     expect(timed.timedOut).toBe(true);
     expect(timed.cleanup).toMatchObject({ reason: 'timeout', signaled: 3, verified: 'none', leftovers: [] });
     expect(liveWith(t)).toEqual([]);
@@ -471,10 +480,10 @@ describe('other harnesses', () => {
     harness.kill('SIGKILL');
     await new Promise((resolve) => harness.once('exit', resolve));
     await new Promise((resolve) => setTimeout(resolve, 300));
-    expect(reapMisses(t2)).toBe(2);
+    expect(await reapMisses(t2, 2)).toBe(2);
   });
 
-  it('PROCTREE_PORTABLE=ps reads the process table with ps(1), as on macOS: the same outcomes', () => {
+  it('PROCTREE_PORTABLE=ps reads the process table with ps(1), as on macOS: the same outcomes', async () => {
     const t = tok();
     const t2 = tok();
     const script = `
@@ -500,7 +509,7 @@ describe('other harnesses', () => {
     // bash, its two group sleepers; the setsid one is a miss.
     expect(out.members).toHaveLength(3);
     expect(out.report).toMatchObject({ signaled: 3, leftovers: [], verified: 'none' });
-    expect(reapMisses(t)).toBe(1);
+    expect(await reapMisses(t, 1)).toBe(1);
     expect(out.straggler).toMatchObject({ escaped: 1, killed: 1, leftovers: [] });
     expect(liveWith(t2)).toEqual([]);
   });

@@ -41,8 +41,8 @@ class Server {
   #waiters: (() => void)[] = [];
   #rid = 0;
 
-  constructor() {
-    this.child = cpSpawn(process.execPath, [bin, 'serve'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  constructor(flags: string[] = [], env: NodeJS.ProcessEnv = process.env) {
+    this.child = cpSpawn(process.execPath, [bin, 'serve', ...flags], { stdio: ['pipe', 'pipe', 'pipe'], env });
     servers.push(this);
     this.child.stdout?.on('data', (d: Buffer) => {
       this.#buf += d.toString();
@@ -433,6 +433,103 @@ async function untilJobSays(s: Server, jobId: string, re: RegExp): Promise<RegEx
 }
 
 type Info = { id: string; state: string; command: string; members: number; processes: { pid: number }[]; output: { total: number } };
+
+describe("the operator's limits", () => {
+  it('maxBuffer and jobBuffer are bounded by --max-buffer (64 MiB by default), or PROCTREE_SERVE_MAX_BUFFER', async () => {
+    const huge = Number.MAX_SAFE_INTEGER;
+    const s = new Server();
+    const asked = await s.request('spawn', { id: 'a', file: 'true', options: { collect: true, maxBuffer: huge } });
+    expect(asked.error).toMatchObject({ code: 'ERR_OUT_OF_RANGE' });
+    expect(asked.error?.message).toContain('--max-buffer');
+    expect((await s.request('spawn', { id: 'b', file: 'true', options: { background: true, jobBuffer: huge } })).error?.code).toBe('ERR_OUT_OF_RANGE');
+    expect((await s.request('spawn', { id: 'c', file: 'true', options: { collect: true, maxBuffer: 64 * 1024 * 1024 } })).ok).toBe(true);
+    await s.closed('c');
+
+    const small = new Server(['--max-buffer', '1k']);
+    expect((await small.request('spawn', { id: 'a', file: 'true', options: { collect: true, maxBuffer: 1025 } })).error?.code).toBe('ERR_OUT_OF_RANGE');
+    // Without maxBuffer, a collected call keeps what the operator allows.
+    await small.request('spawn', { id: 'b', file: 'head', args: ['-c', '5000', '/dev/zero'], options: { collect: true } });
+    expect(await small.closed('b')).toMatchObject({ result: { stdoutOmitted: 5000 - 1024 } });
+
+    const byEnv = new Server([], { ...process.env, PROCTREE_SERVE_MAX_BUFFER: '2k' });
+    expect((await byEnv.request('spawn', { id: 'a', file: 'true', options: { background: true, jobBuffer: 2049 } })).error?.code).toBe('ERR_OUT_OF_RANGE');
+    expect((await byEnv.request('spawn', { id: 'b', file: 'true', options: { background: true, jobBuffer: 2048 } })).ok).toBe(true);
+  });
+
+  it('a slow reader and many short collected calls: what waits on the server stays bounded, and nothing is lost', async () => {
+    // A raw reader that keeps no messages: the server's peak resident memory
+    // says what it held. Each collected result is one line of about 1.4 MB;
+    // before the limit, every one of them waited on the server's stdout.
+    // (The window without reading is not what is measured: the bound holds
+    // however long it is; the longer, the more an unbounded server held.)
+    const calls = 60;
+    const size = 1024 * 1024;
+    const child = cpSpawn(process.execPath, [bin, 'serve'], { stdio: ['pipe', 'pipe', 'inherit'] });
+    const exited = new Promise((resolve) => child.on('exit', resolve));
+    const stdout = child.stdout as NonNullable<typeof child.stdout>;
+    try {
+      // Loaded and answering (a first call run), before anything is measured.
+      child.stdin?.write(`${JSON.stringify({ rid: 0, op: 'spawn', id: 'warm', file: 'true', options: { collect: true } })}\n`);
+      let first = '';
+      await new Promise<void>((resolve) => {
+        const onData = (d: Buffer): void => {
+          first += d.toString();
+          if (!first.includes('"event":"close"')) return;
+          stdout.off('data', onData);
+          stdout.pause();
+          resolve();
+        };
+        stdout.on('data', onData);
+      });
+      const lines: Record<string, unknown>[] = [];
+      for (let i = 1; i <= calls; i++) {
+        lines.push({ rid: i, op: 'spawn', id: `c${i}`, file: 'head', args: ['-c', String(size), '/dev/zero'], options: { collect: true } });
+      }
+      const status = (): string => fs.readFileSync(`/proc/${child.pid}/status`, 'utf8');
+      const rss = (): number => Number(/VmRSS:\s+(\d+) kB/.exec(status())?.[1] ?? NaN) * 1024;
+      const before = rss();
+      // A client that sends a short call now and then and reads nothing for a
+      // while: without the limit, every call would run and its result wait in
+      // the server; with it, the requests wait unread in the server's stdin.
+      for (const l of lines) {
+        child.stdin?.write(`${JSON.stringify(l)}\n`);
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      await new Promise((r) => setTimeout(r, 2000));
+      // What the server held while nobody read: its peak so far.
+      const peakUnread = Number(/VmHWM:\s+(\d+) kB/.exec(status())?.[1] ?? NaN) * 1024;
+      let buf = '';
+      let results = 0;
+      let closes = 0;
+      const closed = new Promise<void>((resolve) => {
+        stdout.on('data', (d: Buffer) => {
+          buf += d.toString();
+          let nl: number;
+          while ((nl = buf.indexOf('\n')) >= 0) {
+            const msg = JSON.parse(buf.slice(0, nl)) as Message & { result?: { stdout: string } };
+            buf = buf.slice(nl + 1);
+            if (msg.event === 'close') {
+              closes += 1;
+              if (msg.result && Buffer.from(msg.result.stdout, 'base64').length === size) results += 1;
+              if (closes === calls) resolve();
+            }
+          }
+          // A slow reader: a pause after every chunk.
+          stdout.pause();
+          setTimeout(() => stdout.resume(), 1);
+        });
+      });
+      stdout.resume();
+      await closed;
+      expect(results).toBe(calls);
+      // 60 results are 84 MB of lines; the limit (1 MiB) lets a few wait.
+      expect(peakUnread - before).toBeLessThan(48 * 1024 * 1024);
+    } finally {
+      child.stdin?.end();
+      await exited;
+    }
+  }, 180_000);
+});
 
 describe('jobs', () => {
   it("leftovers 'keep': a dev server answers HTTP after the job event, is listed, readable, and jobStop leaves nothing", async () => {

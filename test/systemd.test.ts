@@ -333,6 +333,13 @@ describe.skipIf(unavailable !== '' && !required)(`the systemd tier on a real sys
     await expectScopeGone(out);
   });
 
+  it('a relative cwd is resolved against the harness, not the broker (which runs in /)', () => {
+    const out = inSession<{ stdout: string; expected: string }>([], [
+      'node', runnerInside, pkgInside, token(), 'cwd', 'systemd',
+    ]);
+    expect(out.stdout).toBe(out.expected);
+  });
+
   it('the harness SIGKILLed: every call and the scope are gone within a second', async () => {
     const t = token();
     tokens.push(`${t}0`, `${t}1`, `${t}2`);

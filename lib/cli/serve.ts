@@ -4,18 +4,21 @@
 // stdout breaks), every call is terminated and the server exits: a harness
 // that crashed leaves nothing behind — its jobs included. Output has
 // backpressure: a client that reads slowly slows the calls that flood, never
-// the server's memory.
+// the server's memory; and while more than the operator's limit waits on
+// our stdout (answers, events, collected results), no further request is
+// read, so nothing else piles up either. What a client may ask to be kept
+// (maxBuffer, jobBuffer) is bounded by the operator too.
 import type { Readable, Writable } from 'node:stream';
 
 import { capabilities } from '../capabilities';
-import { invalidArgValue, proctreeError as fail } from '../errors';
+import { invalidArgValue, outOfRange, proctreeError as fail } from '../errors';
 import { DEFAULT_MAX_BUFFER } from '../output';
 import { noTerminal, typeEndOfInput } from '../pty';
 import { spawn } from '../spawn';
 import { job, jobs } from '../supervisor';
 import { afterPipesPolled, jobOutcome, resultEncoding, settledResult, type ToolCall } from '../toolcall';
 import type { CleanupReport, RunResult, SpawnOptions } from '../types';
-import { packageVersion, parseFlags } from './args';
+import { packageVersion, parseFlags, parseSize, UsageError } from './args';
 import {
   type CollectedOutput,
   type Event,
@@ -27,15 +30,35 @@ import {
   type Response,
 } from './protocol';
 
-export const serveHelp = `Usage: proctree serve
+export const serveHelp = `Usage: proctree serve [--max-buffer SIZE] [--max-queued SIZE]
 
 Speaks the JSON-lines protocol of docs/protocol.md on stdin/stdout: one
 request per line in, one response per request and the calls' events out.
 When stdin closes, every call is stopped and the server exits.
 
 Options:
-  -h, --help   show this help
+  --max-buffer SIZE  the most a client may ask as a call's maxBuffer or
+                     jobBuffer (default 64MiB; env PROCTREE_SERVE_MAX_BUFFER)
+  --max-queued SIZE  stop reading requests while more than this waits on
+                     stdout for the client (default 1MiB, at least 64k;
+                     env PROCTREE_SERVE_MAX_QUEUED)
+  -h, --help         show this help
 `;
+
+/** What the operator bounds (serve's flags and environment). */
+export interface ServerLimits {
+  /** The most a client may ask as maxBuffer (a collected stream) or jobBuffer (a job's ring). */
+  maxBuffer: number;
+  /** Bytes waiting on our stdout past which no further request is read until it drains. */
+  maxQueued: number;
+}
+
+export const DEFAULT_LIMITS: Readonly<ServerLimits> = { maxBuffer: DEFAULT_MAX_BUFFER, maxQueued: 1024 * 1024 };
+/**
+ * The smallest --max-queued: above a stream's high-water mark (16 KiB), so
+ * that being over it means a write returned false and 'drain' will come.
+ */
+const MIN_QUEUED = 64 * 1024;
 
 /** Longest request line accepted (in characters; JSON lines are mostly ASCII). A write of 8 MiB fits in base64. */
 const MAX_LINE = 16 * 1024 * 1024;
@@ -101,10 +124,20 @@ class OutputFlow {
    * whoever reads, and no pause holds it.
    */
   events = true;
+  /**
+   * Its output goes to a collected result, sent in one line at the end:
+   * while the server's stdout is over the operator's limit it is held too,
+   * so results that nobody reads yet stop growing.
+   */
+  collecting = false;
 
-  constructor(private readonly streams: Readable[]) {}
+  constructor(
+    private readonly streams: Readable[],
+    private readonly serverFull: () => boolean,
+  ) {}
 
   get hold(): boolean {
+    if (this.collecting) return this.serverFull() && !this.treeEmpty;
     return this.events && (this.starting || this.waitingForDrain || (this.clientPaused && !this.treeEmpty));
   }
 
@@ -144,8 +177,17 @@ export class ProtocolServer {
   readonly #io: ServerIo;
   readonly #validator: RequestValidator;
   readonly #calls = new Map<string, LiveCall>();
+  /** The start of a line whose newline has not come yet. */
   #pending = '';
   #discarding = false;
+  /** Lines read but not handled yet (from #next on): they wait here while our stdout is over the limit. */
+  #lines: string[] = [];
+  #next = 0;
+  /** Reading requests is paused until our stdout drains below the limit. */
+  #readingHeld = false;
+  /** Our stdout went over the limit and has not drained yet: collected calls are held. */
+  #full = false;
+  readonly #limits: ServerLimits;
   #clientGone = false;
   #stopping: Promise<number> | null = null;
   #leftoversSeen = false;
@@ -154,8 +196,9 @@ export class ProtocolServer {
   /** Calls whose output waits for our stdout's 'drain'. */
   readonly #waitingForDrain = new Set<OutputFlow>();
 
-  constructor(io: ServerIo, onStopped: (status: number) => void) {
+  constructor(io: ServerIo, onStopped: (status: number) => void, limits: Partial<ServerLimits> = {}) {
     this.#io = io;
+    this.#limits = { ...DEFAULT_LIMITS, ...limits };
     this.#onStopped = onStopped;
     this.#validator = new RequestValidator();
   }
@@ -174,6 +217,11 @@ export class ProtocolServer {
         flow.apply();
       }
       this.#waitingForDrain.clear();
+      if (this.#full) {
+        this.#full = false;
+        this.#applyAll();
+      }
+      if (this.#readingHeld) this.#pump();
     });
     output.on('error', () => {
       // EPIPE: nobody reads us any more. Same as a closed stdin.
@@ -186,6 +234,9 @@ export class ProtocolServer {
         live.flow.apply();
       }
       this.#waitingForDrain.clear();
+      this.#full = false;
+      this.#applyAll();
+      if (this.#readingHeld) this.#pump();
       void this.#stopAll(undefined);
     });
   }
@@ -198,7 +249,16 @@ export class ProtocolServer {
   /** Writes one line; false when our stdout's buffer is full (wait for 'drain'). */
   #send(msg: Response | Event): boolean {
     if (this.#clientGone) return true;
-    return this.#io.output.write(`${JSON.stringify(msg)}\n`);
+    const room = this.#io.output.write(`${JSON.stringify(msg)}\n`);
+    if (!this.#full && this.#overQueued) {
+      this.#full = true;
+      this.#applyAll();
+    }
+    return room;
+  }
+
+  #applyAll(): void {
+    for (const live of this.#calls.values()) live.flow.apply();
   }
 
   /**
@@ -217,6 +277,8 @@ export class ProtocolServer {
   }
 
   #onData(text: string): void {
+    // Only the new text is searched for newlines: a long line arriving in
+    // many reads is appended to, never scanned again.
     let start = 0;
     for (;;) {
       const nl = text.indexOf('\n', start);
@@ -228,17 +290,47 @@ export class ProtocolServer {
         this.#pending = '';
         continue;
       }
-      const line = this.#pending + piece;
+      this.#lines.push(this.#pending + piece);
       this.#pending = '';
+    }
+    if (!this.#discarding) {
+      this.#pending += text.slice(start);
+      if (this.#pending.length > MAX_LINE) {
+        // Answer now and drop the rest of the line when its newline comes.
+        this.#pending = '';
+        this.#discarding = true;
+        this.#send({ rid: null, ok: false, error: { code: 'ERR_PROCTREE_LINE_TOO_LONG', message: 'request line longer than 16 MiB' } });
+      }
+    }
+    this.#pump();
+  }
+
+  /**
+   * Whether more than the operator allows waits on our stdout. Answers and
+   * the events other than output (a collected result is one line) have no
+   * pipe to hold back: the requests that make them are what waits.
+   */
+  get #overQueued(): boolean {
+    return !this.#clientGone && this.#io.output.writableLength > this.#limits.maxQueued;
+  }
+
+  /** Handles the lines read, until our stdout is over the limit; reading pauses until it drains. */
+  #pump(): void {
+    while (this.#next < this.#lines.length && !this.#overQueued) {
+      const line = this.#lines[this.#next];
+      this.#next += 1;
       this.#onLine(line);
     }
-    if (this.#discarding) return;
-    this.#pending += text.slice(start);
-    if (this.#pending.length > MAX_LINE) {
-      // Answer now and drop the rest of the line when its newline comes.
-      this.#pending = '';
-      this.#discarding = true;
-      this.#send({ rid: null, ok: false, error: { code: 'ERR_PROCTREE_LINE_TOO_LONG', message: 'request line longer than 16 MiB' } });
+    if (this.#next === this.#lines.length) {
+      this.#lines = [];
+      this.#next = 0;
+    }
+    if (this.#overQueued) {
+      if (!this.#readingHeld) this.#io.input.pause();
+      this.#readingHeld = true;
+    } else if (this.#readingHeld) {
+      this.#readingHeld = false;
+      this.#io.input.resume();
     }
   }
 
@@ -377,6 +469,13 @@ export class ProtocolServer {
     if (this.#calls.has(req.id)) throw fail('ERR_PROCTREE_DUPLICATE_CALL', `call id '${req.id}' is already open`);
     const o = req.options ?? {};
     const { stdin, stdout, stderr, confinement, collect, maxBuffer, keep, marker, all, encoding, pty, ...rest } = o;
+    // What a client may have kept is the operator's to bound, not the client's.
+    const most = this.#limits.maxBuffer;
+    for (const [name, value] of [['maxBuffer', maxBuffer], ['jobBuffer', o.jobBuffer]] as const) {
+      if (typeof value === 'number' && value > most) {
+        throw outOfRange(`options.${name}`, `<= ${most} (the server's --max-buffer)`, value);
+      }
+    }
     if (!collect) {
       for (const name of COLLECT_OPTIONS) {
         if (o[name] !== undefined) throw invalidArgValue(`options.${name}`, o[name], 'needs options.collect: true');
@@ -396,7 +495,7 @@ export class ProtocolServer {
     // With collect, the call's own result is sent: the library keeps
     // maxBuffer bytes a stream from the first byte (as run() does), until the
     // call is a job or closes.
-    if (collect) Object.assign(options, { maxBuffer: maxBuffer ?? DEFAULT_MAX_BUFFER, keep, marker, all });
+    if (collect) Object.assign(options, { maxBuffer: maxBuffer ?? Math.min(DEFAULT_MAX_BUFFER, most), keep, marker, all });
     const call = spawn(req.file, req.args ?? [], options);
     if (collect) call[resultEncoding](encoding === 'utf8' ? 'utf8' : 'buffer');
     let resultSent = !collect;
@@ -414,8 +513,9 @@ export class ProtocolServer {
     const id = req.id;
     let resolveClosed!: () => void;
     const streams = call.pty ? [call.pty] : [call.stdout, call.stderr].filter((s): s is Readable => s !== null);
-    const flow = new OutputFlow(streams);
+    const flow = new OutputFlow(streams, () => this.#full);
     flow.events = !collect;
+    flow.collecting = Boolean(collect);
     const live: LiveCall = {
       call,
       startedAt: performance.now(),
@@ -453,6 +553,7 @@ export class ProtocolServer {
       const result = takeResult();
       // From now on the output is the job's: it flows to its ring buffer.
       flow.events = false;
+      flow.collecting = false;
       flow.apply();
       // What the call's own result says: the same remaining and usage.
       const { remaining, usage } = call[jobOutcome]();
@@ -582,19 +683,37 @@ export class ProtocolServer {
   }
 }
 
+/** The operator's limits: a flag, else its environment variable, else the default. */
+export function serverLimits(flags: Record<string, unknown>, env: NodeJS.ProcessEnv): ServerLimits {
+  const size = (flag: string, name: string, fallback: number): number => {
+    const given = flags[flag.slice(2)] ?? env[name];
+    if (given === undefined || given === '') return fallback;
+    return parseSize(String(given), flags[flag.slice(2)] !== undefined ? flag : name);
+  };
+  const maxBuffer = size('--max-buffer', 'PROCTREE_SERVE_MAX_BUFFER', DEFAULT_LIMITS.maxBuffer);
+  const maxQueued = size('--max-queued', 'PROCTREE_SERVE_MAX_QUEUED', DEFAULT_LIMITS.maxQueued);
+  if (maxQueued < MIN_QUEUED) throw new UsageError(`--max-queued: at least ${MIN_QUEUED} bytes (64k)`);
+  return { maxBuffer, maxQueued };
+}
+
 export async function serveCommand(argv: string[]): Promise<number> {
-  const { flags } = parseFlags(argv, { help: { type: 'boolean', short: 'h' } });
+  const { flags } = parseFlags(argv, {
+    help: { type: 'boolean', short: 'h' },
+    'max-buffer': { type: 'string' },
+    'max-queued': { type: 'string' },
+  });
   if (flags.help) {
     process.stdout.write(serveHelp);
     return 0;
   }
+  const limits = serverLimits(flags, process.env);
   return new Promise<number>((resolve) => {
     const server = new ProtocolServer({ input: process.stdin, output: process.stdout }, (status) => {
       for (const s of stopSignals) process.off(s, onSignal);
       // Flush what is queued on stdout, then let main exit with the status.
       if (process.stdout.writableLength === 0) resolve(status);
       else process.stdout.once('drain', () => resolve(status));
-    });
+    }, limits);
     const onSignal = (): void => void server.stop();
     const stopSignals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
     for (const s of stopSignals) process.on(s, onSignal);

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -84,16 +85,8 @@ bool contains(const std::string& root, const std::string& path) {
   return path.compare(0, root.size(), root) == 0 && (path.size() == root.size() || path[root.size()] == '/');
 }
 
-// Reads cgroup.procs of the directory fd into *out (appending).
-SysError append_procs(int dir, const std::string& path, std::vector<pid_t>* out) {
-  Fd fd(openat(dir, "cgroup.procs", O_RDONLY | O_CLOEXEC));
-  if (!fd) {
-    // Removed while we walked: it has no members.
-    if (errno == ENOENT) return SysError::none();
-    return SysError::from_errno("open", path + "/cgroup.procs");
-  }
-  std::string text;
-  if (!read_all(fd.get(), &text)) return SysError::from_errno("read", path + "/cgroup.procs");
+// Appends the numbers listed one a line in text.
+void parse_ids(const std::string& text, std::vector<pid_t>* out) {
   const char* p = text.c_str();
   while (*p) {
     char* end;
@@ -103,6 +96,57 @@ SysError append_procs(int dir, const std::string& path, std::vector<pid_t>* out)
     p = end;
     while (*p == '\n') ++p;
   }
+}
+
+// The thread group (process) of thread `tid`, from the Tgid line of
+// /proc/<tid>/status (a thread's directory is there by its id, though not
+// listed); 0 when the thread is gone.
+pid_t thread_group_of(pid_t tid) {
+  std::string text;
+  if (!read_small_file(("/proc/" + std::to_string(tid) + "/status").c_str(), &text)) return 0;
+  size_t at = text.find("\nTgid:");
+  if (at == std::string::npos) return 0;
+  return static_cast<pid_t>(strtol(text.c_str() + at + 6, nullptr, 10));
+}
+
+// A threaded cgroup (cgroup.type "threaded", which a tool call may make
+// below its leaf) refuses to list processes: reading its cgroup.procs fails
+// with EOPNOTSUPP, because a process belongs to the threaded domain above
+// it. Its members are the processes of the threads it holds: cgroup.threads
+// maps to thread groups through /proc. Those already listed (by the domain
+// this walk read first) are not listed twice.
+SysError append_thread_groups(int dir, const std::string& path, std::vector<pid_t>* out) {
+  Fd fd(openat(dir, "cgroup.threads", O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOENT) return SysError::none();
+    return SysError::from_errno("open", path + "/cgroup.threads");
+  }
+  std::string text;
+  if (!read_all(fd.get(), &text)) return SysError::from_errno("read", path + "/cgroup.threads");
+  std::vector<pid_t> tids;
+  parse_ids(text, &tids);
+  for (pid_t tid : tids) {
+    pid_t tgid = thread_group_of(tid);
+    if (tgid > 0 && std::find(out->begin(), out->end(), tgid) == out->end()) out->push_back(tgid);
+  }
+  return SysError::none();
+}
+
+// Reads cgroup.procs of the directory fd into *out (appending).
+SysError append_procs(int dir, const std::string& path, std::vector<pid_t>* out) {
+  Fd fd(openat(dir, "cgroup.procs", O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    // Removed while we walked: it has no members.
+    if (errno == ENOENT) return SysError::none();
+    if (errno == EOPNOTSUPP) return append_thread_groups(dir, path, out);
+    return SysError::from_errno("open", path + "/cgroup.procs");
+  }
+  std::string text;
+  if (!read_all(fd.get(), &text)) {
+    if (errno == EOPNOTSUPP) return append_thread_groups(dir, path, out);
+    return SysError::from_errno("read", path + "/cgroup.procs");
+  }
+  parse_ids(text, out);
   return SysError::none();
 }
 

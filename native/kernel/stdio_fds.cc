@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 
 #include "kernel/child.h"
@@ -18,23 +19,22 @@ SysError lift_above(Fd* fd, int min) {
 }
 
 int dev_null_fd() {
-  // Opened once for the process. A failure is kept with its errno, which
-  // every later caller gets back (errno itself is long overwritten by then).
-  static int open_errno = 0;
-  static const int fd = [] {
-    Fd f(open("/dev/null", O_RDWR | O_CLOEXEC));
-    if (f) {
-      if (SysError e = lift_above(&f, 3)) {
-        open_errno = e.err;
-        return -1;
-      }
-      return f.release();
-    }
-    open_errno = errno;
+  // Opened once for the process and kept. A failure is not kept: a process
+  // out of descriptors now (EMFILE) has them again once it closes some, and
+  // its next call must not fail for what this one saw. On failure, errno is
+  // the open's (or the fcntl's).
+  static std::atomic<int> kept{-1};
+  int fd = kept.load(std::memory_order_acquire);
+  if (fd >= 0) return fd;
+  Fd f(open("/dev/null", O_RDWR | O_CLOEXEC));
+  if (!f) return -1;
+  if (SysError e = lift_above(&f, 3)) {
+    errno = e.err;
     return -1;
-  }();
-  if (fd < 0) errno = open_errno;
-  return fd;
+  }
+  int expected = -1;
+  if (kept.compare_exchange_strong(expected, f.get(), std::memory_order_acq_rel)) return f.release();
+  return expected;  // another thread kept one first: ours closes
 }
 
 SysError prepare_stdio(const std::vector<StdioSpec>& spec, const PtySize& pty, PreparedStdio* out) {

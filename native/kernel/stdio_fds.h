@@ -36,7 +36,7 @@ struct PreparedStdio {
 SysError prepare_stdio(const std::vector<StdioSpec>& spec, const PtySize& pty, PreparedStdio* out);
 
 // /dev/null, opened once per process (close-on-exec, above 2); -1 with
-// errno set when it could not be.
+// errno set when it could not be (tried again on the next call).
 int dev_null_fd();
 
 // Moves *fd to a number >= min (close-on-exec) if it is below: every

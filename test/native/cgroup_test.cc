@@ -5,6 +5,9 @@
 #include "kernel/cgroup.h"
 
 #include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -67,6 +70,34 @@ bool wait_populated(const CgroupDir& dir, bool want) {
     usleep(10 * 1000);
   }
   return false;
+}
+
+// A child with a second thread (both waiting in pause() until killed; it
+// dies with this process): its pid, and the second thread's id in *tid.
+int pause_forever(void*) {
+  for (;;) pause();
+  return 0;
+}
+
+pid_t start_two_threads(pid_t* tid) {
+  int p[2];
+  if (pipe(p) != 0) return -1;
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(0);
+    static char stack[64 * 1024] __attribute__((aligned(16)));
+    pid_t t = clone(pause_forever, stack + sizeof stack,
+                    CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM, nullptr);
+    if (write(p[1], &t, sizeof t) != sizeof t) _exit(1);
+    for (;;) pause();
+  }
+  close(p[1]);
+  *tid = -1;
+  if (pid > 0 && read(p[0], tid, sizeof *tid) != sizeof *tid) *tid = -1;
+  close(p[0]);
+  return pid;
 }
 
 }  // namespace
@@ -283,6 +314,58 @@ TEST(members_deep_below_and_in_hidden_cgroups_are_found_and_removed) {
   CHECK(emptied);
   CHECK_EQ(rm.err, 0);
   CHECK(gone);
+}
+
+// A tool call may make a threaded cgroup below its leaf (cgroup.type
+// "threaded") and move a thread there: reading that cgroup's cgroup.procs
+// fails with EOPNOTSUPP. Its processes are still members: a walk from the
+// leaf lists each once (from the threaded domain, or from cgroup.threads
+// through /proc/<tid>/status), and a walk from the threaded cgroup itself
+// finds the process of the thread it holds.
+TEST(threaded_subtree_members_are_listed) {
+  CgroupDir dir;
+  std::string why;
+  std::string path = fixtures::make_test_cgroup(&dir, &why);
+  if (path.empty()) SKIP(why);
+  fixtures::CgroupGuard guard(&dir);
+  fixtures::Children children;
+  std::string domain = path + "/d";
+  std::string threaded = domain + "/t";
+  bool made = mkdir(domain.c_str(), 0755) == 0 && mkdir(threaded.c_str(), 0755) == 0;
+  CgroupDir t;
+  bool typed = made && !CgroupDir::open_existing(threaded, &t) && !t.write_file("cgroup.type", "threaded");
+  if (made && !typed) SKIP("cannot make a threaded cgroup here");
+  pid_t tid = -1;
+  pid_t a = children.add(start_two_threads(&tid));
+  pid_t b = children.add(fixtures::start_sleeper());
+  // a's main thread stays in the domain, its second thread moves to t; b
+  // (one thread) moves whole into t.
+  SysError pa = place(domain, a);
+  SysError pb = place(domain, b);
+  SysError ta = t.write_file("cgroup.threads", std::to_string(tid).c_str());
+  SysError tb = t.write_file("cgroup.threads", std::to_string(b).c_str());
+  std::string procs_of_t;
+  bool procs_refused = t.read_file("cgroup.procs", &procs_of_t).err == EOPNOTSUPP;
+
+  std::vector<pid_t> from_leaf;
+  SysError rl = dir.read_procs(&from_leaf);
+  std::vector<pid_t> from_t;
+  SysError rt = t.read_procs(&from_t);
+  std::sort(from_leaf.begin(), from_leaf.end());
+  std::sort(from_t.begin(), from_t.end());
+
+  CHECK(made);
+  CHECK(a > 0 && b > 0 && tid > 0 && tid != a);
+  CHECK_EQ(pa.err, 0);
+  CHECK_EQ(pb.err, 0);
+  CHECK_EQ(ta.err, 0);
+  CHECK_EQ(tb.err, 0);
+  CHECK(procs_refused);
+  CHECK_EQ(rl.err, 0);
+  CHECK_EQ(rt.err, 0);
+  std::vector<pid_t> want{std::min(a, b), std::max(a, b)};
+  CHECK(from_leaf == want);
+  CHECK(from_t == want);
 }
 
 // The walk holds two descriptors at a time: neither a deep chain nor a low
