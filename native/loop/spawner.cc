@@ -24,6 +24,8 @@ constexpr int64_t kEarlyPollNs = 20000;
 // held by a frozen cgroup (the kernel writes the ids before the child runs),
 // so this is only reached when every thread is stuck and none can be made.
 constexpr int64_t kCloneWaitNs = 2000000000;
+// How long the Spawner's end waits for its threads to return.
+constexpr long kStopWaitNs = 200000000;
 
 class Locked {
  public:
@@ -88,14 +90,32 @@ bool SpawnJob::collect(int timeout_ms, SysError* failed) {
 
 Spawner::~Spawner() {
   if (!shared_) return;
+  bool all_returned;
   {
     Locked lock(&shared_->mu);
     shared_->stopping = true;
+    pthread_cond_broadcast(&shared_->cv);
+    timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_nsec += kStopWaitNs;
+    if (deadline.tv_nsec >= 1000000000) {
+      deadline.tv_sec += 1;
+      deadline.tv_nsec -= 1000000000;
+    }
+    while (shared_->running > 0) {
+      if (pthread_cond_timedwait(&shared_->cv, &shared_->mu, &deadline) == ETIMEDOUT) break;
+    }
+    all_returned = shared_->running == 0;
   }
-  pthread_cond_broadcast(&shared_->cv);
   // A thread held in a vfork cannot be joined now; it holds the shared state
   // and leaves when its child moves on.
-  for (pthread_t t : threads_) detach_thread(t);
+  for (pthread_t t : threads_) {
+    if (all_returned) {
+      join_thread(t);
+    } else {
+      detach_thread(t);
+    }
+  }
 }
 
 SysError Spawner::open() {
@@ -121,6 +141,7 @@ void Spawner::ensure_thread() {
   }
   threads_.push_back(t);
   ++shared_->idle;
+  ++shared_->running;
 }
 
 void* Spawner::run(void* arg) {
@@ -132,7 +153,11 @@ void* Spawner::run(void* arg) {
     {
       Locked lock(&shared->mu);
       while (!shared->stopping && shared->queue.empty()) pthread_cond_wait(&shared->cv, &shared->mu);
-      if (shared->queue.empty()) return nullptr;  // stopping
+      if (shared->queue.empty()) {  // stopping
+        --shared->running;
+        pthread_cond_broadcast(&shared->cv);
+        return nullptr;
+      }
       job = std::move(shared->queue.front());
       shared->queue.pop_front();
       --shared->idle;

@@ -104,8 +104,10 @@ class Spawner {
   Spawner() = default;
   Spawner(const Spawner&) = delete;
   Spawner& operator=(const Spawner&) = delete;
-  // Stops the threads: a thread still held in a vfork is left to finish on
-  // its own (its child was killed by the caller's teardown, or will exec).
+  // Stops the threads, waiting a moment for them (so that what they hold,
+  // the eventfd included, is gone when this returns): a thread still held
+  // in a vfork after that is left to finish on its own (its child was
+  // killed by the caller's teardown, or will exec).
   ~Spawner();
 
   SysError open();
@@ -150,6 +152,7 @@ class Spawner {
     std::deque<Ref<SpawnJob>> queue;
     std::vector<uint64_t> done;
     size_t idle = 0;
+    size_t running = 0;  // threads not yet returned from run()
     bool stopping = false;
     Fd event;
   };

@@ -177,7 +177,11 @@ void escape_scenario() {
 
   CHECK(!h.timed_out);
   CHECK(survivors.empty());
-  const std::vector<CallEvent>& events = h.rec.events;
+  // The exec's report first (the spawner thread saw it), then the call's life.
+  CHECK(!h.rec.events.empty());
+  CHECK_EQ(h.rec.events[0].kind, CallEvent::kStarted);
+  CHECK_EQ(h.rec.events[0].pid, call.pid);
+  const std::vector<CallEvent> events(h.rec.events.begin() + 1, h.rec.events.end());
   CHECK_EQ(events.size(), size_t{3});
   CHECK_EQ(events[0].kind, CallEvent::kExit);
   CHECK_EQ(events[0].call_id, call.id);
@@ -273,7 +277,11 @@ TEST(pgroup_tier_stops_a_session_member_after_main_exits) {
 
   CHECK(!h.timed_out);
   CHECK(survivors.empty());
-  const std::vector<CallEvent>& events = h.rec.events;
+  // The exec's report first (the spawner thread saw it), then the call's life.
+  CHECK(!h.rec.events.empty());
+  CHECK_EQ(h.rec.events[0].kind, CallEvent::kStarted);
+  CHECK_EQ(h.rec.events[0].pid, call.pid);
+  const std::vector<CallEvent> events(h.rec.events.begin() + 1, h.rec.events.end());
   CHECK_EQ(events.size(), size_t{3});
   CHECK_EQ(events[0].kind, CallEvent::kExit);
   CHECK_EQ(events[0].exit.code, 0);
