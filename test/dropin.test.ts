@@ -12,7 +12,7 @@ import util from 'node:util';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
 import { getDefaultSupervisor, run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
-import { killTokens, liveWith, token, waitForLive, leafReleased } from './helpers';
+import { killTokens, liveWith, token, waitForLive, leafReleased, within } from './helpers';
 
 const root = path.resolve(__dirname, '..');
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-dropin-'));
@@ -31,22 +31,6 @@ afterEach(() => {
   killTokens(tokens.splice(0));
 });
 
-/** Rejects when `p` has not settled within `ms`: a hang fails the test instead of the run. */
-function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  return new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
-    p.then(
-      (v) => {
-        clearTimeout(t);
-        resolve(v);
-      },
-      (e: unknown) => {
-        clearTimeout(t);
-        reject(e);
-      },
-    );
-  });
-}
 
 /** The events of a call, in order, until 'close'. */
 function eventsUntilClose(call: ToolCall): Promise<Array<[string, ...unknown[]]>> {

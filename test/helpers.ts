@@ -258,3 +258,20 @@ export function drainedWriter(pieces: [1 | 2, string][]): [string, string[]] {
   ].join('\n');
   return ['python3', ['-c', program]];
 }
+
+/** Rejects when `p` has not settled within `ms`: a hang fails the test instead of the run. */
+export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
+    p.then(
+      (v) => {
+        clearTimeout(t);
+        resolve(v);
+      },
+      (e: unknown) => {
+        clearTimeout(t);
+        reject(e);
+      },
+    );
+  });
+}

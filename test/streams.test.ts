@@ -10,24 +10,8 @@ import { Duplex, Readable, Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 
 import { spawn, type ToolCall } from '../dist/cjs/index.js';
-import { blockedIn, waitUntil } from './helpers';
+import { blockedIn, waitUntil, within } from './helpers';
 
-/** Rejects when `p` has not settled within `ms`: a hang fails the test instead of the run. */
-function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  return new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
-    p.then(
-      (v) => {
-        clearTimeout(t);
-        resolve(v);
-      },
-      (e: unknown) => {
-        clearTimeout(t);
-        reject(e);
-      },
-    );
-  });
-}
 
 function readAll(stream: NodeJS.ReadableStream | null | undefined): Promise<string> {
   return new Promise((resolve, reject) => {
