@@ -10,11 +10,12 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Readable, Writable } from 'node:stream';
 
-import { AbortError, spawnError, spawnThrow } from './errors';
+import { AbortError, proctreeError, spawnError, spawnThrow } from './errors';
 import { native, NativeEventKind, type NativeErrorShape, type NativeReport, type NativeUsage, type NativeSpawnSpec } from './native';
 import { candidatesFor, checkGrace, isDefaultOutput, type ResolvedRun, type ResolvedSpawn, signalName, signalNumber } from './options';
 import { helperPath, resolveTier, warnNoGuardian } from './capabilities';
 import type { CallPhase } from './jobs';
+import { type Listener, normalizeListeners } from './ports';
 import { ByteTail, CallOutput, type LinesOptions, outputNow, tapLater } from './output';
 import { attachMaster, flushPty, noTerminal, PtyStream, ptyPending, ptyTreeEmpty, releasePty, setPtyRef, typeInput } from './pty';
 import { cleanupReport, emptyReport, finalUsage, leftoversError, runResult, usageSoFar } from './result';
@@ -852,6 +853,31 @@ export class ToolCall extends EventEmitter {
   members(): number[] {
     this.#knowStart();
     return this.#id && !this.#empty ? native.members(this.#id) : [];
+  }
+
+  /**
+   * What the whole tree listens on now (escapees included, nothing outside
+   * it): listening TCP sockets (IPv4 and IPv6), bound UDP sockets and
+   * listening unix stream sockets, each with the member holding it. Asked
+   * off the JavaScript thread (the /proc reads take a few ms); [] for a call
+   * not started yet or whose tree is gone.
+   */
+  ports(): Promise<Listener[]> {
+    this.#knowStart();
+    if (!this.#id || this.#empty || this.#spawnError) return Promise.resolve([]);
+    const ask = native.ports?.bind(native);
+    if (!ask) {
+      return Promise.reject(
+        proctreeError('ERR_PROCTREE_PORTS_UNSUPPORTED', 'ports() needs the Linux addon, and this process runs the portable binding'),
+      );
+    }
+    const id = this.#id;
+    return new Promise((resolve, reject) => {
+      ask(id, (err, list) => {
+        if (err) reject(err);
+        else resolve(normalizeListeners(list ?? []));
+      });
+    });
   }
 
   /**
