@@ -15,7 +15,8 @@ import { native, NativeEventKind, type NativeErrorShape, type NativeReport, type
 import { candidatesFor, checkGrace, isDefaultOutput, type ResolvedRun, type ResolvedSpawn, signalName, signalNumber } from './options';
 import { helperPath, resolveTier, warnNoGuardian } from './capabilities';
 import type { CallPhase } from './jobs';
-import { type Listener, normalizeListeners } from './ports';
+import { type Listener, normalizeListeners, type ReadyState } from './ports';
+import { ReadyWait } from './ready';
 import { ByteTail, CallOutput, type LinesOptions, outputNow, tapLater } from './output';
 import { attachMaster, flushPty, noTerminal, PtyStream, ptyPending, ptyTreeEmpty, releasePty, setPtyRef, typeInput } from './pty';
 import { cleanupReport, emptyReport, finalUsage, leftoversError, runResult, usageSoFar } from './result';
@@ -101,6 +102,8 @@ export interface ToolCallEvents {
   empty: [];
   close: [code: number | null, signal: NodeJS.Signals | null];
   error: [err: Error];
+  /** options.ready held: what was seen (also `result.ready`). */
+  ready: [state: ReadyState];
 }
 
 /** Whether reading a stream is ours to start (not one handed to another call as its stdio). */
@@ -249,6 +252,10 @@ class CallExtras {
   cpuBase: readonly [number, number] | undefined = undefined;
   /** When a call that can become a job started, in ms since the epoch: the job's startedAt, however much later it became one. */
   startedAtEpoch = 0;
+  /** options.ready's wait, or null without the option. */
+  readyWait: ReadyWait | null = null;
+  /** What made the call ready, once it was (result.ready). */
+  readyState: ReadyState | null = null;
 }
 
 /**
@@ -651,6 +658,15 @@ export class ToolCall extends EventEmitter {
       this.#ring = ring;
       this.#out().subscribe((chunk) => ring.write(chunk));
     }
+    if (opts.ready) {
+      const wait = new ReadyWait(opts.ready, {
+        ports: () => this.ports(),
+        reached: (state) => this.#onReady(state),
+        expired: () => void this.#startLadder('not-ready', this.#opts.grace, true),
+      });
+      this.#extras().readyWait = wait;
+      this.#out().subscribe((chunk) => wait.output(chunk));
+    }
     if (opts.idleTimeout > 0) this.#out().subscribe(() => this.#idleTimer?.refresh());
     if (run) this.#feedInput(run);
     // A call that can become a job takes its result when it does.
@@ -772,7 +788,23 @@ export class ToolCall extends EventEmitter {
     if (opts.timeout > 0) this.#timer = setTimeout(() => this.#onTimeout(), opts.timeout);
     if (opts.idleTimeout > 0) this.#idleTimer = setTimeout(() => this.#onIdle(), opts.idleTimeout);
     if (opts.background) this.#becomeJob();
+    this.#x?.readyWait?.start(this.#startedAt);
     if (!this.#ref) this.#applyRef();
+  }
+
+  /** options.ready held: the call is a job now, and its result (run()) is due. */
+  #onReady(state: ReadyState): void {
+    this.#extras().readyState = state;
+    if (!this.#opts.background) {
+      // As when a command exits leaving a job: the job's time is not the command's.
+      for (const t of [this.#timer, this.#idleTimer]) if (t) clearTimeout(t);
+      this.#timer = null;
+      this.#idleTimer = null;
+      if (!this.#empty) this.#remaining = native.processInfo(native.members(this.#id));
+    }
+    this.#becomeJob();
+    this.emit('ready', state);
+    this.#settle();
   }
 
   #onIdle(): void {
@@ -816,6 +848,7 @@ export class ToolCall extends EventEmitter {
   /** Ends a call that has no process: `emitError` says whether 'error' is due. */
   #end(err: Error, emitError: boolean): void {
     this.#spawnError ??= err;
+    this.#x?.readyWait?.stop();
     this.#rejectDone?.(err);
     this.#removeAbortListener();
     this.#closeChildEnds();
@@ -1199,7 +1232,8 @@ export class ToolCall extends EventEmitter {
       }
       this.#becomeJob();
       afterPipesPolled(() => {
-        if (!this.#resolveDone) return;
+        // Waiting for options.ready: the result comes with it (or at 'close').
+        if (!this.#resolveDone || this.#x?.readyWait?.pending) return;
         // Read again: a process caught between fork and exec at 'exit' shows its command by now.
         const now = this.#empty ? [] : native.processInfo(native.members(this.#id));
         if (now.length > 0) this.#remaining = now;
@@ -1224,6 +1258,7 @@ export class ToolCall extends EventEmitter {
   #onEmpty(usage: NativeUsage | undefined): void {
     if (this.#empty || this.#spawnError) return;
     this.#empty = true;
+    this.#x?.readyWait?.stop();
     this.#usage = finalUsage(usage);
     if (this.#idleTimer) clearTimeout(this.#idleTimer);
     this.#idleTimer = null;
@@ -1323,7 +1358,7 @@ export class ToolCall extends EventEmitter {
         this.#rejectDone = reject;
       });
       // A background call's result is its start.
-      if (this.#opts.background) this.once('spawn', () => this.#settle());
+      if (this.#opts.background && !this.#x?.readyWait) this.once('spawn', () => this.#settle());
     }
     // 'done' carries a failed start; do not also crash on it.
     done.catch(ignore);
@@ -1361,6 +1396,7 @@ export class ToolCall extends EventEmitter {
       output,
       this.#doneEncoding,
     );
+    if (this.#x?.readyWait) result.ready = this.#x.readyState;
     this.#settled = result;
     // Delivered: what comes later is the job's (its ring), not the result's.
     output.stopCollecting();
