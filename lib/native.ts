@@ -183,12 +183,13 @@ export interface NativeBinding {
   kill(id: number, signal: number): number;
   members(id: number): number[];
   /**
-   * What the call's tree listens on, asked off the JavaScript thread (the
-   * addon's ports thread): onDone(error, null) or onDone(null, listeners)
-   * in a later turn; an unknown or finished call: []. The portable binding
-   * has none.
+   * What the call's tree (a call id) or a cgroup2 directory and the ones
+   * below it (a path: proctree ps) listens on, asked off the JavaScript
+   * thread (the addon's ports thread): onDone(error, null) or onDone(null,
+   * listeners) in a later turn; an unknown or finished call, a cgroup that
+   * is gone: []. The portable binding has none.
    */
-  ports?(id: number, onDone: (err: NativeErrorShape | null, listeners: NativeListener[] | null) => void): void;
+  ports?(target: number | string, onDone: (err: NativeErrorShape | null, listeners: NativeListener[] | null) => void): void;
   processInfo(pids: readonly number[]): NativeProcessInfo[];
   shutdown(waitMs: number): void;
   pipe(): [number, number];

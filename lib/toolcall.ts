@@ -15,7 +15,7 @@ import { native, NativeEventKind, type NativeErrorShape, type NativeReport, type
 import { candidatesFor, checkGrace, isDefaultOutput, type ResolvedRun, type ResolvedSpawn, signalName, signalNumber } from './options';
 import { helperPath, resolveTier, warnNoGuardian } from './capabilities';
 import type { CallPhase } from './jobs';
-import { type Listener, normalizeListeners, type ReadyState } from './ports';
+import { type Listener, normalizeListeners, type ReadyState, type ResolvedReady } from './ports';
 import { ReadyWait } from './ready';
 import { ByteTail, CallOutput, type LinesOptions, outputNow, tapLater } from './output';
 import { attachMaster, flushPty, noTerminal, PtyStream, ptyPending, ptyTreeEmpty, releasePty, setPtyRef, typeInput } from './pty';
@@ -76,6 +76,8 @@ export const jobOutcome = Symbol('proctree.jobOutcome');
 export const resultEncoding = Symbol('proctree.resultEncoding');
 /** The result `done` settled with, once it has: read synchronously at 'close', or when the call became a job. @internal */
 export const settledResult = Symbol('proctree.settledResult');
+/** @internal `proctree run --ready-port`: the ready wait on a call that is no job ('ready' and result.ready; 'not-ready' past its timeout). */
+export const watchReady = Symbol('proctree.watchReady');
 /**
  * Whether the call holds one of its supervisor's slots (maxConcurrent): a
  * bit of the call's flags, not an entry per call in a set of the
@@ -658,15 +660,7 @@ export class ToolCall extends EventEmitter {
       this.#ring = ring;
       this.#out().subscribe((chunk) => ring.write(chunk));
     }
-    if (opts.ready) {
-      const wait = new ReadyWait(opts.ready, {
-        ports: () => this.ports(),
-        reached: (state) => this.#onReady(state),
-        expired: () => void this.#startLadder('not-ready', this.#opts.grace, true),
-      });
-      this.#extras().readyWait = wait;
-      this.#out().subscribe((chunk) => wait.output(chunk));
-    }
+    if (opts.ready) this.#readyWait(opts.ready);
     if (opts.idleTimeout > 0) this.#out().subscribe(() => this.#idleTimer?.refresh());
     if (run) this.#feedInput(run);
     // A call that can become a job takes its result when it does.
@@ -792,9 +786,32 @@ export class ToolCall extends EventEmitter {
     if (!this.#ref) this.#applyRef();
   }
 
+  #readyWait(ready: ResolvedReady): ReadyWait {
+    const wait = new ReadyWait(ready, {
+      ports: () => this.ports(),
+      reached: (state) => this.#onReady(state),
+      expired: () => void this.#startLadder('not-ready', this.#opts.grace, true),
+    });
+    this.#extras().readyWait = wait;
+    if (ready.output !== null) this.#out().subscribe((chunk) => wait.output(chunk));
+    return wait;
+  }
+
+  /** @internal see watchReady */
+  [watchReady](ready: ResolvedReady): void {
+    if (this.#x?.readyWait) return;
+    const wait = this.#readyWait(ready);
+    if (this.started && !this.#spawnError && !this.#empty) wait.start(this.#startedAt);
+  }
+
   /** options.ready held: the call is a job now, and its result (run()) is due. */
   #onReady(state: ReadyState): void {
     this.#extras().readyState = state;
+    if (!this.#ring) {
+      // Not a call that can be a job (watchReady): it is only told.
+      this.emit('ready', state);
+      return;
+    }
     if (!this.#opts.background) {
       // As when a command exits leaving a job: the job's time is not the command's.
       for (const t of [this.#timer, this.#idleTimer]) if (t) clearTimeout(t);

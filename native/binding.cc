@@ -522,17 +522,21 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
     return a;
   }
 
-  // ports(id, onDone): what the call's tree listens on, asked on the
-  // addon's ports thread; onDone(error, listeners) in a later turn (an
-  // unknown call: []). Throws only for bad arguments.
+  // ports(id | cgroupPath, onDone): what the call's tree (or everything in
+  // a cgroup2 directory and below it) listens on, asked on the addon's
+  // ports thread; onDone(error, listeners) in a later turn (an unknown call
+  // or a cgroup that is gone: []). Throws only for bad arguments.
   Napi::Value Ports(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsFunction()) return ThrowType(env, "ports(id, onDone)");
+    if (info.Length() < 2 || !(info[0].IsNumber() || info[0].IsString()) || !info[1].IsFunction()) {
+      return ThrowType(env, "ports(id | cgroupPath, onDone)");
+    }
     if (!env_state_) return ThrowSys(env, SysError::of(ECANCELED, "ports"));
     uint64_t request = 0;
-    if (SysError e = env_state_->ports(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()), &request)) {
-      return ThrowSys(env, e);
-    }
+    SysError e = info[0].IsString()
+                     ? env_state_->ports_of_cgroup(info[0].As<Napi::String>().Utf8Value(), &request)
+                     : env_state_->ports(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()), &request);
+    if (e) return ThrowSys(env, e);
     ports_callbacks_[request] = Napi::Persistent(info[1].As<Napi::Function>());
     return env.Undefined();
   }

@@ -156,6 +156,18 @@ SysError Environment::ports(uint64_t call_id, uint64_t* request) {
   return SysError::none();
 }
 
+SysError Environment::ports_of_cgroup(const std::string& path, uint64_t* request) {
+  if (closing_) return SysError::of(ECANCELED, "ports");
+  if (SysError e = ensure_open()) return e;
+  PortsQuery q;
+  q.request = *request = ++next_ports_request_;
+  q.leaf = path;
+  q.members_from_leaf = true;
+  if (SysError e = ports_.query(std::move(q))) return e;
+  update_keep_alive();
+  return SysError::none();
+}
+
 void Environment::on_ports_done() {
   for (PortsAnswer& a : ports_.take_done()) {
     CallEvent ev{};

@@ -109,6 +109,8 @@ class Environment {
   // What the call's tree listens on, asked off this thread: the answer is a
   // CallEvent::kPorts whose call_id is *request (an unknown call: none).
   SysError ports(uint64_t call_id, uint64_t* request);
+  // The same for any cgroup2 directory (its leaf and the cgroups below it).
+  SysError ports_of_cgroup(const std::string& path, uint64_t* request);
   ChildStack& child_stack() { return stack_; }
   void set_referenced(uint64_t id, bool ref);
   // The call's leaf is named by a job: never reused. *base: its counters

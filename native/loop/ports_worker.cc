@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <utility>
 
+#include "kernel/cgroup.h"
 #include "loop/thread.h"
 
 namespace proctree {
@@ -59,6 +60,12 @@ PortsAnswer PortsWorker::answer(const PortsQuery& q) {
       a.error = SysError::none();
       a.listeners.clear();
     }
+  } else if (q.members_from_leaf) {
+    CgroupDir dir;
+    std::vector<pid_t> pids;
+    if (!CgroupDir::open_existing(q.leaf, &dir)) dir.read_procs(&pids);
+    dir.close();
+    a.error = listeners_of_pids(pids, &a.listeners);
   } else {
     a.error = listeners_of_pids(q.pids, &a.listeners);
   }

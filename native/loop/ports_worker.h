@@ -27,6 +27,9 @@ struct PortsQuery {
   uint64_t request = 0;
   std::string leaf;         // the cgroup tiers' leaf, else empty
   std::vector<pid_t> pids;  // the members: listeners_of_pids without the filter
+  // A cgroup named from outside (proctree ps): its members are read from
+  // the leaf on the worker's thread when the filter is not there.
+  bool members_from_leaf = false;
 };
 
 struct PortsAnswer {
