@@ -62,7 +62,14 @@ export class ReadyWait {
   /** A chunk of stdout or stderr. */
   output(chunk: Buffer): void {
     if (this.#over || !this.#matcher || this.#matcher.matched) return;
-    if (this.#matcher.push(this.#decoder.write(chunk)) && this.#started) this.#check();
+    if (!this.#matcher.push(this.#decoder.write(chunk)) || !this.#started) return;
+    if (this.#ready.listening !== null && !this.#asking) {
+      // The output says it is up: ask what listens now, not at the next poll.
+      if (this.#pollTimer) clearTimeout(this.#pollTimer);
+      this.#ask();
+    } else {
+      this.#check();
+    }
   }
 
   /** The tree is gone, or the call failed: no more questions, no timeout. */
