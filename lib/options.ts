@@ -15,8 +15,10 @@ import {
   ipcOnePipe,
   ipcUnsupported,
   outOfRange,
+  proctreeError,
   unknownSignal,
 } from './errors';
+import { native, portable } from './native';
 import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, type OutputSettings, UNREAD_MAX_BUFFER } from './output';
 import { ptyStdio, resolvePty, type ResolvedPty, withTerm } from './pty';
 import { type ResolvedReady, resolveReady } from './ports';
@@ -454,6 +456,13 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
   const ready = resolveReady(opts.ready);
   if (ready && !background && leftovers !== 'keep') {
     throw invalidArgValue('options.ready', opts.ready, "needs background: true or leftovers: 'keep'");
+  }
+  if (ready?.listening != null && !native.ports) {
+    // The portable binding cannot see sockets: refused before anything is made.
+    throw proctreeError(
+      'ERR_PROCTREE_PORTS_UNSUPPORTED',
+      `options.ready.listening needs the Linux addon, and this process runs the portable binding (${portable?.reason ?? 'no ports()'})`,
+    );
   }
   const idleTimeout = checkMs(opts.idleTimeout, 'idleTimeout', 0);
   const output = resolveOutput(opts, defaults.where === 'run');

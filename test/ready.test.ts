@@ -3,8 +3,10 @@
 // the port named accepts a connection at that moment; past ready.timeout the
 // ladder stops the tree (cleanup.reason 'not-ready') and nothing survives —
 // read from the cgroup and /proc, not from the library's bookkeeping.
+import { spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import net from 'node:net';
+import path from 'node:path';
 
 import { afterAll, describe, expect, it } from 'vitest';
 
@@ -137,6 +139,18 @@ describe('options.ready', () => {
     expect(r.ready).toBeNull();
     expect(r.cleanup).toBeNull();
     expect(r.exitCode).toBe(0);
+  });
+
+  it('the portable binding cannot see sockets: ready.listening and ports() are refused with ERR_PROCTREE_PORTS_UNSUPPORTED', () => {
+    const script = `
+      const { spawn } = require(${JSON.stringify(path.resolve(__dirname, '../dist/cjs/index.js'))});
+      let thrown = null;
+      try { spawn('true', [], { background: true, ready: { listening: true } }); } catch (e) { thrown = e.code; }
+      const c = spawn('sleep', ['0.1'], { stdio: 'ignore' });
+      c.ports().then(() => console.log(JSON.stringify({ thrown, ports: 'resolved' })), (e) => console.log(JSON.stringify({ thrown, ports: e.code })));
+    `;
+    const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', env: { ...process.env, PROCTREE_PORTABLE: 'ps' }, timeout: 20000 });
+    expect(JSON.parse(r.stdout)).toEqual({ thrown: 'ERR_PROCTREE_PORTS_UNSUPPORTED', ports: 'ERR_PROCTREE_PORTS_UNSUPPORTED' });
   });
 
   it("ready needs background or leftovers: 'keep'", () => {
