@@ -35,6 +35,7 @@
         "native/loop/environment_stops.cc",
         "native/loop/errno_name.cc",
         "native/loop/file_writer.cc",
+        "native/loop/ports_worker.cc",
         "native/loop/streams.cc",
         "native/loop/reactor.cc",
         "native/loop/spawner.cc",

@@ -6,6 +6,7 @@
 import { native } from './native';
 import { checkBytes } from './options';
 import { ByteTail, utf8End, utf8Start } from './output';
+import type { Listener } from './ports';
 import type { CleanupReport, Confinement, ProcessInfo, ResourceUsage } from './types';
 
 /**
@@ -75,6 +76,7 @@ export interface JobCall {
   readonly cleanupReport: CleanupReport | null;
   readonly usage: ResourceUsage | null;
   members(): number[];
+  ports(): Promise<Listener[]>;
   terminate(options?: { grace?: number }): Promise<CleanupReport>;
   once(event: 'close', listener: () => void): unknown;
 }
@@ -177,6 +179,11 @@ export class Job {
       dropped: lo + start - wanted,
       total: ring.total,
     };
+  }
+
+  /** What the job's tree listens on now (see ToolCall#ports()); [] once it is gone. */
+  ports(): Promise<Listener[]> {
+    return this.#call.ports();
   }
 
   /** Stops the whole tree (the ladder); the job's report. Idempotent. */

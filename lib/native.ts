@@ -8,6 +8,7 @@ import path from 'node:path';
 import type { PassThrough } from 'node:stream';
 
 import { createPortableBinding } from './portable';
+import type { NativeListener } from './ports';
 import type { ProcessInfo, Verification } from './types';
 
 /**
@@ -181,6 +182,14 @@ export interface NativeBinding {
   terminateGroup(ids: readonly number[], signals: readonly number[], graceMs: number, reason: string): boolean[];
   kill(id: number, signal: number): number;
   members(id: number): number[];
+  /**
+   * What the call's tree (a call id) or a cgroup2 directory and the ones
+   * below it (a path: proctree ps) listens on, asked off the JavaScript
+   * thread (the addon's ports thread): onDone(error, null) or onDone(null,
+   * listeners) in a later turn; an unknown or finished call, a cgroup that
+   * is gone: []. The portable binding has none.
+   */
+  ports?(target: number | string, onDone: (err: NativeErrorShape | null, listeners: NativeListener[] | null) => void): void;
   processInfo(pids: readonly number[]): NativeProcessInfo[];
   shutdown(waitMs: number): void;
   pipe(): [number, number];

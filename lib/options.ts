@@ -15,10 +15,13 @@ import {
   ipcOnePipe,
   ipcUnsupported,
   outOfRange,
+  proctreeError,
   unknownSignal,
 } from './errors';
+import { native, portable } from './native';
 import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, type OutputSettings, UNREAD_MAX_BUFFER } from './output';
 import { ptyStdio, resolvePty, type ResolvedPty, withTerm } from './pty';
+import { type ResolvedReady, resolveReady } from './ports';
 import { tiers } from './tiers';
 import type { Confinement, RunOptions, SpawnOptions } from './types';
 
@@ -48,6 +51,8 @@ export interface ResolvedSpawn {
   leftovers: 'kill' | 'wait' | 'keep';
   /** A job from the start. */
   background: boolean;
+  /** When a job counts as started (options.ready), or null. */
+  ready: ResolvedReady | null;
   /** ms without output before the ladder (reason 'idle'); 0 = never. */
   idleTimeout: number;
   output: OutputSettings;
@@ -242,7 +247,7 @@ const nodeOptions = [
   'windowsVerbatimArguments', 'windowsHide', 'signal', 'timeout', 'killSignal',
 ];
 const proctreeOptions = [
-  'grace', 'leftovers', 'confinement', 'background', 'jobBuffer',
+  'grace', 'leftovers', 'confinement', 'background', 'ready', 'jobBuffer',
   'maxBuffer', 'keep', 'marker', 'all', 'onOutput', 'idleTimeout', 'pty',
 ];
 const runOptions = ['input', 'encoding'];
@@ -283,6 +288,7 @@ class OwnOptions {
   leftovers: unknown = undefined;
   confinement: unknown = undefined;
   background: unknown = undefined;
+  ready: unknown = undefined;
   jobBuffer: unknown = undefined;
   maxBuffer: unknown = undefined;
   keep: unknown = undefined;
@@ -449,6 +455,17 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     throw invalidArgValue('options.leftovers', leftovers, "must be one of: 'kill', 'wait', 'keep'");
   }
   const background = checkBoolean(opts.background, 'options.background');
+  const ready = resolveReady(opts.ready);
+  if (ready && !background && leftovers !== 'keep') {
+    throw invalidArgValue('options.ready', opts.ready, "needs background: true or leftovers: 'keep'");
+  }
+  if (ready?.listening != null && !native.ports) {
+    // The portable binding cannot see sockets: refused before anything is made.
+    throw proctreeError(
+      'ERR_PROCTREE_PORTS_UNSUPPORTED',
+      `options.ready.listening needs the Linux addon, and this process runs the portable binding (${portable?.reason ?? 'no ports()'})`,
+    );
+  }
   const idleTimeout = checkMs(opts.idleTimeout, 'idleTimeout', 0);
   const output = resolveOutput(opts, defaults.where === 'run');
   const jobBuffer = checkBytes(opts.jobBuffer, 'options.jobBuffer', defaults.jobBuffer ?? DEFAULT_JOB_BUFFER);
@@ -474,6 +491,7 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     signal: signal as AbortSignal | undefined,
     leftovers,
     background,
+    ready,
     idleTimeout,
     output,
     jobBuffer,

@@ -116,6 +116,16 @@ export interface ReadyOptions {
   timeout?: number;
 }
 
+/** What made a call ready (`result.ready`, the 'ready' event). */
+export interface ReadyState {
+  /** What the tree listened on when it was ready ([] when only `output` was asked for and nothing listened). */
+  listening: Listener[];
+  /** With `ready.output`: the text that matched (the string, or the RegExp's match). */
+  output?: string;
+  /** ms from the call's start to ready. */
+  afterMs: number;
+}
+
 /** The `ready` option checked: at least one condition, each of the right type. */
 export interface ResolvedReady {
   listening: true | number | null;
@@ -186,6 +196,8 @@ export interface OutputMatcher {
   /** Feeds one more chunk (decoded text); whether the output matched by now. */
   push(chunk: string): boolean;
   readonly matched: boolean;
+  /** The text that matched (the string itself, or the RegExp's match), once matched. */
+  readonly match: string | null;
 }
 
 /**
@@ -200,16 +212,27 @@ export interface OutputMatcher {
 export function outputMatcher(want: string | RegExp, windowChars = 65536): OutputMatcher {
   let tail = '';
   let matched = false;
+  let match: string | null = null;
   const re = typeof want === 'string' ? null : new RegExp(want.source, want.flags.replace(/[gy]/g, ''));
   const keep = typeof want === 'string' ? Math.max(want.length - 1, 0) : windowChars;
   return {
     get matched() {
       return matched;
     },
+    get match() {
+      return match;
+    },
     push(chunk: string): boolean {
       if (matched) return true;
       const text = tail + chunk;
-      matched = re ? re.test(text) : text.includes(want as string);
+      if (re) {
+        const m = re.exec(text);
+        matched = m !== null;
+        if (m) match = m[0];
+      } else {
+        matched = text.includes(want as string);
+        if (matched) match = want as string;
+      }
       tail = keep === 0 ? '' : text.slice(-keep);
       return matched;
     },

@@ -10,11 +10,13 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Readable, Writable } from 'node:stream';
 
-import { AbortError, spawnError, spawnThrow } from './errors';
+import { AbortError, proctreeError, spawnError, spawnThrow } from './errors';
 import { native, NativeEventKind, type NativeErrorShape, type NativeReport, type NativeUsage, type NativeSpawnSpec } from './native';
 import { candidatesFor, checkGrace, isDefaultOutput, type ResolvedRun, type ResolvedSpawn, signalName, signalNumber } from './options';
 import { helperPath, tierFor, warnNoGuardian } from './capabilities';
 import type { CallPhase } from './jobs';
+import { type Listener, normalizeListeners, type ReadyState, type ResolvedReady } from './ports';
+import { ReadyWait } from './ready';
 import { ByteTail, CallOutput, type LinesOptions, outputNow, tapLater } from './output';
 import { attachMaster, flushPty, noTerminal, PtyStream, ptyPending, ptyTreeEmpty, releasePty, setPtyRef, typeInput } from './pty';
 import { cleanupReport, emptyReport, finalUsage, leftoversError, runResult, usageSoFar } from './result';
@@ -74,6 +76,8 @@ export const jobOutcome = Symbol('proctree.jobOutcome');
 export const resultEncoding = Symbol('proctree.resultEncoding');
 /** The result `done` settled with, once it has: read synchronously at 'close', or when the call became a job. @internal */
 export const settledResult = Symbol('proctree.settledResult');
+/** @internal `proctree run --ready-port`: the ready wait on a call that is no job ('ready' and result.ready; 'not-ready' past its timeout). */
+export const watchReady = Symbol('proctree.watchReady');
 /**
  * Whether the call holds one of its supervisor's slots (maxConcurrent): a
  * bit of the call's flags, not an entry per call in a set of the
@@ -100,6 +104,8 @@ export interface ToolCallEvents {
   empty: [];
   close: [code: number | null, signal: NodeJS.Signals | null];
   error: [err: Error];
+  /** options.ready held: what was seen (also `result.ready`). */
+  ready: [state: ReadyState];
 }
 
 /** Whether reading a stream is ours to start (not one handed to another call as its stdio). */
@@ -248,6 +254,10 @@ class CallExtras {
   cpuBase: readonly [number, number] | undefined = undefined;
   /** When a call that can become a job started, in ms since the epoch: the job's startedAt, however much later it became one. */
   startedAtEpoch = 0;
+  /** options.ready's wait, or null without the option. */
+  readyWait: ReadyWait | null = null;
+  /** What made the call ready, once it was (result.ready). */
+  readyState: ReadyState | null = null;
 }
 
 /**
@@ -653,6 +663,7 @@ export class ToolCall extends EventEmitter {
       this.#ring = ring;
       this.#out().subscribe((chunk) => ring.write(chunk));
     }
+    if (opts.ready) this.#readyWait(opts.ready);
     if (opts.idleTimeout > 0) this.#out().subscribe(() => this.#idleTimer?.refresh());
     if (run) this.#feedInput(run);
     // A call that can become a job takes its result when it does.
@@ -774,7 +785,46 @@ export class ToolCall extends EventEmitter {
     if (opts.timeout > 0) this.#timer = setTimeout(() => this.#onTimeout(), opts.timeout);
     if (opts.idleTimeout > 0) this.#idleTimer = setTimeout(() => this.#onIdle(), opts.idleTimeout);
     if (opts.background) this.#becomeJob();
+    this.#x?.readyWait?.start(this.#startedAt);
     if (!this.#ref) this.#applyRef();
+  }
+
+  #readyWait(ready: ResolvedReady): ReadyWait {
+    const wait = new ReadyWait(ready, {
+      ports: () => this.ports(),
+      reached: (state) => this.#onReady(state),
+      expired: () => void this.#startLadder('not-ready', this.#opts.grace, true),
+    });
+    this.#extras().readyWait = wait;
+    if (ready.output !== null) this.#out().subscribe((chunk) => wait.output(chunk));
+    return wait;
+  }
+
+  /** @internal see watchReady */
+  [watchReady](ready: ResolvedReady): void {
+    if (this.#x?.readyWait) return;
+    const wait = this.#readyWait(ready);
+    if (this.started && !this.#spawnError && !this.#empty) wait.start(this.#startedAt);
+  }
+
+  /** options.ready held: the call is a job now, and its result (run()) is due. */
+  #onReady(state: ReadyState): void {
+    this.#extras().readyState = state;
+    if (!this.#ring) {
+      // Not a call that can be a job (watchReady): it is only told.
+      this.emit('ready', state);
+      return;
+    }
+    if (!this.#opts.background) {
+      // As when a command exits leaving a job: the job's time is not the command's.
+      for (const t of [this.#timer, this.#idleTimer]) if (t) clearTimeout(t);
+      this.#timer = null;
+      this.#idleTimer = null;
+      if (!this.#empty) this.#remaining = native.processInfo(native.members(this.#id));
+    }
+    this.#becomeJob();
+    this.emit('ready', state);
+    this.#settle();
   }
 
   #onIdle(): void {
@@ -818,6 +868,7 @@ export class ToolCall extends EventEmitter {
   /** Ends a call that has no process: `emitError` says whether 'error' is due. */
   #end(err: Error, emitError: boolean): void {
     this.#spawnError ??= err;
+    this.#x?.readyWait?.stop();
     this.#rejectDone?.(err);
     this.#removeAbortListener();
     this.#closeChildEnds();
@@ -855,6 +906,31 @@ export class ToolCall extends EventEmitter {
   members(): number[] {
     this.#knowStart();
     return this.#id && !this.#empty ? native.members(this.#id) : [];
+  }
+
+  /**
+   * What the whole tree listens on now (escapees included, nothing outside
+   * it): listening TCP sockets (IPv4 and IPv6), bound UDP sockets and
+   * listening unix stream sockets, each with the member holding it. Asked
+   * off the JavaScript thread (the /proc reads take a few ms); [] for a call
+   * not started yet or whose tree is gone.
+   */
+  ports(): Promise<Listener[]> {
+    this.#knowStart();
+    if (!this.#id || this.#empty || this.#spawnError) return Promise.resolve([]);
+    const ask = native.ports?.bind(native);
+    if (!ask) {
+      return Promise.reject(
+        proctreeError('ERR_PROCTREE_PORTS_UNSUPPORTED', 'ports() needs the Linux addon, and this process runs the portable binding'),
+      );
+    }
+    const id = this.#id;
+    return new Promise((resolve, reject) => {
+      ask(id, (err, list) => {
+        if (err) reject(err);
+        else resolve(normalizeListeners(list ?? []));
+      });
+    });
   }
 
   /**
@@ -1176,7 +1252,8 @@ export class ToolCall extends EventEmitter {
       }
       this.#becomeJob();
       afterPipesPolled(() => {
-        if (!this.#resolveDone) return;
+        // Waiting for options.ready: the result comes with it (or at 'close').
+        if (!this.#resolveDone || this.#x?.readyWait?.pending) return;
         // Read again: a process caught between fork and exec at 'exit' shows its command by now.
         const now = this.#empty ? [] : native.processInfo(native.members(this.#id));
         if (now.length > 0) this.#remaining = now;
@@ -1201,6 +1278,7 @@ export class ToolCall extends EventEmitter {
   #onEmpty(usage: NativeUsage | undefined): void {
     if (this.#empty || this.#spawnError) return;
     this.#empty = true;
+    this.#x?.readyWait?.stop();
     this.#usage = finalUsage(usage);
     if (this.#idleTimer) clearTimeout(this.#idleTimer);
     this.#idleTimer = null;
@@ -1300,7 +1378,7 @@ export class ToolCall extends EventEmitter {
         this.#rejectDone = reject;
       });
       // A background call's result is its start.
-      if (this.#opts.background) this.once('spawn', () => this.#settle());
+      if (this.#opts.background && !this.#x?.readyWait) this.once('spawn', () => this.#settle());
     }
     // 'done' carries a failed start; do not also crash on it.
     done.catch(ignore);
@@ -1338,6 +1416,7 @@ export class ToolCall extends EventEmitter {
       output,
       this.#doneEncoding,
     );
+    if (this.#x?.readyWait) result.ready = this.#x.readyState;
     this.#settled = result;
     // Delivered: what comes later is the job's (its ring), not the result's.
     output.stopCollecting();

@@ -1,5 +1,6 @@
 // The public types: read these as the documentation of the API.
 import type { NativeTier } from './native';
+import type { ReadyOptions, ReadyState } from './ports';
 
 /**
  * How a call is confined, strongest first (see docs/tiers.md):
@@ -138,8 +139,11 @@ export interface ProcessInfo {
   startTime: number;
 }
 
-/** Why the ladder ran; `'idle'`: `idleTimeout` ms passed without output. */
-export type CleanupReason = 'timeout' | 'idle' | 'abort' | 'terminate' | 'leftovers' | 'shutdown';
+/**
+ * Why the ladder ran; `'idle'`: `idleTimeout` ms passed without output;
+ * `'not-ready'`: `ready.timeout` ms passed before the `ready` condition held.
+ */
+export type CleanupReason = 'timeout' | 'idle' | 'abort' | 'terminate' | 'leftovers' | 'shutdown' | 'not-ready';
 
 /** What stopping a tree took, as the kernel saw it. */
 export interface CleanupReport {
@@ -205,6 +209,13 @@ export interface RunResult<T extends string | Buffer = string> {
   jobId: string | null;
   /** With `leftovers: 'keep'`: the processes still running when the result came (they are the job); else []. */
   remaining: ProcessInfo[];
+  /**
+   * With the `ready` option: what made the call ready (the listeners seen,
+   * the output matched, when), or null when it never was (the tree ended
+   * first, or `ready.timeout` stopped it: `cleanup.reason` is `'not-ready'`).
+   * Absent without the option.
+   */
+  ready?: ReadyState | null;
 }
 
 /**
@@ -269,6 +280,15 @@ export interface JobOptions {
    * `maxConcurrent` slot. Default: false.
    */
   background?: boolean;
+  /**
+   * With `background: true` or `leftovers: 'keep'`: when the job counts as
+   * started. run() settles (and 'ready' is emitted) once the tree listens
+   * (`listening: true`: on anything; a number: on that TCP or UDP port)
+   * and/or its output matches `output`; `result.ready` says what was seen.
+   * Past `timeout` ms first, the ladder stops the tree (`cleanup.reason`
+   * `'not-ready'`) and run() settles with the output so far.
+   */
+  ready?: ReadyOptions;
   /** Bytes of a job's output (stdout and stderr merged) kept in its ring buffer. Default: the supervisor's (1 MiB). */
   jobBuffer?: number;
 }

@@ -126,6 +126,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
                              InstanceMethod("terminateGroup", &Addon::TerminateGroup),
                              InstanceMethod("kill", &Addon::Kill),
                              InstanceMethod("members", &Addon::Members),
+                             InstanceMethod("ports", &Addon::Ports),
                              InstanceMethod("processInfo", &Addon::ProcessInfoOf),
                              InstanceMethod("shutdown", &Addon::Shutdown),
                              InstanceMethod("pipe", &Addon::Pipe),
@@ -188,6 +189,10 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
       deliver_stream(ev);
       return;
     }
+    if (ev.kind == CallEvent::kPorts) {
+      deliver_ports(ev);
+      return;
+    }
     auto it = callbacks_.find(ev.call_id);
     if (it == callbacks_.end()) return;
     Napi::HandleScope scope(env_);
@@ -225,7 +230,8 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
       case CallEvent::kOutput:
       case CallEvent::kOutputEnd:
       case CallEvent::kWritten:
-        return;  // deliver_stream()
+      case CallEvent::kPorts:
+        return;  // deliver_stream(), deliver_ports()
     }
     Napi::Object recv = Napi::Object::New(env_);
     napi_value result;
@@ -279,6 +285,45 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
     if (st == napi_pending_exception) rethrow_uncaught();
   }
 
+  // The answer to ports(): onDone(error, null) or onDone(null, [{ protocol,
+  // address, port, pid }]). Raw napi calls, checked, as in deliver_stream.
+  void deliver_ports(const CallEvent& ev) {
+    auto it = ports_callbacks_.find(ev.call_id);
+    if (it == ports_callbacks_.end()) return;
+    Napi::FunctionReference fn_ref = std::move(it->second);
+    ports_callbacks_.erase(it);
+    Napi::HandleScope scope(env_);
+    napi_value args[2] = {nullptr, nullptr};
+    napi_value recv = nullptr;
+    napi_status st = napi_ok;
+    if (ev.error) {
+      args[0] = make_error(env_, ev.error);
+      st = napi_get_null(env_, &args[1]);
+    } else {
+      st = napi_get_null(env_, &args[0]);
+      if (st == napi_ok) st = napi_create_array_with_length(env_, ev.listeners.size(), &args[1]);
+      for (size_t i = 0; st == napi_ok && i < ev.listeners.size(); ++i) {
+        const Listener& l = ev.listeners[i];
+        napi_value o, v;
+        st = napi_create_object(env_, &o);
+        if (st == napi_ok) st = napi_create_string_utf8(env_, listener_protocol_name(l.protocol), NAPI_AUTO_LENGTH, &v);
+        if (st == napi_ok) st = napi_set_named_property(env_, o, "protocol", v);
+        if (st == napi_ok) st = napi_create_string_utf8(env_, l.address.data(), l.address.size(), &v);
+        if (st == napi_ok) st = napi_set_named_property(env_, o, "address", v);
+        if (st == napi_ok) st = napi_create_int32(env_, l.port, &v);
+        if (st == napi_ok) st = napi_set_named_property(env_, o, "port", v);
+        if (st == napi_ok) st = napi_create_int32(env_, l.pid, &v);
+        if (st == napi_ok) st = napi_set_named_property(env_, o, "pid", v);
+        if (st == napi_ok) st = napi_set_element(env_, args[1], static_cast<uint32_t>(i), o);
+      }
+    }
+    if (st == napi_ok) st = napi_create_object(env_, &recv);
+    if (st != napi_ok) return;
+    napi_value result;
+    st = napi_make_callback(env_, async_context_, recv, fn_ref.Value(), 2, args, &result);
+    if (st == napi_pending_exception) rethrow_uncaught();
+  }
+
   // On the JavaScript thread; env is null when the function is being torn
   // down with calls still queued (nothing to run then).
   static void CallJs(napi_env env, napi_value /*js_callback*/, void* context, void* data) {
@@ -299,6 +344,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
     if (!reg) return;
     callbacks_.clear();
     pipe_callbacks_.clear();
+    ports_callbacks_.clear();
     reg->shutdown_sync(wait_ms);
     // Joins the Waiter: no call of the thread-safe function after this.
     reg->close();
@@ -474,6 +520,25 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
     Napi::Array a = Napi::Array::New(env, pids.size());
     for (size_t i = 0; i < pids.size(); ++i) a.Set(static_cast<uint32_t>(i), pids[i]);
     return a;
+  }
+
+  // ports(id | cgroupPath, onDone): what the call's tree (or everything in
+  // a cgroup2 directory and below it) listens on, asked on the addon's
+  // ports thread; onDone(error, listeners) in a later turn (an unknown call
+  // or a cgroup that is gone: []). Throws only for bad arguments.
+  Napi::Value Ports(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 2 || !(info[0].IsNumber() || info[0].IsString()) || !info[1].IsFunction()) {
+      return ThrowType(env, "ports(id | cgroupPath, onDone)");
+    }
+    if (!env_state_) return ThrowSys(env, SysError::of(ECANCELED, "ports"));
+    uint64_t request = 0;
+    SysError e = info[0].IsString()
+                     ? env_state_->ports_of_cgroup(info[0].As<Napi::String>().Utf8Value(), &request)
+                     : env_state_->ports(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()), &request);
+    if (e) return ThrowSys(env, e);
+    ports_callbacks_[request] = Napi::Persistent(info[1].As<Napi::Function>());
+    return env.Undefined();
   }
 
   Napi::Value ProcessInfoOf(const Napi::CallbackInfo& info) {
@@ -766,6 +831,8 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
   std::unordered_map<uint64_t, Napi::FunctionReference> callbacks_;
   // Streams ids (their own numbering) -> onEvent, until the stream is closed.
   std::unordered_map<uint64_t, Napi::FunctionReference> pipe_callbacks_;
+  // ports() requests -> onDone, until answered.
+  std::unordered_map<uint64_t, Napi::FunctionReference> ports_callbacks_;
 };
 
 }  // namespace

@@ -404,8 +404,8 @@ describe('proctree ps', () => {
     expect(entry.ageMs).toBeGreaterThanOrEqual(0);
     expect(entry.ageMs).toBeLessThan(30_000);
     expect(entry.id).toBe(path.basename(entry.call));
-    expect(text.stdout.split('\n')[0]).toMatch(/^ID\s+CALL\s+HARNESS\s+PID\s+MEMBERS\s+AGE\s+COMMAND$/);
-    expect(text.stdout).toMatch(new RegExp(`${entry.id}\\s+${entry.call}\\s+${child.pid}\\s+${entry.pid}\\s+3\\s+\\d+s\\s+bash -c`));
+    expect(text.stdout.split('\n')[0]).toMatch(/^ID\s+CALL\s+HARNESS\s+PID\s+MEMBERS\s+AGE\s+PORTS\s+COMMAND$/);
+    expect(text.stdout).toMatch(new RegExp(`${entry.id}\\s+${entry.call}\\s+${child.pid}\\s+${entry.pid}\\s+3\\s+\\d+s\\s+-\\s+bash -c`));
     child.kill('SIGTERM');
     expect((await done).code).toBe(143);
     expect(liveWith(t)).toEqual([]);

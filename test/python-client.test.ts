@@ -55,6 +55,15 @@ describe('clients/python: python3 -m unittest against a real server', () => {
     ],
     ['test_terminal', ['test_tty_stty_size_resize_typing_and_the_end_of_input', 'test_run_with_a_terminal_returns_what_it_showed', 'test_a_terminal_through_the_blocking_api']],
     ['test_memory', ['test_200mb_with_max_output_keeps_client_and_server_under_100mb']],
+    [
+      'test_ports',
+      [
+        'test_run_returns_once_the_server_listens_and_ports_agree',
+        'test_call_ports_of_a_spawned_server',
+        'test_ready_timeout_stops_the_tree_with_nothing_left',
+        'test_ready_through_the_blocking_api',
+      ],
+    ],
     ['test_package', ['test_pip_installs_the_source_directory_offline', 'test_the_client_inside_the_npm_package_finds_its_own_server']],
   ];
   it.each(modules)(

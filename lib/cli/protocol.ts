@@ -4,15 +4,25 @@
 // validators are compiled at build time (scripts/build-protocol.js).
 import type { ErrorObject, ValidateFunction } from 'ajv';
 
+import type { Listener } from '../ports';
 import type { CleanupReport, ProcessInfo, ResourceUsage } from '../types';
 
 /**
  * Raised whenever the protocol gains something; version 2 (jobs, output
- * collection, terminals) only added to version 1, so every exchange of
+ * collection, terminals) only added to version 1, version 3 (ports,
+ * jobPorts, options.ready and the ready event) to 2, so every exchange of
  * version 1 means the same. A client checks `protocol >= ` the version whose
  * features it uses.
  */
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
+
+/** spawn's options.ready: a RegExp travels as its source (outputPattern). */
+export interface ReadyRequestOptions {
+  listening?: true | number;
+  output?: string;
+  outputPattern?: string;
+  timeout?: number;
+}
 
 export type Rid = string | number;
 
@@ -32,6 +42,7 @@ export interface SpawnRequestOptions {
   stdout?: 'pipe' | 'ignore';
   stderr?: 'pipe' | 'ignore';
   background?: boolean;
+  ready?: ReadyRequestOptions;
   idleTimeout?: number;
   jobBuffer?: number;
   collect?: boolean;
@@ -70,7 +81,9 @@ export type Request =
   | { rid: Rid; op: 'jobRead'; job: string; from?: number; maxBytes?: number }
   | { rid: Rid; op: 'jobTail'; job: string; bytes?: number }
   | { rid: Rid; op: 'jobStop'; job: string; grace?: number }
-  | { rid: Rid; op: 'jobWait'; job: string };
+  | { rid: Rid; op: 'jobWait'; job: string }
+  | { rid: Rid; op: 'ports'; id: string }
+  | { rid: Rid; op: 'jobPorts'; job: string };
 
 export interface ProtocolError {
   code: string;
@@ -85,6 +98,7 @@ export type Event =
   | { event: 'leftover'; id: string; processes: ProcessInfo[] }
   | { event: 'cleanup'; id: string; report: CleanupReport }
   | { event: 'job'; id: string; jobId: string; remaining: ProcessInfo[]; usage: ResourceUsage; result?: CollectedOutput }
+  | { event: 'ready'; id: string; listening: Listener[]; output?: string; afterMs: number }
   | {
       event: 'close';
       id: string;

@@ -5,6 +5,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 
 import { native, portable } from '../native';
+import { type Listener, normalizeListeners } from '../ports';
 import type { ProcessInfo } from '../types';
 import { parseFlags } from './args';
 
@@ -24,6 +25,8 @@ Columns:
             are left (COMMAND then shows the oldest of them)
   MEMBERS   live processes in the call's cgroup, nested cgroups included
   AGE       since the call started in its cgroup
+  PORTS     what its processes listen on: 3000/tcp, 5353/udp, unix:PATH
+            ('-': nothing)
   COMMAND   the command line of the main process
 
 Options:
@@ -46,6 +49,8 @@ export interface CallEntry {
   ageMs: number;
   /** cmdline of the main process (or of the oldest member when it exited). */
   command: string;
+  /** What the call's processes listen on (filled by withPorts; [] before). */
+  ports: Listener[];
 }
 
 const GROUP = /^proctree-(\d+)(?:-.+)?$/;
@@ -113,6 +118,7 @@ function callEntry(mount: string, leaf: string, harnessPid: number, now: number)
     members: members.length,
     ageMs: Math.round(ageMs),
     command: main.command,
+    ports: [],
   };
 }
 
@@ -152,6 +158,30 @@ export function liveCalls(mounts = cgroup2Mounts()): CallEntry[] {
   });
 }
 
+/** Each call's listeners, asked of the addon's ports thread (all calls at once). */
+export async function withPorts(calls: CallEntry[]): Promise<CallEntry[]> {
+  const ask = native.ports?.bind(native);
+  if (!ask) return calls;
+  await Promise.all(
+    calls.map(
+      (c) =>
+        new Promise<void>((resolve) => {
+          ask(c.cgroup, (err, list) => {
+            if (!err) c.ports = normalizeListeners(list ?? []);
+            resolve();
+          });
+        }),
+    ),
+  );
+  return calls;
+}
+
+/** The PORTS column: `3000/tcp,5353/udp,unix:/run/app.sock`, each socket address once; '-' for none. */
+export function formatPorts(ports: readonly Listener[]): string {
+  const seen = new Set(ports.map((l) => (l.protocol === 'unix' ? `unix:${l.address}` : `${l.port}/${l.protocol}`)));
+  return seen.size > 0 ? [...seen].join(',') : '-';
+}
+
 export function formatAge(ms: number): string {
   const s = Math.floor(ms / 1000);
   if (s < 60) return `${s}s`;
@@ -161,7 +191,7 @@ export function formatAge(ms: number): string {
 }
 
 export function renderPs(calls: readonly CallEntry[]): string {
-  const header = ['ID', 'CALL', 'HARNESS', 'PID', 'MEMBERS', 'AGE', 'COMMAND'];
+  const header = ['ID', 'CALL', 'HARNESS', 'PID', 'MEMBERS', 'AGE', 'PORTS', 'COMMAND'];
   const table = calls.map((c) => [
     c.id,
     c.call,
@@ -169,6 +199,7 @@ export function renderPs(calls: readonly CallEntry[]): string {
     c.pid === null ? '-' : String(c.pid),
     String(c.members),
     formatAge(c.ageMs),
+    formatPorts(c.ports),
     c.command,
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...table.map((r) => r[i].length)));
@@ -196,7 +227,7 @@ export async function psCommand(argv: string[]): Promise<number> {
     process.stderr.write('proctree: no cgroup2 hierarchy is mounted here (see `proctree doctor`)\n');
     return 1;
   }
-  const calls = liveCalls(mounts);
+  const calls = await withPorts(liveCalls(mounts));
   process.stdout.write(flags.json ? `${JSON.stringify(calls)}\n` : renderPs(calls));
   return 0;
 }

@@ -4,7 +4,8 @@ import { constants as osConstants } from 'node:os';
 
 import { spawn } from '../spawn';
 import { tiers } from '../tiers';
-import type { ToolCall } from '../toolcall';
+import { formatListener, resolveReady, type ResolvedReady } from '../ports';
+import { type ToolCall, watchReady } from '../toolcall';
 import type { CleanupReport, ResourceUsage, RunResult, SpawnOptions } from '../types';
 import { flagString, parseDuration, parseFlags, parseSize, splitCommand, UsageError } from './args';
 import { attachTerminal, terminalOptions } from './terminal';
@@ -29,6 +30,12 @@ Options:
   --idle-timeout DURATION
                         stop the whole tree after DURATION without any output
                         (a command waiting for input); exit status 124
+  --ready-port PORT     say on stderr when something of the tree listens on
+                        TCP or UDP port PORT (a dev server is up):
+                        'proctree: ready tcp 127.0.0.1:PORT (pid N)'
+  --ready-timeout DURATION
+                        with --ready-port: stop the whole tree when nothing
+                        listens on PORT after DURATION; exit status 124
   --max-output SIZE     keep at most SIZE bytes of stdout and of stderr and
                         print them when COMMAND is done, with a line saying how
                         many bytes were left out (SIZE: 4096, 64k, 1MiB)
@@ -59,6 +66,8 @@ const runOptions = {
   confinement: { type: 'string' },
   leftovers: { type: 'string' },
   'idle-timeout': { type: 'string' },
+  'ready-port': { type: 'string' },
+  'ready-timeout': { type: 'string' },
   'max-output': { type: 'string' },
   keep: { type: 'string' },
   all: { type: 'boolean' },
@@ -69,7 +78,10 @@ const runOptions = {
   help: { type: 'boolean', short: 'h' },
 } as const;
 
-const withValue = new Set(['--timeout', '--grace', '--signal', '--confinement', '--leftovers', '--idle-timeout', '--max-output', '--keep']);
+const withValue = new Set([
+  '--timeout', '--grace', '--signal', '--confinement', '--leftovers', '--idle-timeout', '--max-output', '--keep', '--ready-port',
+  '--ready-timeout',
+]);
 
 export const EXIT_TIMEOUT = 124;
 export const EXIT_FAILED = 125;
@@ -78,7 +90,7 @@ export const EXIT_NOT_FOUND = 127;
 
 /** The status a shell would show for the command, timeout(1)'s 124 first. */
 export function exitStatus(result: Pick<RunResult, 'exitCode' | 'signal' | 'timedOut'> & { cleanup?: CleanupReport | null }): number {
-  if (result.timedOut || result.cleanup?.reason === 'idle') return EXIT_TIMEOUT;
+  if (result.timedOut || result.cleanup?.reason === 'idle' || result.cleanup?.reason === 'not-ready') return EXIT_TIMEOUT;
   if (result.exitCode !== null) return result.exitCode;
   const num = result.signal ? (osConstants.signals as Record<string, number>)[result.signal] : undefined;
   return num !== undefined ? 128 + num : EXIT_FAILED;
@@ -104,6 +116,8 @@ interface RunPlan {
   capture: boolean;
   /** Print the kept output when the command is done (--max-output without --json). */
   printKept: boolean;
+  /** --ready-port (and --ready-timeout). */
+  ready: ResolvedReady | null;
 }
 
 export function planRun(argv: string[]): RunPlan | 'help' {
@@ -147,6 +161,22 @@ export function planRun(argv: string[]): RunPlan | 'help' {
   // Passed through unchecked: which tiers exist is the library's business,
   // and it rejects the ones it does not have with ERR_INVALID_ARG_VALUE.
   if (confinement !== undefined) options.confinement = confinement as SpawnOptions['confinement'];
+  let ready: ResolvedReady | null = null;
+  const readyPort = flagString(flags, 'ready-port');
+  const readyTimeout = flagString(flags, 'ready-timeout');
+  if (readyTimeout !== undefined && readyPort === undefined) throw new UsageError('--ready-timeout: only with --ready-port');
+  if (readyPort !== undefined) {
+    if (!/^\d+$/.test(readyPort)) throw new UsageError(`--ready-port: '${readyPort}' is not a port number`);
+    try {
+      ready = resolveReady({
+        listening: Number(readyPort),
+        timeout: readyTimeout === undefined ? undefined : parseDuration(readyTimeout, '--ready-timeout'),
+      });
+    } catch (err) {
+      if (err instanceof UsageError) throw err;
+      throw new UsageError(`--ready-port: ${(err as Error).message}`);
+    }
+  }
   const json = flags.json === true;
   const capture = json || all || maxOutput !== undefined;
   return {
@@ -159,6 +189,7 @@ export function planRun(argv: string[]): RunPlan | 'help' {
     pty: flags.pty === true,
     capture,
     printKept: !json && maxOutput !== undefined,
+    ready,
   };
 }
 
@@ -196,6 +227,14 @@ export async function runCommand(argv: string[]): Promise<number> {
   }
   const call = startCall(plan);
   const result = call.done;
+  if (plan.ready) {
+    const port = plan.ready.listening;
+    call.on('ready', (state) => {
+      const on = state.listening.filter((l) => l.port === port);
+      process.stderr.write(`proctree: ready ${on.map(formatListener).join(', ')}\n`);
+    });
+    call[watchReady](plan.ready);
+  }
   let failed = false;
   call.on('error', (err: Error & { code?: string }) => {
     // A start failure is reported through `done`; anything after it (a

@@ -13,6 +13,7 @@ import type { Readable, Writable } from 'node:stream';
 import { capabilities } from '../capabilities';
 import { invalidArgValue, outOfRange, proctreeError as fail } from '../errors';
 import { DEFAULT_MAX_BUFFER } from '../output';
+import type { ReadyOptions } from '../ports';
 import { noTerminal, typeEndOfInput } from '../pty';
 import { spawn } from '../spawn';
 import { job, jobs } from '../supervisor';
@@ -25,6 +26,7 @@ import {
   PROTOCOL_VERSION,
   type ProtocolError,
   ProtocolViolation,
+  type ReadyRequestOptions,
   type Request,
   RequestValidator,
   type Response,
@@ -80,7 +82,23 @@ interface LiveCall {
 }
 
 /** Requests that start or change nothing: still answered while every call is being stopped. */
-const READ_ONLY = new Set<Request['op']>(['list', 'capabilities', 'jobs', 'jobRead', 'jobTail', 'jobWait', 'foreground']);
+/** The protocol's options.ready as the API's: outputPattern becomes a RegExp. */
+function readyOptions(r: ReadyRequestOptions): ReadyOptions {
+  if (r.output !== undefined && r.outputPattern !== undefined) {
+    throw invalidArgValue('options.ready.outputPattern', r.outputPattern, 'cannot be given with options.ready.output');
+  }
+  let output: string | RegExp | undefined = r.output;
+  if (r.outputPattern !== undefined) {
+    try {
+      output = new RegExp(r.outputPattern);
+    } catch (err) {
+      throw invalidArgValue('options.ready.outputPattern', r.outputPattern, `is not a regular expression (${(err as Error).message})`);
+    }
+  }
+  return { ...(r.listening !== undefined ? { listening: r.listening } : {}), ...(output !== undefined ? { output } : {}), ...(r.timeout !== undefined ? { timeout: r.timeout } : {}) };
+}
+
+const READ_ONLY = new Set<Request['op']>(['list', 'capabilities', 'jobs', 'jobRead', 'jobTail', 'jobWait', 'foreground', 'ports', 'jobPorts']);
 
 /**
  * The result of a call spawned with `collect`, as the protocol carries it:
@@ -411,7 +429,16 @@ export class ProtocolServer {
         return { process: pty.foreground() };
       }
       case 'jobs':
-        return { jobs: jobs() };
+        // Each with what its tree listens on now (asked of all at once, off the JS thread).
+        return Promise.all(jobs().map(async (info) => ({ ...info, ports: await job(info.id).ports() }))).then((list) => ({ jobs: list }));
+      case 'ports':
+        return this.#live(req.id)
+          .call.ports()
+          .then((ports) => ({ ports }));
+      case 'jobPorts':
+        return job(req.job)
+          .ports()
+          .then((ports) => ({ ports }));
       case 'jobRead':
         return { ...job(req.job).read(req.from ?? 0, req.maxBytes === undefined ? {} : { maxBytes: req.maxBytes }) };
       case 'jobTail':
@@ -468,7 +495,7 @@ export class ProtocolServer {
   #spawn(req: Extract<Request, { op: 'spawn' }>): Result {
     if (this.#calls.has(req.id)) throw fail('ERR_PROCTREE_DUPLICATE_CALL', `call id '${req.id}' is already open`);
     const o = req.options ?? {};
-    const { stdin, stdout, stderr, confinement, collect, maxBuffer, keep, marker, all, encoding, pty, ...rest } = o;
+    const { stdin, stdout, stderr, confinement, collect, maxBuffer, keep, marker, all, encoding, pty, ready, ...rest } = o;
     // What a client may have kept is the operator's to bound, not the client's.
     const most = this.#limits.maxBuffer;
     for (const [name, value] of [['maxBuffer', maxBuffer], ['jobBuffer', o.jobBuffer]] as const) {
@@ -482,6 +509,7 @@ export class ProtocolServer {
       }
     }
     const options: SpawnOptions = { ...rest };
+    if (ready !== undefined) options.ready = readyOptions(ready);
     if (pty !== undefined && pty !== false) {
       for (const [name, value] of [['stdin', stdin], ['stdout', stdout], ['stderr', stderr]] as const) {
         if (value !== undefined) throw invalidArgValue(`options.${name}`, value, 'cannot be given with options.pty: fds 0-2 are the terminal');
@@ -628,6 +656,7 @@ export class ProtocolServer {
       if (report.leftovers.length > 0) this.#leftoversSeen = true;
       emit({ event: 'cleanup', id, report });
     });
+    call.on('ready', (state) => emit({ event: 'ready', id, ...state }));
     call.on('error', (err) => {
       if (call.started) emit({ event: 'error', id, error: errorOf(err) });
     });

@@ -316,6 +316,11 @@ std::string Call::subtree_path() const {
   return slash == std::string::npos ? std::string() : leaf.substr(0, slash);
 }
 
+std::string Call::leaf_path() const {
+  if ((tier_ != Tier::kCgroup && tier_ != Tier::kSystemd) || !confinement_) return {};
+  return static_cast<CgroupConfinement*>(confinement_.get())->leaf().path();
+}
+
 void Call::freeze_released() { env_->group_freeze_released(id_); }
 
 size_t Call::pass_budget(size_t wanted) { return env_->take_pass_budget(id_, wanted); }

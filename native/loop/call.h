@@ -18,6 +18,7 @@
 #include "kernel/cgroup.h"
 #include "kernel/fd.h"
 #include "kernel/pidfd.h"
+#include "kernel/sockets.h"
 #include "kernel/spawn.h"
 #include "ladder/cgroup_confinement.h"
 #include "ladder/confinement.h"
@@ -31,7 +32,8 @@ struct CallEvent {
   // kOutput, kOutputEnd (error: why reading failed, if it did), kWritten (a
   // write is in the pipe, or error says why not): of a stream (streams.h),
   // call_id is the stream's id.
-  enum Kind { kExit, kCleanup, kEmpty, kError, kStarted, kStartFailed, kOutput, kOutputEnd, kWritten };
+  // kPorts: the answer to Environment::ports(), call_id is its request id.
+  enum Kind { kExit, kCleanup, kEmpty, kError, kStarted, kStartFailed, kOutput, kOutputEnd, kWritten, kPorts };
   Kind kind;
   uint64_t call_id;
   ExitStatus exit;
@@ -44,6 +46,7 @@ struct CallEvent {
   Usage usage;
   int peak_processes = 0;
   std::string data;  // kOutput: the bytes read
+  std::vector<Listener> listeners;  // kPorts
 };
 
 class Environment;
@@ -124,6 +127,8 @@ class Call : public LadderHost {
   void prepare_stop();
   // The cgroup this call's leaf is in ("" outside the cgroup tiers).
   std::string subtree_path() const;
+  // The call's own leaf (cgroup and systemd tiers), else "".
+  std::string leaf_path() const;
   // One signal to every member now, no escalation; how many got it.
   int signal_all(int sig);
   std::vector<pid_t> members();

@@ -54,6 +54,8 @@ SysError Environment::ensure_open() {
       return e;
     }
     if (SysError e = reactor_.watch_loop(writes_.done_fd(), Reactor::LoopFd::kWrites)) return e;
+    if (SysError e = ports_.open()) return e;
+    if (SysError e = reactor_.watch_loop(ports_.done_fd(), Reactor::LoopFd::kPorts)) return e;
     if (SysError e = spawner_.open()) return e;
     if (SysError e = reactor_.watch_loop(spawner_.event_fd(), Reactor::LoopFd::kSpawns)) return e;
     return waiter_.start(reactor_.fd(), [](void* host) { static_cast<LoopHost*>(host)->wake(); }, host_);
@@ -132,6 +134,52 @@ void Environment::on_timers() { timers_.run_due(); }
 
 void Environment::on_writes_done() { writes_.on_done(); }
 
+SysError Environment::ports(uint64_t call_id, uint64_t* request) {
+  if (closing_) return SysError::of(ECANCELED, "ports");
+  if (SysError e = ensure_open()) return e;
+  PortsQuery q;
+  q.request = *request = ++next_ports_request_;
+  if (Call* call = find(call_id)) {
+    q.leaf = call->leaf_path();
+    q.pids = call->members();
+  }
+  if (q.leaf.empty() && q.pids.empty()) {
+    // Nothing of the tree is left: the answer needs no thread.
+    CallEvent ev{};
+    ev.kind = CallEvent::kPorts;
+    ev.call_id = q.request;
+    post(std::move(ev));
+    return SysError::none();
+  }
+  if (SysError e = ports_.query(std::move(q))) return e;
+  update_keep_alive();
+  return SysError::none();
+}
+
+SysError Environment::ports_of_cgroup(const std::string& path, uint64_t* request) {
+  if (closing_) return SysError::of(ECANCELED, "ports");
+  if (SysError e = ensure_open()) return e;
+  PortsQuery q;
+  q.request = *request = ++next_ports_request_;
+  q.leaf = path;
+  q.members_from_leaf = true;
+  if (SysError e = ports_.query(std::move(q))) return e;
+  update_keep_alive();
+  return SysError::none();
+}
+
+void Environment::on_ports_done() {
+  for (PortsAnswer& a : ports_.take_done()) {
+    CallEvent ev{};
+    ev.kind = CallEvent::kPorts;
+    ev.call_id = a.request;
+    ev.error = a.error;
+    ev.listeners = std::move(a.listeners);
+    post(std::move(ev));
+  }
+  update_keep_alive();
+}
+
 void Environment::watch_exec(uint64_t id) {
   exec_due_.push_back({monotonic_ns() + static_cast<uint64_t>(Call::kExecReportWaitMs) * 1000000ULL, id});
   if (!exec_timer_.active()) exec_timer_.start(Call::kExecReportWaitMs);
@@ -168,7 +216,7 @@ void Environment::schedule_delivery() {
 }
 
 void Environment::update_keep_alive() {
-  bool alive = !closing_ && (referenced_ > 0 || !pending_.empty() || writes_.busy());
+  bool alive = !closing_ && (referenced_ > 0 || !pending_.empty() || writes_.busy() || ports_.busy());
   if (alive == kept_alive_) return;
   kept_alive_ = alive;
   host_->keep_alive(alive);
@@ -477,6 +525,7 @@ void Environment::close() {
   subtrees_.remove_all();
   subtrees_.close();
   writes_.close();
+  ports_.close();
   deferred_stops_.clear();
   budget_waiters_.clear();
   pending_.clear();

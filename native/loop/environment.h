@@ -24,6 +24,7 @@
 #include "ladder/confinement.h"
 #include "loop/call.h"
 #include "loop/file_writer.h"
+#include "loop/ports_worker.h"
 #include "loop/reactor.h"
 #include "loop/spawner.h"
 #include "loop/streams.h"
@@ -105,6 +106,11 @@ class Environment {
   Streams& streams() { return streams_; }
 
   Call* find(uint64_t id);
+  // What the call's tree listens on, asked off this thread: the answer is a
+  // CallEvent::kPorts whose call_id is *request (an unknown call: none).
+  SysError ports(uint64_t call_id, uint64_t* request);
+  // The same for any cgroup2 directory (its leaf and the cgroups below it).
+  SysError ports_of_cgroup(const std::string& path, uint64_t* request);
   ChildStack& child_stack() { return stack_; }
   void set_referenced(uint64_t id, bool ref);
   // The call's leaf is named by a job: never reused. *base: its counters
@@ -154,6 +160,7 @@ class Environment {
   void on_timers();
   void on_wake();
   void on_writes_done();
+  void on_ports_done();
   // Spawner threads finished spawns: their exec reports are in.
   void on_spawns_done();
 
@@ -180,6 +187,8 @@ class Environment {
   Reactor reactor_;
   Subtrees subtrees_;
   FileWriter writes_;
+  PortsWorker ports_;
+  uint64_t next_ports_request_ = 0;
   Waiter waiter_;
   Fd wake_;
   bool wake_signalled_ = false;

@@ -5,9 +5,11 @@
 // are counted back; an Environment delivers one event per callback into
 // JavaScript and keeps the loop alive exactly while a referenced call lives.
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include "loop/environment.h"
 #include "loop/errno_name.h"
 #include "loop/file_writer.h"
+#include "loop/ports_worker.h"
 #include "loop/timers.h"
 #include "loop/waiter.h"
 #include "test_loop.h"
@@ -140,6 +143,53 @@ TEST(file_writer_writes_in_order_off_the_thread) {
   close(rfd);
   unlink(path);
   CHECK_EQ(std::string(buf), std::string("4"));
+}
+
+// What a tree listens on is asked on the worker's thread; the answers come
+// through the eventfd, in order, each with its request id; close() drops
+// what is queued and joins the thread.
+TEST(ports_worker_answers_off_the_thread) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  CHECK(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  CHECK_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof a;
+  CHECK_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const int port = ntohs(a.sin_port);
+
+  proctree::PortsWorker w;
+  CHECK_EQ(w.open().err, 0);
+  proctree::PortsQuery mine;
+  mine.request = 7;
+  mine.pids = {getpid()};
+  proctree::PortsQuery none;
+  none.request = 8;
+  none.pids = {};
+  CHECK_EQ(w.query(mine).err, 0);
+  CHECK_EQ(w.query(none).err, 0);
+  CHECK(w.busy());
+  std::vector<proctree::PortsAnswer> got;
+  for (int i = 0; i < 500 && got.size() < 2; ++i) {
+    if (!readable(w.done_fd(), 10)) continue;
+    for (auto& ans : w.take_done()) got.push_back(std::move(ans));
+  }
+  CHECK(!w.busy());
+  CHECK_EQ(got.size(), 2u);
+  CHECK_EQ(got[0].request, 7u);
+  CHECK_EQ(got[0].error.err, 0);
+  bool found = false;
+  for (const auto& l : got[0].listeners) {
+    if (l.protocol == proctree::ListenerProtocol::tcp && l.port == port && l.pid == getpid()) found = true;
+  }
+  CHECK(found);
+  CHECK_EQ(got[1].request, 8u);
+  CHECK(got[1].listeners.empty());
+  w.close();
+  CHECK(w.query(mine).err != 0);  // closed: refused, nothing queued
+  close(fd);
 }
 
 namespace {

@@ -12,7 +12,7 @@ import signal as _signal
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar, Union, cast
 
-from ._errors import CleanupReport, Json, ProcessInfo, ProcTreeError, ResourceUsage, Terminal, empty_report, error_from
+from ._errors import CleanupReport, Json, Listener, ProcessInfo, ProcTreeError, Ready, ResourceUsage, Terminal, empty_report, error_from
 
 if TYPE_CHECKING:
     from ._client import ProcTree
@@ -86,6 +86,9 @@ class Result(Generic[AnyStr_co]):
     remaining: List[ProcessInfo] = field(default_factory=list)
     #: What the whole tree used (so far, for a job: ``pt.job(id).wait()`` gives the final figures).
     usage: Optional[ResourceUsage] = None
+    #: With ``ready=``: what made the call ready, or None when it never was
+    #: (the tree ended first, or ``ready["timeout"]`` stopped it: ``report["reason"]`` is ``not-ready``).
+    ready: Optional[Ready] = None
 
 
 class _Flow(asyncio.ReadTransport):
@@ -155,6 +158,10 @@ class Call:
         self.remaining: List[ProcessInfo] = []
         #: What the whole tree used: so far at the job event, in full once closed.
         self.usage: Optional[ResourceUsage] = None
+        #: With ``ready=``: what made the call ready, once it was.
+        self.ready: Optional[Ready] = None
+        #: run() settles at the ready event (or close), not at the job event.
+        self._wait_ready = False
         self._sinks: Dict[str, asyncio.StreamReader] = {}
         self._holds = 0
         self._limit = DEFAULT_STREAM_LIMIT
@@ -204,6 +211,13 @@ class Call:
             # What the job writes from now on goes to its ring buffer, not here.
             for sink in set(self._sinks.values()):
                 sink.feed_eof()
+            if not self._settled.done() and not self._wait_ready:
+                self._settled.set_result(None)
+        elif kind == "ready":
+            ready: Ready = {"listening": msg["listening"], "after": float(msg["afterMs"]) / 1000.0}
+            if "output" in msg:
+                ready["output"] = msg["output"]
+            self.ready = ready
             if not self._settled.done():
                 self._settled.set_result(None)
         elif kind == "exit":
@@ -335,6 +349,12 @@ class Call:
         group is, or the terminal is gone."""
         answer = await self._tree._request("foreground", id=self.id)
         return cast(Optional[ProcessInfo], answer["process"])
+
+    async def ports(self) -> List[Listener]:
+        """What the whole tree listens on now (escapees included, nothing
+        outside it): listening TCP, bound UDP and listening unix stream
+        sockets, each with the member holding it; [] once the tree is gone."""
+        return cast(List[Listener], (await self._tree._request("ports", id=self.id))["ports"])
 
     async def kill(self, signal: Signal = "SIGTERM") -> bool:
         """One signal to every process of the tree, no escalation; whether any got it."""

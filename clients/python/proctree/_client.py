@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, TypedD
 
 from ._call import DEFAULT_STREAM_LIMIT, Call, Result, Signal, _Flow, consume, ms
 from ._discovery import ADVICE, ServerCommand, ServerSpec, find_server
-from ._errors import KEEPS, JobInfo, Json, Keep, ProcTreeError, error_from
+from ._errors import KEEPS, JobInfo, Json, Keep, ProcTreeError, ReadySpec, error_from
 from ._jobs import Job, job_list
 
 __all__ = ["ProcTree", "Call", "Result", "Signal", "DEFAULT_STREAM_LIMIT", "PtyOptions", "Leftovers"]
@@ -245,6 +245,7 @@ class ProcTree:
         kill_signal: Optional[Signal] = None,
         leftovers: Optional[Leftovers] = None,
         background: bool = False,
+        ready: Optional[ReadySpec] = None,
         idle_timeout: Optional[float] = None,
         job_buffer: Optional[int] = None,
         pty: Union[bool, PtyOptions] = False,
@@ -291,9 +292,10 @@ class ProcTree:
             call._sinks["stderr"] = call._sinks["stdout"]
         options = _spawn_options(
             stdin=stdin, capture=capture, pty=pty, timeout=timeout, grace=grace, cwd=cwd, env=env, shell=shell,
-            kill_signal=kill_signal, leftovers=leftovers, background=background, idle_timeout=idle_timeout,
+            kill_signal=kill_signal, leftovers=leftovers, background=background, ready=ready, idle_timeout=idle_timeout,
             job_buffer=job_buffer, confinement=confinement, argv0=argv0, uid=uid, gid=gid,
         )
+        call._wait_ready = ready is not None
         await self._start_call(call, options)
         return call
 
@@ -317,6 +319,7 @@ class ProcTree:
         kill_signal: Optional[Signal] = ...,
         leftovers: Optional[Leftovers] = ...,
         background: bool = ...,
+        ready: Optional[ReadySpec] = ...,
         idle_timeout: Optional[float] = ...,
         job_buffer: Optional[int] = ...,
         pty: Union[bool, PtyOptions] = ...,
@@ -346,6 +349,7 @@ class ProcTree:
         kill_signal: Optional[Signal] = ...,
         leftovers: Optional[Leftovers] = ...,
         background: bool = ...,
+        ready: Optional[ReadySpec] = ...,
         idle_timeout: Optional[float] = ...,
         job_buffer: Optional[int] = ...,
         pty: Union[bool, PtyOptions] = ...,
@@ -374,6 +378,7 @@ class ProcTree:
         kill_signal: Optional[Signal] = None,
         leftovers: Optional[Leftovers] = None,
         background: bool = False,
+        ready: Optional[ReadySpec] = None,
         idle_timeout: Optional[float] = None,
         job_buffer: Optional[int] = None,
         pty: Union[bool, PtyOptions] = False,
@@ -401,7 +406,11 @@ class ProcTree:
         server started with ``&``), ``run()`` returns then, with its status,
         output, ``remaining`` and ``job_id``; the rest runs on as a job
         (``pt.job(result.job_id)``). ``background=True``: the call is a job
-        from its start and ``run()`` returns at once. ``pty=True`` runs it on a
+        from its start and ``run()`` returns at once. ``ready={"listening":
+        True}`` (or a port, or ``"output": "text"``, with ``"timeout"`` in
+        seconds) makes such a ``run()`` return once the server is up instead:
+        ``result.ready`` says what it listened on; past the timeout the tree is
+        stopped (``report["reason"] == "not-ready"``). ``pty=True`` runs it on a
         terminal: ``input`` is typed, then the end of input (^D), and
         ``stdout`` is what the terminal showed (``\\r\\n`` line ends).
         """
@@ -414,7 +423,7 @@ class ProcTree:
         call = self._new_call(args)
         options = _spawn_options(
             stdin=input is not None, capture=capture, pty=pty, timeout=timeout, grace=grace, cwd=cwd, env=env,
-            shell=shell, kill_signal=kill_signal, leftovers=leftovers, background=background,
+            shell=shell, kill_signal=kill_signal, leftovers=leftovers, background=background, ready=ready,
             idle_timeout=idle_timeout, job_buffer=job_buffer, confinement=confinement, argv0=argv0, uid=uid, gid=gid,
         )
         # The server keeps what run() returns: no output travels but that.
@@ -428,6 +437,7 @@ class ProcTree:
         merged = merge and not pty
         if merged:
             options["all"] = True
+        call._wait_ready = ready is not None
         await self._start_call(call, options)
         try:
             # On a terminal, as the library's run(): typed, then the end of input.
@@ -462,6 +472,7 @@ class ProcTree:
             job_id=call.job_id,
             remaining=call.remaining,
             usage=call.usage,
+            ready=call.ready,
         )
         if text:
             return Result[str](stdout=cast(str, stdout), stderr=cast(str, stderr), **common)
@@ -550,6 +561,23 @@ class ProcTree:
         await self.close()
 
 
+def _ready_options(ready: ReadySpec) -> Json:
+    """``ready=`` as the protocol's ``readyOptions`` (timeout in ms, a pattern as its source)."""
+    out: Json = {}
+    if "listening" in ready:
+        listening = ready["listening"]
+        out["listening"] = True if listening is True else int(listening)
+    if "output" in ready:
+        output = ready["output"]
+        if isinstance(output, str):
+            out["output"] = output
+        else:
+            out["outputPattern"] = output.pattern
+    if "timeout" in ready:
+        out["timeout"] = max(1, ms(ready["timeout"]) or 0)
+    return out
+
+
 def _spawn_options(
     *,
     stdin: bool,
@@ -563,6 +591,7 @@ def _spawn_options(
     kill_signal: Optional[Signal],
     leftovers: Optional[str],
     background: bool,
+    ready: Optional[ReadySpec],
     idle_timeout: Optional[float],
     job_buffer: Optional[int],
     confinement: Optional[str],
@@ -597,6 +626,8 @@ def _spawn_options(
             options[key] = value
     if background:
         options["background"] = True
+    if ready is not None:
+        options["ready"] = _ready_options(ready)
     if shell:
         options["shell"] = shell
     return options

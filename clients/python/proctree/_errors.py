@@ -3,7 +3,7 @@ reports (the ``$defs`` of docs/protocol.schema.json, as TypedDicts)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, Optional, TypedDict
+from typing import Any, Dict, List, Literal, Optional, Pattern, TypedDict, Union
 
 Json = Dict[str, Any]
 
@@ -70,11 +70,48 @@ class CleanupReport(TypedDict):
     durationMs: float
 
 
-class JobInfo(TypedDict):
-    """A job (``jobInfo``): ``state`` is ``running``, ``stopping``, ``exited``
-    (it ended by itself) or ``stopped`` (a ladder emptied it); ``processes``
-    are read from the kernel when asked; ``cleanup`` and ``usage`` once it is over."""
+class _Listener(TypedDict):
+    #: ``tcp``, ``udp`` or ``unix``.
+    protocol: str
+    #: tcp, udp: the local address (``127.0.0.1``, ``::``); unix: the path, or ``@name``.
+    address: str
 
+
+class Listener(_Listener, total=False):
+    """A socket a process of the call's tree listens on (``listener``): a
+    listening TCP socket, a bound UDP socket, a listening unix stream socket;
+    ``pid`` is the member holding it."""
+
+    port: int
+    pid: int
+
+
+class _Ready(TypedDict):
+    #: What the tree listened on when it was ready.
+    listening: List[Listener]
+    #: Seconds from the start to ready.
+    after: float
+
+
+class Ready(_Ready, total=False):
+    """What made a call ready (``ready=``): ``output`` is the text that matched."""
+
+    output: str
+
+
+class ReadySpec(TypedDict, total=False):
+    """When a background or ``leftovers='keep'`` call counts as started:
+    ``listening`` (True: on anything; a port number), ``output`` (a text, or a
+    compiled pattern whose source must also be a JavaScript regular
+    expression: the server matches it), ``timeout`` (seconds; past it the tree
+    is stopped, reason ``not-ready``)."""
+
+    listening: Union[bool, int]
+    output: Union[str, Pattern[str]]
+    timeout: float
+
+
+class _JobInfo(TypedDict):
     id: str
     command: str
     argv: List[str]
@@ -91,6 +128,15 @@ class JobInfo(TypedDict):
     output: JobOutputCounters
     cleanup: Optional[CleanupReport]
     usage: Optional[ResourceUsage]
+
+
+class JobInfo(_JobInfo, total=False):
+    """A job (``jobInfo``): ``state`` is ``running``, ``stopping``, ``exited``
+    (it ended by itself) or ``stopped`` (a ladder emptied it); ``processes``
+    are read from the kernel when asked; ``cleanup`` and ``usage`` once it is
+    over; ``ports``, what its tree listens on now (in ``jobs()``)."""
+
+    ports: List[Listener]
 
 
 #: A piece of a job's output (stdout and stderr merged): ``text`` never

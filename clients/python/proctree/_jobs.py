@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, cast
 
 from ._call import ms
-from ._errors import CleanupReport, JobInfo, JobOutput, ProcTreeError
+from ._errors import CleanupReport, JobInfo, JobOutput, Listener, ProcTreeError
 
 if TYPE_CHECKING:
     from ._client import ProcTree
@@ -51,6 +51,10 @@ class Job:
         if grace is not None:
             fields["grace"] = ms(grace)
         return cast(CleanupReport, (await self._tree._request("jobStop", **fields))["report"])
+
+    async def ports(self) -> List[Listener]:
+        """What the job's tree listens on now; [] once it is gone."""
+        return cast(List[Listener], (await self._tree._request("jobPorts", job=self.id))["ports"])
 
     async def wait(self) -> JobInfo:
         """Waits until its tree is gone and its output drained; returns its final info.

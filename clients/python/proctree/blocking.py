@@ -37,7 +37,7 @@ from typing import (
 from . import _client, _jobs
 from ._client import DEFAULT_STREAM_LIMIT, Leftovers, PtyOptions, Result, Signal
 from ._discovery import ServerSpec
-from ._errors import CleanupReport, JobInfo, JobOutput, Json, Keep, ProcessInfo, ProcTreeError, ResourceUsage, Terminal
+from ._errors import CleanupReport, JobInfo, JobOutput, Json, Keep, Listener, ProcessInfo, ProcTreeError, Ready, ReadySpec, ResourceUsage, Terminal
 
 __all__ = ["ProcTree", "Call", "Job", "Output", "Result", "ProcTreeError"]
 
@@ -218,6 +218,15 @@ class Call:
     def terminal(self) -> Optional[Terminal]:
         return self._core.terminal
 
+    @property
+    def ready(self) -> Optional[Ready]:
+        """With ``ready=``: what made the call ready, once it was."""
+        return self._core.ready
+
+    def ports(self) -> List[Listener]:
+        """What the whole tree listens on now; see ``proctree.Call.ports``."""
+        return self._loop.run(self._core.ports())
+
     def write(self, data: Union[bytes, str]) -> None:
         """Writes to the call's stdin (spawn it with ``stdin=True``), or types on its terminal (``pty``)."""
         self._loop.run(self._core.write(data))
@@ -292,6 +301,10 @@ class Job:
         """Stops its whole tree and returns the report."""
         return self._loop.run(self._core.stop(grace))
 
+    def ports(self) -> List[Listener]:
+        """What the job's tree listens on now; [] once it is gone."""
+        return self._loop.run(self._core.ports())
+
     def wait(self, timeout: Optional[float] = None) -> JobInfo:
         """Waits until its tree is gone; returns its final info. After
         ``timeout`` seconds raises ``TimeoutError`` and leaves the job running."""
@@ -357,6 +370,7 @@ class ProcTree:
         kill_signal: Optional[Signal] = None,
         leftovers: Optional[Leftovers] = None,
         background: bool = False,
+        ready: Optional[ReadySpec] = None,
         idle_timeout: Optional[float] = None,
         job_buffer: Optional[int] = None,
         pty: Union[bool, PtyOptions] = False,
@@ -370,7 +384,7 @@ class ProcTree:
             self._core.spawn(
                 args, stdin=stdin, merge=merge, capture=capture, limit=limit, timeout=timeout, grace=grace,
                 cwd=cwd, env=env, shell=shell, kill_signal=kill_signal, leftovers=leftovers,
-                background=background, idle_timeout=idle_timeout, job_buffer=job_buffer, pty=pty,
+                background=background, ready=ready, idle_timeout=idle_timeout, job_buffer=job_buffer, pty=pty,
                 confinement=confinement, argv0=argv0, uid=uid, gid=gid,
             )
         )
@@ -396,6 +410,7 @@ class ProcTree:
         kill_signal: Optional[Signal] = ...,
         leftovers: Optional[Leftovers] = ...,
         background: bool = ...,
+        ready: Optional[ReadySpec] = ...,
         idle_timeout: Optional[float] = ...,
         job_buffer: Optional[int] = ...,
         pty: Union[bool, PtyOptions] = ...,
@@ -425,6 +440,7 @@ class ProcTree:
         kill_signal: Optional[Signal] = ...,
         leftovers: Optional[Leftovers] = ...,
         background: bool = ...,
+        ready: Optional[ReadySpec] = ...,
         idle_timeout: Optional[float] = ...,
         job_buffer: Optional[int] = ...,
         pty: Union[bool, PtyOptions] = ...,

@@ -1,0 +1,192 @@
+// What a call listens on (issue 28), against real servers: call.ports() and
+// job(id).ports() list the tree's listening TCP, bound UDP and listening unix
+// sockets, escapees included, with the member holding each; never the
+// harness's own sockets nor an unrelated process's; a stopped job's port is
+// free at once. The pids are checked against a /proc scan for each test's
+// unique token, the ports against what the servers print themselves.
+import { spawn as cpSpawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+
+import { afterAll, describe, expect, it } from 'vitest';
+
+import { type Confinement, job, type Listener, run, spawn, type ToolCall } from '../dist/cjs/index.js';
+import { killCgroup, killTokens, serverDir, token, waitForLive } from './helpers';
+
+const cgroups: string[] = [];
+const tokens: string[] = [];
+const dirs: string[] = [];
+const calls: ToolCall[] = [];
+const children: ChildProcess[] = [];
+afterAll(() => {
+  for (const c of calls) if (c.cgroup) killCgroup(c.cgroup);
+  for (const c of cgroups) killCgroup(c);
+  for (const c of children) c.kill('SIGKILL');
+  killTokens(tokens);
+  for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
+});
+
+// Listens on TCP (127.0.0.1), UDP (127.0.0.1) and a unix stream socket,
+// prints "READY <tcp> <udp> <pid>", then sleeps <token> seconds.
+const server = String.raw`
+import os, socket, sys, time
+t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+t.bind(('127.0.0.1', 0)); t.listen()
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(('127.0.0.1', 0))
+x = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); x.bind(sys.argv[1]); x.listen()
+print('READY', t.getsockname()[1], u.getsockname()[1], os.getpid(), flush=True)
+time.sleep(float(sys.argv[2]))
+`;
+
+function tmpSocket(): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-ports-'));
+  dirs.push(dir);
+  return path.join(dir, 's.sock');
+}
+
+function track(call: ToolCall): ToolCall {
+  calls.push(call);
+  call.on('error', () => {});
+  return call;
+}
+
+/** The first line matching `re` on the call's stdout. */
+function lineOf(call: ToolCall, re: RegExp): Promise<RegExpExecArray> {
+  return new Promise((resolve, reject) => {
+    let text = '';
+    call.stdout?.setEncoding('utf8');
+    call.stdout?.on('data', (d: string) => {
+      text += d;
+      const m = re.exec(text);
+      if (m) resolve(m);
+    });
+    call.once('close', () => reject(new Error(`no ${re} in ${JSON.stringify(text)}`)));
+  });
+}
+
+async function until(get: () => Promise<Listener[]>, ok: (l: Listener[]) => boolean): Promise<Listener[]> {
+  let last: Listener[] = [];
+  for (let i = 0; i < 250; i++) {
+    last = await get();
+    if (ok(last)) return last;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error(`never seen: ${JSON.stringify(last)}`);
+}
+
+function canBind(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.once('error', () => resolve(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
+  });
+}
+
+describe('call.ports()', () => {
+  it("a background job's http.server: its port appears once bound, with the server's pid; stop() frees it at once", async () => {
+    const made = serverDir('proctree-ports');
+    dirs.push(made.dir);
+    tokens.push(made.needle);
+    const r = await run('python3', ['-u', '-m', 'http.server', '--bind', '127.0.0.1', '--directory', made.dir, '0'], {
+      background: true,
+    });
+    cgroups.push(r.cgroup);
+    const id = r.jobId as string;
+    let port = 0;
+    for (let i = 0; i < 500 && port === 0; i++) {
+      const m = /Serving HTTP on 127\.0\.0\.1 port (\d+)/.exec(job(id).read().text);
+      if (m) port = Number(m[1]);
+      else await new Promise((res) => setTimeout(res, 20));
+    }
+    expect(port).toBeGreaterThan(0);
+    const seen = await until(
+      () => job(id).ports(),
+      (l) => l.length > 0,
+    );
+    const [pid] = await waitForLive(made.needle, 1);
+    expect(seen).toEqual([{ protocol: 'tcp', address: '127.0.0.1', port, pid }]);
+
+    await job(id).stop();
+    expect(await canBind(port)).toBe(true);
+    expect(await job(id).ports()).toEqual([]);
+  });
+
+  it('finds TCP, UDP and unix sockets of a setsid-daemonized member, and neither the harness nor an outsider', async () => {
+    // The harness's own listener, and an unrelated process's.
+    const own = net.createServer();
+    await new Promise<void>((res) => own.listen(0, '127.0.0.1', res));
+    const ownPort = (own.address() as net.AddressInfo).port;
+    const outT = token();
+    tokens.push(outT);
+    const outsider = cpSpawn('python3', ['-c', server, tmpSocket(), outT], { stdio: ['ignore', 'pipe', 'inherit'] });
+    children.push(outsider);
+    const outLine = await new Promise<string>((res) => outsider.stdout?.once('data', (d: Buffer) => res(String(d))));
+    const outPort = Number(outLine.split(' ')[1]);
+
+    try {
+      const t = token();
+      tokens.push(t);
+      const sock = tmpSocket();
+      // The daemon leaves the session and its parent exits: an escapee.
+      const call = track(
+        spawn('bash', ['-c', `setsid python3 -c "$0" ${sock} ${t} & exec sleep ${t}`, server], { stdio: ['ignore', 'pipe', 'inherit'] }),
+      );
+      const m = await lineOf(call, /READY (\d+) (\d+) (\d+)/);
+      const [tcp, udp] = [Number(m[1]), Number(m[2])];
+      const [pid] = await waitForLive(t, 1, 'python3');
+      expect(Number(m[3])).toBe(pid);
+      const seen = await until(
+        () => call.ports(),
+        (l) => l.length >= 3,
+      );
+      expect(seen).toEqual([
+        { protocol: 'tcp', address: '127.0.0.1', port: tcp, pid },
+        { protocol: 'udp', address: '127.0.0.1', port: udp, pid },
+        { protocol: 'unix', address: sock, pid },
+      ]);
+      for (const l of seen) expect([ownPort, outPort]).not.toContain(l.port);
+      await call.terminate();
+      expect(await call.ports()).toEqual([]);
+    } finally {
+      own.close();
+    }
+  });
+
+  it('a call that listens on nothing has no ports', async () => {
+    const t = token();
+    tokens.push(t);
+    const call = track(spawn('sleep', [t], { stdio: 'ignore' }));
+    expect(await call.ports()).toEqual([]);
+    await call.terminate();
+  });
+
+  describe.each(['pidns', 'subreaper'] as Confinement[])('the /proc way, tier %s', (tier) => {
+    it('gives the same answer: every socket, with the host pid of its holder', async () => {
+      const t = token();
+      tokens.push(t);
+      const sock = tmpSocket();
+      const call = track(
+        spawn('bash', ['-c', `setsid python3 -c "$0" ${sock} ${t} & exec sleep ${t}`, server], {
+          stdio: ['ignore', 'pipe', 'inherit'],
+          confinement: tier,
+        }),
+      );
+      expect(call.confinement).toBe(tier);
+      const m = await lineOf(call, /READY (\d+) (\d+) (\d+)/);
+      const [pid] = await waitForLive(t, 1, 'python3');
+      const seen = await until(
+        () => call.ports(),
+        (l) => l.length >= 3,
+      );
+      expect(seen).toEqual([
+        { protocol: 'tcp', address: '127.0.0.1', port: Number(m[1]), pid },
+        { protocol: 'udp', address: '127.0.0.1', port: Number(m[2]), pid },
+        { protocol: 'unix', address: sock, pid },
+      ]);
+      await call.terminate();
+      expect(await canBind(Number(m[1]))).toBe(true);
+    });
+  });
+});
