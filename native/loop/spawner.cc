@@ -4,12 +4,16 @@
 #include <linux/futex.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <utility>
 
+#include "kernel/pidfd.h"
+#include "kernel/syscalls.h"
 #include "loop/thread.h"
 
 
@@ -71,6 +75,24 @@ void SpawnJob::wait_state(uint32_t from, int64_t timeout_ns) {
 void SpawnJob::set_state(uint32_t s) {
   state_.store(s, std::memory_order_release);
   futex_wake_all(&state_);
+}
+
+void SpawnJob::reap_abandoned() {
+  // A step that failed was reaped by spawn_process; a child killed before
+  // its first step, or one that exec'd, is ours to reap.
+  if (error_ || !result_.pidfd.valid()) return;
+  siginfo_t info;
+  while (waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(result_.pidfd.get()), &info, WEXITED) < 0 &&
+         errno == EINTR) {
+  }
+}
+
+void SpawnJob::abandon() {
+  if (abandon_.exchange(1) == 2) reap_abandoned();
+}
+
+void SpawnJob::spawner_done() {
+  if (abandon_.exchange(2) == 1) reap_abandoned();
 }
 
 bool SpawnJob::collect(int timeout_ms, SysError* failed) {
@@ -168,6 +190,7 @@ void* Spawner::run(void* arg) {
     // read from the kernel, which must not be reused before it has.
     // The request stays with the job: given back if no child was made.
     job->set_state(SpawnJob::kDone);
+    job->spawner_done();
     uint64_t one = 1;
     {
       Locked lock(&shared->mu);
@@ -229,7 +252,14 @@ SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<S
   // under a reader meanwhile).
   out->pid = pid;
   out->pidfd.reset(fcntl(pidfd, F_DUPFD_CLOEXEC, 3));
-  if (!out->pidfd) return SysError::from_errno("fcntl");
+  if (!out->pidfd) {
+    // Out of descriptors with a child made: it must not run unwatched.
+    SysError e = SysError::from_errno("fcntl");
+    pidfd_signal(pidfd, SIGKILL);
+    job->abandon();
+    out->pid = -1;
+    return e;
+  }
   out->method = job->done() ? job->result_.method : clone3_available() ? CloneMethod::kClone3 : CloneMethod::kClone;
   *job_out = std::move(job);
   return SysError::none();

@@ -86,6 +86,11 @@ class SpawnJob {
   // Waits until the state leaves `from` or timeout_ns passes (futex).
   void wait_state(uint32_t from, int64_t timeout_ns);
   void set_state(uint32_t s);
+  // The caller gave the child up after it existed (killed it): whichever
+  // of the caller and the spawning thread comes second reaps it.
+  void abandon();
+  void spawner_done();
+  void reap_abandoned();
 
   const uint64_t tag_;
   SpawnRequest req_;
@@ -94,6 +99,8 @@ class SpawnJob {
   SpawnResult result_;
   SysError error_;
   std::atomic<uint32_t> state_{kQueued};
+  // 1: abandoned by the caller; 2: the spawning thread is done with it.
+  std::atomic<int> abandon_{0};
   std::atomic<int> refs_{1};
   template <typename>
   friend class Ref;
