@@ -1,10 +1,13 @@
 #include "kernel/child.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+
+#include <cstdint>
 
 #include "kernel/exec_candidates.h"
 #include "kernel/raw_syscall.h"
@@ -71,6 +74,7 @@ PROCTREE_CHILD_ENTRY int child_main(void* arg) {
   // into a frozen cgroup): whoever waits for EarlyIds on another thread
   // learns the pid now.
   if (a->own_pid) __atomic_store_n(a->own_pid, static_cast<int>(raw::syscall0(__NR_getpid)), __ATOMIC_RELEASE);
+  if (a->wake_pid) raw::syscall3(__NR_futex, reinterpret_cast<long>(a->wake_pid), FUTEX_WAKE_PRIVATE, INT32_MAX);
 
   // A new user namespace starts with no mapping: map our own ids 1:1 (the
   // one mapping an unprivileged process may write for itself), setgroups

@@ -83,6 +83,11 @@ struct ChildArgs {
   // clone() cannot have the kernel write next to the pidfd); nullptr
   // otherwise.
   int* own_pid;
+  // Sharing our memory: a word (EarlyIds::pid) whose waiters the child
+  // wakes (a futex) first thing, once the kernel (or own_pid) has written
+  // its pid there; nullptr otherwise. A thread waiting for the child to
+  // exist is woken by it instead of polling.
+  int* wake_pid;
   // Written by the child. With a real vfork the parent reads it after the
   // clone returns (the child has exec'd or exited by then); under an
   // emulator that copies memory instead, the child also writes its report

@@ -176,6 +176,7 @@ void prepare_child(const SpawnRequest& req, ChildPrep* p) {
   args.report_fd = -1;
   args.report = &p->report;
   args.own_pid = nullptr;
+  args.wake_pid = nullptr;
 }
 
 SysError stage_error(int stage, int err, const SpawnRequest& req) {
@@ -257,6 +258,7 @@ SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* 
   // clone() has no slot for the pid next to the pidfd: the child stores it
   // (only where it shares our memory and sees its pid as we do).
   if (early && share_memory && !(req.ns_flags & CLONE_NEWPID)) args.own_pid = &early->pid;
+  if (early && share_memory) args.wake_pid = &early->pid;
 
   Fd report_read, report_write;
   args.report_fd = -1;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <utility>
 
 #include "kernel/pidfd.h"
@@ -20,10 +21,10 @@
 namespace proctree {
 namespace {
 
-// How often the caller looks for the kernel's pid while the spawning thread
-// is in the clone: the kernel wakes no one when it writes it, and a clone
-// sharing our memory takes tens of microseconds.
-constexpr int64_t kEarlyPollNs = 20000;
+// How long the caller sleeps between looks at the kernel's pid: the child
+// wakes it (EarlyIds::pid is a futex word) as soon as it runs, so this
+// matters only for a child born frozen, or a spawn that made none.
+constexpr int64_t kEarlyPollNs = 1000000;
 // How long the caller waits for the child to exist at all: the clone is not
 // held by a frozen cgroup (the kernel writes the ids before the child runs),
 // so this is only reached when every thread is stuck and none can be made.
@@ -210,9 +211,8 @@ SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<S
     ensure_thread();
   }
   pthread_cond_signal(&shared_->cv);
-  // Wait for a thread to take it, then for the kernel's ids or the end.
+  // Wait for the kernel's ids (the child wakes us), or the end.
   const int64_t deadline = now_ns() + kCloneWaitNs;
-  job->wait_state(SpawnJob::kQueued, kCloneWaitNs);
   for (;;) {
     uint32_t s = job->state_.load(std::memory_order_acquire);
     if (s == SpawnJob::kDone) break;
@@ -235,7 +235,9 @@ SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<S
       }
       break;  // cloning for two seconds: the ids are read as they are
     }
-    job->wait_state(s, s == SpawnJob::kCloning ? kEarlyPollNs : left);
+    // spawn_process zeroes the word before the clone; 0 until the kernel
+    // writes the pid.
+    futex_wait(reinterpret_cast<std::atomic<uint32_t>*>(&job->early_.pid), 0, std::min(left, kEarlyPollNs));
   }
   pid_t pid = -1;
   int pidfd = -1;
