@@ -30,6 +30,13 @@ interface PipeHandle {
 
 type Callback = (err?: Error | null) => void;
 
+/**
+ * Stops waiting for EOF (a process outside the tree holds the child's end):
+ * what the pipe holds now is still read and delivered, then the end. Unlike
+ * destroy(), nothing already written is lost. @internal
+ */
+export const stopWaitingForEof = Symbol('proctree.stopWaitingForEof');
+
 export class PipeStream extends Duplex {
   /** The child's end, until the call's start hands it over (stdio.ts closes it then). */
   readonly childEnd: number;
@@ -38,6 +45,8 @@ export class PipeStream extends Duplex {
   readonly #id: number;
   #reading = false;
   #closed = false;
+  /** stopWaitingForEof(): the end is on its way. */
+  #ending = false;
   /** Completions of the writes in flight, oldest first. */
   #writes: Callback[] | null = null;
 
@@ -77,6 +86,12 @@ export class PipeStream extends Duplex {
     }
     const cb = this.#writes?.shift();
     cb?.(value as Error | null);
+  }
+
+  [stopWaitingForEof](): void {
+    if (this.#closed || this.destroyed || !this.readable || this.#ending) return;
+    this.#ending = true;
+    native.streamEnd(this.#id);
   }
 
   #read(on: boolean): void {

@@ -5,7 +5,7 @@ import { PassThrough, type Readable, type Writable } from 'node:stream';
 
 import { native, type NativeErrorShape, type NativeStdio, type PortablePipe, portable } from './native';
 import { type OutputOwner, OutputSocket, streamOwner } from './output';
-import { DUPLEX, PipeStream, WRITE } from './pipe-stream';
+import { DUPLEX, PipeStream, stopWaitingForEof, WRITE } from './pipe-stream';
 import type { StdioEntry } from './options';
 
 /**
@@ -268,11 +268,19 @@ export function flushPipes(streams: ReadonlyArray<Readable | Writable | null>): 
   }
 }
 
-/** Closes our ends of the readable pipes still open (a holder outside the tree keeps them from EOF). */
+/**
+ * Stops waiting for the readable pipes' EOF (a holder outside the tree keeps
+ * them open): what they hold now is still read and delivered, then their
+ * end. Destroying them would drop it, and a reader that is slow (or a
+ * machine that is busy) has not read it yet when the wait is over.
+ */
 export function releaseReadable(streams: ReadonlyArray<Readable | Writable | null>): void {
   for (let i = 1; i < streams.length; i++) {
     const s = streams[i] as Readable | null;
-    if (s && !s.closed) s.destroy();
+    if (!s || s.closed) continue;
+    // A stream handed to another call as its stdio is that call's to read.
+    if (s instanceof PipeStream && !usedAsStdio.has(s)) s[stopWaitingForEof]();
+    else s.destroy();
   }
 }
 

@@ -10,6 +10,7 @@ import { Duplex, Readable, Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 
 import { spawn, type ToolCall } from '../dist/cjs/index.js';
+import { STDIO_DRAIN_MS } from '../dist/cjs/toolcall.js';
 import { blockedIn, waitUntil, within } from './helpers';
 
 
@@ -79,6 +80,39 @@ describe('stdio streams over the addon', () => {
       let total = 0;
       stdout.on('data', (d: Buffer) => (total += d.length));
       const [code] = await within(closed(call), 20_000, 'close');
+      expect(code).toBe(0);
+      expect(total).toBe(size);
+    } finally {
+      call.kill('SIGKILL');
+    }
+  });
+
+  it('a stream held paused past the wait for EOF after the tree is gone still gets every byte', async () => {
+    // The tree ends with its output in the pipe while the reader holds the
+    // stream paused (a server whose own stdout is full does, and a busy
+    // machine delays reading as much) for longer than the library waits for
+    // the pipe's EOF once the tree is empty (a holder outside the tree must
+    // not hang 'close'). Ending that wait must not drop what the pipe holds:
+    // it did (0 of 60000 bytes arrived).
+    const size = 60_000; // fits in the pipe: the command exits at once
+    const call = spawn('head', ['-c', String(size), '/dev/zero'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    try {
+      const stdout = call.stdout as Readable;
+      let hold = true;
+      // Even the library's own resume at the exit (Node's flushStdio) is undone.
+      stdout.on('resume', () => {
+        if (hold) stdout.pause();
+      });
+      stdout.pause();
+      let total = 0;
+      stdout.on('data', (d: Buffer) => (total += d.length));
+      call.on('empty', () =>
+        setTimeout(() => {
+          hold = false;
+          stdout.resume();
+        }, 5 * STDIO_DRAIN_MS),
+      );
+      const [code] = await within(closed(call), 30_000, 'close');
       expect(code).toBe(0);
       expect(total).toBe(size);
     } finally {
