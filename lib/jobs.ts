@@ -9,6 +9,8 @@ import { ByteTail, utf8End, utf8Start } from './output';
 import type { Listener } from './ports';
 import type { CleanupReport, Confinement, ProcessInfo, ResourceUsage } from './types';
 
+function ignore(): void {}
+
 /**
  * `running`: the tree is alive; `stopping`: the ladder is on it; `exited`:
  * it emptied by itself; `stopped`: the ladder emptied it (stop(), timeout,
@@ -49,6 +51,16 @@ export interface JobInfo {
   cleanup: CleanupReport | null;
   /** What the tree used, once it is gone. */
   usage: ResourceUsage | null;
+  /**
+   * What the tree listened on when it was last read, at `listenersAt`
+   * (see ToolCall#ports()): jobs() is synchronous, so the kernel is asked
+   * off the JS thread, when the job is made, at every jobs() and at every
+   * `job.ports()`. `await job(id).ports()` for the answer of now. [] once
+   * the tree is gone.
+   */
+  listeners: Listener[];
+  /** When `listeners` was read (ms since the epoch); null before the first answer. */
+  listenersAt: number | null;
 }
 
 /** A piece of a job's output (stdout and stderr merged in arrival order). */
@@ -104,6 +116,10 @@ export class Job {
   readonly #phase: () => CallPhase;
   readonly #startedAt: number;
   readonly #closed: Promise<void>;
+  #listeners: Listener[] = [];
+  #listenersAt: number | null = null;
+  /** A read of the listeners is on its way. */
+  #reading: Promise<Listener[]> | null = null;
 
   /** @internal the supervisor makes jobs */
   constructor(id: string, call: JobCall, ring: ByteTail, phase: () => CallPhase, startedAt: number) {
@@ -113,6 +129,23 @@ export class Job {
     this.#phase = phase;
     this.#startedAt = startedAt;
     this.#closed = phase().closed ? Promise.resolve() : new Promise((resolve) => call.once('close', () => resolve()));
+    this.#refreshListeners().catch(ignore);
+  }
+
+  /** Asks the kernel what the tree listens on (once at a time); the answer is kept for info(). */
+  #refreshListeners(): Promise<Listener[]> {
+    if (this.#reading) return this.#reading;
+    const reading = this.#call.ports().then((list) => {
+      this.#listeners = list;
+      this.#listenersAt = Date.now();
+      return list;
+    });
+    const done = (): void => {
+      if (this.#reading === reading) this.#reading = null;
+    };
+    reading.then(done, done);
+    this.#reading = reading;
+    return reading;
   }
 
   get state(): JobState {
@@ -127,7 +160,7 @@ export class Job {
     const call = this.#call;
     const pids = call.members();
     const processes = pids.length > 0 ? native.processInfo(pids) : [];
-    return {
+    const info: JobInfo = {
       id: this.id,
       command: call.spawnargs.map(shellQuote).join(' '),
       argv: [...call.spawnargs],
@@ -143,7 +176,12 @@ export class Job {
       output: { total: this.#ring.total, dropped: this.#ring.start, capacity: this.#ring.capacity },
       cleanup: call.cleanupReport,
       usage: call.usage,
+      // Once the tree is gone nothing listens, whenever it was last read.
+      listeners: processes.length > 0 ? [...this.#listeners] : [],
+      listenersAt: this.#listenersAt,
     };
+    if (processes.length > 0) this.#refreshListeners().catch(ignore);
+    return info;
   }
 
   /**
@@ -183,7 +221,9 @@ export class Job {
 
   /** What the job's tree listens on now (see ToolCall#ports()); [] once it is gone. */
   ports(): Promise<Listener[]> {
-    return this.#call.ports();
+    // A fresh read, also kept for info() (not one already on its way: it may have asked before a bind).
+    this.#reading = null;
+    return this.#refreshListeners();
   }
 
   /** Stops the whole tree (the ladder); the job's report. Idempotent. */

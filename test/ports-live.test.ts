@@ -12,7 +12,7 @@ import path from 'node:path';
 
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { type Confinement, job, type Listener, run, spawn, type ToolCall } from '../dist/cjs/index.js';
+import { type Confinement, job, jobs, type Listener, run, spawn, type ToolCall } from '../dist/cjs/index.js';
 import { killCgroup, killTokens, serverDir, token, waitForLive } from './helpers';
 
 const cgroups: string[] = [];
@@ -106,10 +106,44 @@ describe('call.ports()', () => {
     const seen = await job(id).ports();
     const [pid] = await waitForLive(made.needle, 1);
     expect(seen).toEqual([{ protocol: 'tcp', address: '127.0.0.1', port, pid }]);
+    // jobs() is synchronous: its entry carries what ports() read last, and when.
+    const listed = jobs().find((j) => j.id === id);
+    expect(listed?.listeners).toEqual(seen);
+    expect(listed?.listenersAt).toBeGreaterThan(Date.now() - 60_000);
 
     await job(id).stop();
     expect(await canBind(port)).toBe(true);
     expect(await job(id).ports()).toEqual([]);
+    expect(jobs().find((j) => j.id === id)?.listeners).toEqual([]);
+  });
+
+  it('jobs() learns a listener by itself: each jobs() asks the kernel again, off the JS thread', async () => {
+    const made = serverDir('proctree-ports');
+    dirs.push(made.dir);
+    tokens.push(made.needle);
+    const r = await run('python3', ['-u', '-m', 'http.server', '--bind', '127.0.0.1', '--directory', made.dir, '0'], {
+      background: true,
+    });
+    cgroups.push(r.cgroup);
+    const id = r.jobId as string;
+    try {
+      // Nothing here calls ports(): only jobs(), until its entry shows the server's port.
+      let listed = jobs().find((j) => j.id === id);
+      for (let i = 0; i < 500 && (listed?.listeners.length ?? 0) === 0; i++) {
+        await new Promise((res) => setTimeout(res, 20));
+        listed = jobs().find((j) => j.id === id);
+      }
+      // What the server prints once bound (it may come after the kernel shows the socket).
+      let m: RegExpExecArray | null = null;
+      for (let i = 0; i < 500 && !m; i++) {
+        m = /Serving HTTP on 127\.0\.0\.1 port (\d+)/.exec(job(id).read().text);
+        if (!m) await new Promise((res) => setTimeout(res, 20));
+      }
+      const [pid] = await waitForLive(made.needle, 1);
+      expect(listed?.listeners).toEqual([{ protocol: 'tcp', address: '127.0.0.1', port: Number(m?.[1]), pid }]);
+    } finally {
+      await job(id).stop();
+    }
   });
 
   it('finds TCP, UDP and unix sockets of a setsid-daemonized member, and neither the harness nor an outsider', async () => {

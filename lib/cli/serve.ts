@@ -430,7 +430,12 @@ export class ProtocolServer {
       }
       case 'jobs':
         // Each with what its tree listens on now (asked of all at once, off the JS thread).
-        return Promise.all(jobs().map(async (info) => ({ ...info, ports: await job(info.id).ports() }))).then((list) => ({ jobs: list }));
+        return Promise.all(
+          jobs().map(async (info) => {
+            const ports = await job(info.id).ports();
+            return { ...info, listeners: ports, listenersAt: Date.now(), ports };
+          }),
+        ).then((list) => ({ jobs: list }));
       case 'ports':
         return this.#live(req.id)
           .call.ports()

@@ -134,9 +134,12 @@ class JobInfo(_JobInfo, total=False):
     """A job (``jobInfo``): ``state`` is ``running``, ``stopping``, ``exited``
     (it ended by itself) or ``stopped`` (a ladder emptied it); ``processes``
     are read from the kernel when asked; ``cleanup`` and ``usage`` once it is
-    over; ``ports``, what its tree listens on now (in ``jobs()``)."""
+    over; ``ports``, what its tree listens on now (in ``jobs()``), the same
+    as ``listeners`` read at ``listenersAt`` (ms since the epoch)."""
 
     ports: List[Listener]
+    listeners: List[Listener]
+    listenersAt: Optional[float]
 
 
 #: A piece of a job's output (stdout and stderr merged): ``text`` never
