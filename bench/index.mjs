@@ -46,6 +46,8 @@ const FULL = {
   ptyLatency: { samples: 200, warmup: 10 },
   // Issue 14: harness CPU per call against the C floor.
   cpuPerCall: { calls: 1000, reps: 5, straceCalls: 200, profileCalls: 1000 },
+  // Issue 28: ports() on a tree of 100 with 10 listeners; ready polling's cost.
+  ports: { processes: 100, listeners: 10, queries: 200, readyWaitMs: 5000 },
 };
 
 const QUICK = {
@@ -63,6 +65,7 @@ const QUICK = {
   shutdown: { ...FULL.shutdown, reps: 2 },
   ptyLatency: { samples: 30, warmup: 5 },
   cpuPerCall: { calls: 200, reps: 3, straceCalls: 100, profileCalls: 0 },
+  ports: { ...FULL.ports, queries: 50, readyWaitMs: 2000 },
 };
 
 // Each section: a module with run(job, ctx) (in a worker) and report(results,
@@ -82,6 +85,8 @@ const SECTIONS = [
   { name: 'ptyLatency', module: 'pty-latency.mjs', jobs: (c) => [c] },
   // Issue 14: "harness CPU per call within 2× of the C floor".
   { name: 'cpuPerCall', module: 'cpu-per-call.mjs', jobs: (c) => ['proctree', 'child_process'].map((group) => ({ ...c, group })) },
+  // Issue 28: "a ports() call … a few milliseconds at most"; ready polling no busy loop.
+  { name: 'ports', module: 'ports.mjs', jobs: (c) => [c] },
 ];
 
 // ---------------------------------------------------------------------------

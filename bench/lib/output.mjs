@@ -8,7 +8,7 @@ import { renderSvg } from './plot.mjs';
 const README_START = '<!-- bench:results:start (written by npm run bench; edit above or below) -->';
 const README_END = '<!-- bench:results:end -->';
 
-const SECTION_ORDER = ['completeness', 'spawnLatency', 'cleanupLatency', 'throughput', 'memory', 'shutdown', 'ptyLatency', 'cpuPerCall'];
+const SECTION_ORDER = ['completeness', 'spawnLatency', 'cleanupLatency', 'throughput', 'memory', 'shutdown', 'ptyLatency', 'cpuPerCall', 'ports'];
 
 // The issues whose goals are checked, in the order their verdicts are shown.
 const ISSUES = {
