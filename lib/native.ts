@@ -187,9 +187,12 @@ export interface NativeBinding {
    * below it (a path: proctree ps) listens on, asked off the JavaScript
    * thread (the addon's ports thread): onDone(error, null) or onDone(null,
    * listeners) in a later turn; an unknown or finished call, a cgroup that
-   * is gone: []. The portable binding has none.
+   * is gone: []. Bigint cgroup ids (the inode numbers of cgroup2
+   * directories): the sockets made in those cgroups, whoever holds them
+   * now, even once the cgroups are removed (no pids). The portable binding
+   * has none.
    */
-  ports?(target: number | string, onDone: (err: NativeErrorShape | null, listeners: NativeListener[] | null) => void): void;
+  ports?(target: number | string | readonly bigint[], onDone: (err: NativeErrorShape | null, listeners: NativeListener[] | null) => void): void;
   processInfo(pids: readonly number[]): NativeProcessInfo[];
   shutdown(waitMs: number): void;
   pipe(): [number, number];

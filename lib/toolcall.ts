@@ -6,6 +6,7 @@
 // collection of its output in output.ts, what it ends with in result.ts, and
 // what a job is in jobs.ts.
 import { EventEmitter } from 'node:events';
+import fs from 'node:fs';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Readable, Writable } from 'node:stream';
@@ -258,6 +259,14 @@ class CallExtras {
   readyWait: ReadyWait | null = null;
   /** What made the call ready, once it was (result.ready). */
   readyState: ReadyState | null = null;
+  /**
+   * The leaf's cgroup id, once the call may listen (a job, `ready`, ports()
+   * asked): the ladder's report says what sockets made there still listen
+   * with the tree gone (the leaf itself may be removed by then).
+   */
+  leafId: bigint | null = null;
+  /** The ladder's report waits for the leaf's listeners ('cleanup' and 'close' wait for it). */
+  heldCheck = false;
 }
 
 /**
@@ -833,12 +842,23 @@ export class ToolCall extends EventEmitter {
   }
 
   /** From now on the call is a job: listed by its supervisor, its output flowing to the ring whoever reads. */
+  /** Keeps the leaf's cgroup id for the report (see CallExtras.leafId). */
+  #watchPorts(): void {
+    if (!this.cgroup || this.#x?.leafId) return;
+    try {
+      this.#extras().leafId = fs.statSync(this.cgroup, { bigint: true }).ino;
+    } catch {
+      // Gone already: the tree is too.
+    }
+  }
+
   #becomeJob(): void {
     if (this.jobId !== null || !this.#ring) return;
     // The id `proctree ps` reads from the kernel: the leaf's name, which is
     // the id of the call that made it when a leaf serves again. A job's
     // leaf never serves another call, so no two jobs share one.
     this.jobId = this.confinement === 'cgroup' && this.cgroup ? path.basename(this.cgroup) : `c${this.#id}`;
+    this.#watchPorts();
     this.#extras().cpuBase = native.retire(this.#id);
     this.#out().flowAlways();
     this.#owner.adoptJob(this, this.#ring, this.#startedAtEpoch);
@@ -918,6 +938,7 @@ export class ToolCall extends EventEmitter {
   ports(): Promise<Listener[]> {
     this.#knowStart();
     if (!this.#id || this.#empty || this.#spawnError) return Promise.resolve([]);
+    this.#watchPorts();
     const ask = native.ports?.bind(native);
     if (!ask) {
       return Promise.reject(
@@ -1267,6 +1288,27 @@ export class ToolCall extends EventEmitter {
   #onCleanup(r: NativeReport): void {
     const report = cleanupReport(r, this.confinement);
     this.#report = report;
+    // A call that listened (a job, `ready`, or ports() asked): whatever its
+    // leaf's sockets still listen on with the tree gone is held by a process
+    // outside it (a socket handed away), and the report says so. The
+    // kernel is asked off the JS thread; the report and 'close' wait for it.
+    const ask = native.ports?.bind(native);
+    const leafId = this.#x?.leafId;
+    if (ask && leafId) {
+      const x = this.#extras();
+      x.heldCheck = true;
+      ask([leafId], (err, list) => {
+        if (!err && list && list.length > 0) report.heldOutside = normalizeListeners(list);
+        x.heldCheck = false;
+        this.#reportReady(report);
+        this.#maybeClose();
+      });
+      return;
+    }
+    this.#reportReady(report);
+  }
+
+  #reportReady(report: CleanupReport): void {
     this.#resolveLadder?.(report);
     // The supervisor's 'cleanup' first, as when it was the call's first listener.
     this.#owner.cleanup(this, report);
@@ -1322,7 +1364,7 @@ export class ToolCall extends EventEmitter {
   }
 
   #maybeClose(): void {
-    if (this.#closed || !this.#empty || this.#openReadable > 0 || this.pty?.[ptyPending]) return;
+    if (this.#closed || !this.#empty || this.#openReadable > 0 || this.pty?.[ptyPending] || this.#x?.heldCheck) return;
     this.#closed = true;
     this.#closedAt = performance.now();
     if (this.#timer) clearTimeout(this.#timer);

@@ -1,6 +1,6 @@
 // The public types: read these as the documentation of the API.
 import type { NativeTier } from './native';
-import type { ReadyOptions, ReadyState } from './ports';
+import type { Listener, ReadyOptions, ReadyState } from './ports';
 
 /**
  * How a call is confined, strongest first (see docs/tiers.md):
@@ -165,6 +165,14 @@ export interface CleanupReport {
    */
   verified: Verification;
   durationMs: number;
+  /**
+   * Sockets made in the call's tree that still listen with the tree gone:
+   * a process outside it holds them (a socket handed over a unix socket, for
+   * example), so their ports are not free. Checked for calls that listened
+   * (jobs, `ready`, or `ports()` asked), and only where the kernel files
+   * sockets by cgroup (the cgroup tiers, Linux 5.8+); absent when none.
+   */
+  heldOutside?: Listener[];
 }
 
 export interface RunResult<T extends string | Buffer = string> {

@@ -522,20 +522,35 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
     return a;
   }
 
-  // ports(id | cgroupPath, onDone): what the call's tree (or everything in
-  // a cgroup2 directory and below it) listens on, asked on the addon's
-  // ports thread; onDone(error, listeners) in a later turn (an unknown call
-  // or a cgroup that is gone: []). Throws only for bad arguments.
+  // ports(id | cgroupPath | cgroupIds, onDone): what the call's tree (or
+  // everything in a cgroup2 directory and below it) listens on, or the
+  // sockets made in the cgroups with these ids (bigints) whoever holds them
+  // now; asked on the addon's ports thread, onDone(error, listeners) in a
+  // later turn (an unknown call or a cgroup that is gone: []). Throws only
+  // for bad arguments.
   Napi::Value Ports(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    if (info.Length() < 2 || !(info[0].IsNumber() || info[0].IsString()) || !info[1].IsFunction()) {
-      return ThrowType(env, "ports(id | cgroupPath, onDone)");
+    if (info.Length() < 2 || !(info[0].IsNumber() || info[0].IsString() || info[0].IsArray()) || !info[1].IsFunction()) {
+      return ThrowType(env, "ports(id | cgroupPath | cgroupIds, onDone)");
     }
     if (!env_state_) return ThrowSys(env, SysError::of(ECANCELED, "ports"));
     uint64_t request = 0;
-    SysError e = info[0].IsString()
-                     ? env_state_->ports_of_cgroup(info[0].As<Napi::String>().Utf8Value(), &request)
-                     : env_state_->ports(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()), &request);
+    SysError e;
+    if (info[0].IsArray()) {
+      Napi::Array a = info[0].As<Napi::Array>();
+      std::vector<unsigned long long> ids;
+      for (uint32_t i = 0; i < a.Length(); ++i) {
+        Napi::Value v = a.Get(i);
+        bool lossless = false;
+        if (!v.IsBigInt()) return ThrowType(env, "ports(cgroupIds): bigints");
+        ids.push_back(v.As<Napi::BigInt>().Uint64Value(&lossless));
+      }
+      e = env_state_->ports_of_cgroup_ids(std::move(ids), &request);
+    } else if (info[0].IsString()) {
+      e = env_state_->ports_of_cgroup(info[0].As<Napi::String>().Utf8Value(), &request);
+    } else {
+      e = env_state_->ports(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()), &request);
+    }
     if (e) return ThrowSys(env, e);
     ports_callbacks_[request] = Napi::Persistent(info[1].As<Napi::Function>());
     return env.Undefined();

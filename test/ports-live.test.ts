@@ -111,10 +111,60 @@ describe('call.ports()', () => {
     expect(listed?.listeners).toEqual(seen);
     expect(listed?.listenersAt).toBeGreaterThan(Date.now() - 60_000);
 
-    await job(id).stop();
+    const report = await job(id).stop();
+    expect(report.heldOutside).toBeUndefined();
     expect(await canBind(port)).toBe(true);
     expect(await job(id).ports()).toEqual([]);
     expect(jobs().find((j) => j.id === id)?.listeners).toEqual([]);
+  });
+
+  it('a listening socket handed to a process outside the tree: the report says its port is still held', async () => {
+    // The outsider (the test's own child, not the call's) takes a socket
+    // over a unix socket (SCM_RIGHTS) and keeps it.
+    const sock = tmpSocket();
+    const outT = token();
+    tokens.push(outT);
+    const taker = String.raw`
+import socket, sys, time
+srv = socket.socket(socket.AF_UNIX); srv.bind(sys.argv[1]); srv.listen()
+print('LISTENING', flush=True)
+c, _ = srv.accept()
+msg, fds, _, _ = socket.recv_fds(c, 16, 1)
+print('GOT', len(fds), flush=True)
+time.sleep(float(sys.argv[2]))
+`;
+    const outsider = cpSpawn('python3', ['-c', taker, sock, outT], { stdio: ['ignore', 'pipe', 'inherit'] });
+    children.push(outsider);
+    let said = '';
+    outsider.stdout?.on('data', (d: Buffer) => (said += String(d)));
+    const saw = async (re: RegExp): Promise<void> => {
+      for (let i = 0; i < 1000 && !re.test(said); i++) await new Promise((res) => setTimeout(res, 20));
+      expect(said).toMatch(re);
+    };
+    await saw(/LISTENING/);
+    const t = token();
+    tokens.push(t);
+    const giver = String.raw`
+import socket, sys, time
+t = socket.socket(); t.bind(('127.0.0.1', 0)); t.listen()
+c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1])
+socket.send_fds(c, [b'x'], [t.fileno()])
+print('PORT', t.getsockname()[1], flush=True)
+time.sleep(float(sys.argv[2]))
+`;
+    const r = await run('python3', ['-c', giver, sock, t], { background: true, ready: { output: /PORT \d+/, timeout: 20_000 } });
+    cgroups.push(r.cgroup);
+    const id = r.jobId as string;
+    const port = Number(/PORT (\d+)/.exec(job(id).read().text)?.[1]);
+    await saw(/GOT 1/);
+    const report = await job(id).stop({ grace: 200 });
+    expect(report.leftovers).toEqual([]);
+    // The tree is gone, the port is not free: the outsider holds it.
+    expect(report.heldOutside).toEqual([{ protocol: 'tcp', address: '127.0.0.1', port }]);
+    expect(await canBind(port)).toBe(false);
+    outsider.kill('SIGKILL');
+    await new Promise((res) => outsider.once('exit', res));
+    expect(await canBind(port)).toBe(true);
   });
 
   it('jobs() learns a listener by itself: each jobs() asks the kernel again, off the JS thread', async () => {

@@ -578,6 +578,17 @@ SysError listeners_in_cgroup(const std::string& cgroup_dir_path, std::vector<Lis
   return SysError::none();
 }
 
+SysError listeners_of_cgroup_ids(const std::vector<unsigned long long>& ids, std::vector<Listener>* out) {
+  out->clear();
+  if (ids.empty()) return SysError::none();
+  Fd nl = diag_socket();
+  if (!nl) return SysError::from_errno("socket", "NETLINK_SOCK_DIAG");
+  std::vector<Found> found;
+  if (SysError e = inet_listeners(nl.get(), ids.data(), ids.size(), &found)) return e;
+  attach_holders(found, {}, out);
+  return SysError::none();
+}
+
 SysError probe_cgroup_socket_filter(bool* works) {
   *works = false;
   CgroupLocation loc;

@@ -59,6 +59,12 @@ const char* listener_protocol_name(ListenerProtocol p);  // "tcp", "udp", "unix"
 // cgroup_socket_filter_available() first. *out is sorted and deduplicated.
 SysError listeners_in_cgroup(const std::string& cgroup_dir_path, std::vector<Listener>* out);
 
+// The listening TCP and bound UDP sockets made in the cgroups with these
+// ids (cgroup_ids_below), whoever holds them and even once those cgroups
+// are removed (a socket keeps its cgroup): what a tree that is gone left
+// to a process outside it. No pids (no member holds them). Needs the filter.
+SysError listeners_of_cgroup_ids(const std::vector<unsigned long long>& ids, std::vector<Listener>* out);
+
 // The /proc way, for any tier: the sockets whose inodes the given processes
 // hold open, each with the lowest of those pids holding it. A pid that is
 // gone (or whose fds we may not read) is skipped. *out sorted and deduplicated.

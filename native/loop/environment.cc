@@ -157,12 +157,22 @@ SysError Environment::ports(uint64_t call_id, uint64_t* request) {
 }
 
 SysError Environment::ports_of_cgroup(const std::string& path, uint64_t* request) {
-  if (closing_) return SysError::of(ECANCELED, "ports");
-  if (SysError e = ensure_open()) return e;
   PortsQuery q;
-  q.request = *request = ++next_ports_request_;
   q.leaf = path;
   q.members_from_leaf = true;
+  return ask_ports(std::move(q), request);
+}
+
+SysError Environment::ports_of_cgroup_ids(std::vector<unsigned long long> ids, uint64_t* request) {
+  PortsQuery q;
+  q.cgroup_ids = std::move(ids);
+  return ask_ports(std::move(q), request);
+}
+
+SysError Environment::ask_ports(PortsQuery q, uint64_t* request) {
+  if (closing_) return SysError::of(ECANCELED, "ports");
+  if (SysError e = ensure_open()) return e;
+  q.request = *request = ++next_ports_request_;
   if (SysError e = ports_.query(std::move(q))) return e;
   update_keep_alive();
   return SysError::none();

@@ -111,6 +111,9 @@ class Environment {
   SysError ports(uint64_t call_id, uint64_t* request);
   // The same for any cgroup2 directory (its leaf and the cgroups below it).
   SysError ports_of_cgroup(const std::string& path, uint64_t* request);
+  // The sockets made in the cgroups with these ids, whoever holds them now
+  // (a tree that is gone, its leaf maybe removed): kernel/sockets.h.
+  SysError ports_of_cgroup_ids(std::vector<unsigned long long> ids, uint64_t* request);
   ChildStack& child_stack() { return stack_; }
   void set_referenced(uint64_t id, bool ref);
   // The call's leaf is named by a job: never reused. *base: its counters
@@ -165,6 +168,7 @@ class Environment {
   void on_spawns_done();
 
  private:
+  SysError ask_ports(PortsQuery q, uint64_t* request);
   // Unique in the process: a call's id names its leaf (c<id>).
   static uint64_t next_call_id();
   SysError start_command(uint64_t id, SpawnRequest* req, SpawnResult* proc, Ref<SpawnJob>* exec);

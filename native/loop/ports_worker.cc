@@ -53,7 +53,9 @@ std::vector<PortsAnswer> PortsWorker::take_done() {
 PortsAnswer PortsWorker::answer(const PortsQuery& q) {
   PortsAnswer a;
   a.request = q.request;
-  if (!q.leaf.empty() && cgroup_socket_filter_available()) {
+  if (!q.cgroup_ids.empty()) {
+    if (cgroup_socket_filter_available()) a.error = listeners_of_cgroup_ids(q.cgroup_ids, &a.listeners);
+  } else if (!q.leaf.empty() && cgroup_socket_filter_available()) {
     a.error = listeners_in_cgroup(q.leaf, &a.listeners);
     // The leaf is gone (the tree ended and it was removed): nothing listens.
     if (a.error && a.error.err == ENOENT) {

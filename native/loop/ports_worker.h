@@ -30,6 +30,8 @@ struct PortsQuery {
   // A cgroup named from outside (proctree ps): its members are read from
   // the leaf on the worker's thread when the filter is not there.
   bool members_from_leaf = false;
+  // Sockets made in these cgroups, whoever holds them (a tree that is gone): instead of leaf/pids.
+  std::vector<unsigned long long> cgroup_ids;
 };
 
 struct PortsAnswer {

@@ -57,19 +57,6 @@ class JobOutputCounters(TypedDict):
     capacity: int
 
 
-class CleanupReport(TypedDict):
-    """What a ladder did (docs/protocol.md, ``cleanupReport``)."""
-
-    reason: str
-    confinement: str
-    signaled: int
-    killed: int
-    escaped: int
-    leftovers: List[ProcessInfo]
-    verified: str
-    durationMs: float
-
-
 class _Listener(TypedDict):
     #: ``tcp``, ``udp`` or ``unix``.
     protocol: str
@@ -84,6 +71,25 @@ class Listener(_Listener, total=False):
 
     port: int
     pid: int
+
+
+class _CleanupReport(TypedDict):
+    reason: str
+    confinement: str
+    signaled: int
+    killed: int
+    escaped: int
+    leftovers: List[ProcessInfo]
+    verified: str
+    durationMs: float
+
+
+class CleanupReport(_CleanupReport, total=False):
+    """What a ladder did (docs/protocol.md, ``cleanupReport``); ``heldOutside``:
+    sockets made in the tree that still listen with it gone (a process
+    outside holds them), for calls that listened."""
+
+    heldOutside: List[Listener]
 
 
 class _Ready(TypedDict):
