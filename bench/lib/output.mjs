@@ -14,6 +14,8 @@ const SECTION_ORDER = ['completeness', 'spawnLatency', 'cleanupLatency', 'throug
 const ISSUES = {
   2: 'spawn → exit of /bin/true under proctree vs child_process.spawn',
   14: 'harness CPU per call, event-loop stalls, cleanup and per-call cost against the C floor',
+  29: 'CPU per call, spawn latency, kill times and memory against what the kernel needs',
+  28: 'what ports() and ready polling cost',
 };
 const issueOf = (c) => c.issue ?? 2;
 

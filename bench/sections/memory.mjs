@@ -209,8 +209,8 @@ export function report(results, { job }) {
     const pt = per(by.proctree, 'heapUsed');
     const cpm = per(by.child_process, 'heapUsed');
     checks.push({
-      issue: 14,
-      name: 'issue14.heapPerCall',
+      issue: 29,
+      name: 'issue29.heapPerCall',
       value: pt / cpm,
       pass: pt <= cpm,
       text: `JS heap per live call with default pipes: proctree ${num(pt / 1024)} KiB vs child_process ${num(cpm / 1024)} KiB, ${num(pt / cpm)}× (${by.proctree.calls} live calls; required: ≤ child_process's)`,

@@ -109,5 +109,23 @@ export function report(results, { job: cfg }) {
     '',
     table(['', 'median (min–max)'], rows),
   ].join('\n');
-  return { markdown, summary: { wall, sync, cpu, loop: r.ports.loop, ready: r.ready } };
+  const stall = r.ports.loop.longestOwnStallMs ?? r.ports.loop.longestStallMs;
+  const pollCost = perSec(r.ready.waitingCpuMs - r.ready.idleCpuMs);
+  const checks = [
+    {
+      issue: 28,
+      name: 'issue28.portsCost',
+      value: cpu.median,
+      pass: cpu.median <= 5 && stall <= 5,
+      text: `ports() on a tree of ${cfg.processes} with ${cfg.listeners} listeners: ${cell(cpu)} ms CPU per call (every thread), ${cell(wall)} ms wall, the loop's longest own stall ${num(stall)} ms (required: a few ms at most: ≤ 5 ms CPU and ≤ 5 ms of stall)`,
+    },
+    {
+      issue: 28,
+      name: 'issue28.readyPollingCost',
+      value: pollCost,
+      pass: pollCost <= 50,
+      text: `ready polling for a port that never comes: ${num(pollCost)} ms of harness CPU per second of waiting above the idle harness (required: no busy loop: ≤ 50 ms/s, 5 % of a core)`,
+    },
+  ];
+  return { markdown, checks, summary: { wall, sync, cpu, loop: r.ports.loop, ready: r.ready } };
 }

@@ -131,6 +131,18 @@ export function report(results) {
     });
   }
 
+  const floorRatios = tiers.filter((t) => sum[t]?.['C floor + cgroup']?.exit?.n).map((t) => [t, pt(t) / sum[t]['C floor + cgroup'].exit.median]);
+  if (floorRatios.length) {
+    const worst = Math.max(...floorRatios.map(([, r]) => r));
+    checks.push({
+      issue: 29,
+      name: 'issue29.spawnToExitVsFloor',
+      value: worst,
+      pass: worst <= 1.2,
+      text: `spawn → exit of /bin/true, wall, against the C floor + cgroup at each harness size: ${floorRatios.map(([t, r]) => `${num(r)}× at ${tierLabel(t)}`).join(', ')} (required: ≤ 1.2× at every size, 4 GB included in a full run)`,
+    });
+  }
+
   const plotData = [];
   for (const r of results) {
     for (const m of ROWS) {

@@ -173,8 +173,8 @@ export function report(results, { job }) {
     const fl = pick(8, 'C floor + cgroup', rate);
     const v = pt.median / fl.median;
     checks.push({
-      issue: 14,
-      name: 'issue14.callsPerSecAt8',
+      issue: 29,
+      name: 'issue29.callsPerSecAt8',
       value: v,
       pass: v >= 0.8,
       text: `calls/s at concurrency 8 (/bin/true, stdio ignored, to 'close'): ${num(v)}× the C floor + cgroup: proctree ${cell(pt)} vs floor ${cell(fl)} calls/s (required: ≥ 0.8×)`,
