@@ -240,6 +240,31 @@ describe('output and its end', () => {
     expect(r.cleanup).toBeNull();
   });
 
+  it('a terminal held paused past the wait for its end after the tree is gone still gives every byte', async () => {
+    // As for pipes (streams.test.ts): the library stops waiting for the
+    // terminal's end 100 ms after the tree is empty; what the reader has not
+    // read by then (it holds the stream paused) must still arrive. It was
+    // dropped: 0 of 3000 bytes.
+    const call = spawn('head', ['-c', '3000', '/dev/zero'], { pty: true });
+    const term = call.pty as PtyStream;
+    let hold = true;
+    term.on('resume', () => {
+      if (hold) term.pause();
+    });
+    term.pause();
+    let total = 0;
+    term.on('data', (d: Buffer) => (total += d.length));
+    call.on('empty', () =>
+      setTimeout(() => {
+        hold = false;
+        term.resume();
+      }, 500),
+    );
+    const code = await new Promise((res) => call.on('close', res));
+    expect(code).toBe(0);
+    expect(total).toBe(3000);
+  });
+
   it('a daemon that escaped and holds the terminal is a leftover: the ladder stops it, the call closes by itself', async () => {
     const t = token(30);
     tokens.push(t);
