@@ -19,6 +19,7 @@
         "native/kernel/proc_scan.cc",
         "native/kernel/procfs.cc",
         "native/kernel/pty.cc",
+        "native/kernel/socket_tables.cc",
         "native/kernel/sockets.cc",
         "native/kernel/spawn.cc",
         "native/kernel/stdio_fds.cc",
