@@ -144,7 +144,7 @@ const SPAWN_EMITTED = 8192;
  * its exec (its subtree frozen by someone) costs this once per run of ticks,
  * not per call, and its 'spawn' comes with its report.
  */
-const SPAWN_TICK_WAIT_MS = 500;
+const SPAWN_TICK_WAIT_MS = 20;
 /** When the current run of spawn ticks stops waiting (performance.now()), or 0 outside one. */
 let spawnTicksUntil = 0;
 function endSpawnTicks(): void {
