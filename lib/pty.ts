@@ -276,18 +276,17 @@ export class PtyStream extends Duplex {
   [releasePty](): void {
     this.#hold = false;
     if (this.#master === 'waiting') this.#master = 'closed';
-    if (!this.destroyed && (this.#master === 'open' || this.#outputEnded)) {
-      // Stop waiting for the end (a process outside the tree holds the
-      // slave): what the terminal holds now is still read and delivered,
-      // then the end and the master's close. Destroying would drop it, and
-      // a reader that holds the stream paused has not read it yet (what was
-      // read is in the stream's buffer: it ends once read).
-      if (this.#master !== 'open') return;
+    // Stop waiting for the end (a process outside the tree holds the
+    // slave): what the terminal holds now is still read and delivered, then
+    // the end and the master's close. Destroying would drop it, and a reader
+    // that holds the stream paused has not read it yet; what was read waits
+    // in the stream's buffer, and the stream ends once it is read.
+    if (this.#master === 'open') {
       if (this.#outputEnded) this.#closeMaster();
       else native.streamEnd(this.#id);
-      return;
+    } else if (!this.#outputEnded) {
+      this.destroy();
     }
-    this.destroy();
   }
 
   /** @internal */

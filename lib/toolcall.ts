@@ -841,8 +841,10 @@ export class ToolCall extends EventEmitter {
     void this.#startLadder('idle', this.#opts.grace, true);
   }
 
-  /** From now on the call is a job: listed by its supervisor, its output flowing to the ring whoever reads. */
-  /** Keeps the leaf's cgroup id for the report (see CallExtras.leafId). */
+  /**
+   * Keeps the leaf's cgroup id for the report (see CallExtras.leafId): on
+   * cgroup2 a directory's inode number is the id sock_diag filters on.
+   */
   #watchPorts(): void {
     if (!this.cgroup || this.#x?.leafId) return;
     try {
@@ -852,6 +854,7 @@ export class ToolCall extends EventEmitter {
     }
   }
 
+  /** From now on the call is a job: listed by its supervisor, its output flowing to the ring whoever reads. */
   #becomeJob(): void {
     if (this.jobId !== null || !this.#ring) return;
     // The id `proctree ps` reads from the kernel: the leaf's name, which is

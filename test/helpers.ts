@@ -275,3 +275,30 @@ export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
     );
   });
 }
+
+/**
+ * Reads `stream` as a slow reader does: held paused (every resume undone,
+ * the library's own at the exit included, as Node's flushStdio) until `ms`
+ * after the call's 'empty', then flowing. Resolves at the call's 'close'
+ * with its exit code and the bytes that arrived.
+ */
+export function readHeldPastEmpty(
+  call: { on(ev: 'empty' | 'close', fn: (code: number | null) => void): unknown },
+  stream: NodeJS.ReadableStream,
+  ms: number,
+): Promise<{ code: number | null; total: number }> {
+  let hold = true;
+  let total = 0;
+  stream.on('resume', () => {
+    if (hold) stream.pause();
+  });
+  stream.pause();
+  stream.on('data', (d: Buffer) => (total += d.length));
+  call.on('empty', () =>
+    setTimeout(() => {
+      hold = false;
+      stream.resume();
+    }, ms),
+  );
+  return new Promise((resolve) => call.on('close', (code) => resolve({ code, total })));
+}

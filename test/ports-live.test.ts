@@ -84,27 +84,37 @@ function canBind(port: number): Promise<boolean> {
   });
 }
 
+/** python3 -m http.server on 127.0.0.1, port 0, as a background job: its id and the server's needle. */
+async function httpServerJob(): Promise<{ id: string; needle: string }> {
+  const made = serverDir('proctree-ports');
+  dirs.push(made.dir);
+  tokens.push(made.needle);
+  const r = await run('python3', ['-u', '-m', 'http.server', '--bind', '127.0.0.1', '--directory', made.dir, '0'], {
+    background: true,
+  });
+  cgroups.push(r.cgroup);
+  return { id: r.jobId as string, needle: made.needle };
+}
+
+/** The port the job's server printed once bound (0 if it never did). */
+async function printedPort(id: string): Promise<number> {
+  for (let i = 0; i < 500; i++) {
+    const m = /Serving HTTP on 127\.0\.0\.1 port (\d+)/.exec(job(id).read().text);
+    if (m) return Number(m[1]);
+    await new Promise((res) => setTimeout(res, 20));
+  }
+  return 0;
+}
+
 describe('call.ports()', () => {
   it("a background job's http.server: its port appears once bound, with the server's pid; stop() frees it at once", async () => {
-    const made = serverDir('proctree-ports');
-    dirs.push(made.dir);
-    tokens.push(made.needle);
-    const r = await run('python3', ['-u', '-m', 'http.server', '--bind', '127.0.0.1', '--directory', made.dir, '0'], {
-      background: true,
-    });
-    cgroups.push(r.cgroup);
-    const id = r.jobId as string;
-    let port = 0;
-    for (let i = 0; i < 500 && port === 0; i++) {
-      const m = /Serving HTTP on 127\.0\.0\.1 port (\d+)/.exec(job(id).read().text);
-      if (m) port = Number(m[1]);
-      else await new Promise((res) => setTimeout(res, 20));
-    }
+    const { id, needle } = await httpServerJob();
+    const port = await printedPort(id);
     expect(port).toBeGreaterThan(0);
     // The server printed its port after binding: the very next question
     // finds it (the kernel's answer, no polling and no delay to wait out).
     const seen = await job(id).ports();
-    const [pid] = await waitForLive(made.needle, 1);
+    const [pid] = await waitForLive(needle, 1);
     expect(seen).toEqual([{ protocol: 'tcp', address: '127.0.0.1', port, pid }]);
     // jobs() is synchronous: its entry carries what ports() read last, and when.
     const listed = jobs().find((j) => j.id === id);
@@ -168,14 +178,7 @@ time.sleep(float(sys.argv[2]))
   });
 
   it('jobs() learns a listener by itself: each jobs() asks the kernel again, off the JS thread', async () => {
-    const made = serverDir('proctree-ports');
-    dirs.push(made.dir);
-    tokens.push(made.needle);
-    const r = await run('python3', ['-u', '-m', 'http.server', '--bind', '127.0.0.1', '--directory', made.dir, '0'], {
-      background: true,
-    });
-    cgroups.push(r.cgroup);
-    const id = r.jobId as string;
+    const { id, needle } = await httpServerJob();
     try {
       // Nothing here calls ports(): only jobs(), until its entry shows the server's port.
       let listed = jobs().find((j) => j.id === id);
@@ -184,13 +187,9 @@ time.sleep(float(sys.argv[2]))
         listed = jobs().find((j) => j.id === id);
       }
       // What the server prints once bound (it may come after the kernel shows the socket).
-      let m: RegExpExecArray | null = null;
-      for (let i = 0; i < 500 && !m; i++) {
-        m = /Serving HTTP on 127\.0\.0\.1 port (\d+)/.exec(job(id).read().text);
-        if (!m) await new Promise((res) => setTimeout(res, 20));
-      }
-      const [pid] = await waitForLive(made.needle, 1);
-      expect(listed?.listeners).toEqual([{ protocol: 'tcp', address: '127.0.0.1', port: Number(m?.[1]), pid }]);
+      const port = await printedPort(id);
+      const [pid] = await waitForLive(needle, 1);
+      expect(listed?.listeners).toEqual([{ protocol: 'tcp', address: '127.0.0.1', port, pid }]);
     } finally {
       await job(id).stop();
     }

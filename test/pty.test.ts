@@ -12,7 +12,8 @@ import { Worker } from 'node:worker_threads';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { type Confinement, PtyStream, run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
-import { cgroupMembers, killCgroup, killTokens, liveWith, openFdCount, token, waitForLive, waitUntil, zombieChildren } from './helpers';
+import { STDIO_DRAIN_MS } from '../dist/cjs/toolcall.js';
+import { cgroupMembers, killCgroup, killTokens, liveWith, openFdCount, readHeldPastEmpty, token, waitForLive, waitUntil, zombieChildren } from './helpers';
 
 const tiers: Confinement[] = ['cgroup', 'pidns', 'subreaper', 'pgroup'];
 
@@ -246,21 +247,7 @@ describe('output and its end', () => {
     // read by then (it holds the stream paused) must still arrive. It was
     // dropped: 0 of 3000 bytes.
     const call = spawn('head', ['-c', '3000', '/dev/zero'], { pty: true });
-    const term = call.pty as PtyStream;
-    let hold = true;
-    term.on('resume', () => {
-      if (hold) term.pause();
-    });
-    term.pause();
-    let total = 0;
-    term.on('data', (d: Buffer) => (total += d.length));
-    call.on('empty', () =>
-      setTimeout(() => {
-        hold = false;
-        term.resume();
-      }, 500),
-    );
-    const code = await new Promise((res) => call.on('close', res));
+    const { code, total } = await readHeldPastEmpty(call, call.pty as PtyStream, 5 * STDIO_DRAIN_MS);
     expect(code).toBe(0);
     expect(total).toBe(3000);
   });

@@ -11,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 
 import { spawn, type ToolCall } from '../dist/cjs/index.js';
 import { STDIO_DRAIN_MS } from '../dist/cjs/toolcall.js';
-import { blockedIn, waitUntil, within } from './helpers';
+import { blockedIn, readHeldPastEmpty, waitUntil, within } from './helpers';
 
 
 function readAll(stream: NodeJS.ReadableStream | null | undefined): Promise<string> {
@@ -97,22 +97,7 @@ describe('stdio streams over the addon', () => {
     const size = 60_000; // fits in the pipe: the command exits at once
     const call = spawn('head', ['-c', String(size), '/dev/zero'], { stdio: ['ignore', 'pipe', 'inherit'] });
     try {
-      const stdout = call.stdout as Readable;
-      let hold = true;
-      // Even the library's own resume at the exit (Node's flushStdio) is undone.
-      stdout.on('resume', () => {
-        if (hold) stdout.pause();
-      });
-      stdout.pause();
-      let total = 0;
-      stdout.on('data', (d: Buffer) => (total += d.length));
-      call.on('empty', () =>
-        setTimeout(() => {
-          hold = false;
-          stdout.resume();
-        }, 5 * STDIO_DRAIN_MS),
-      );
-      const [code] = await within(closed(call), 30_000, 'close');
+      const { code, total } = await within(readHeldPastEmpty(call, call.stdout as Readable, 5 * STDIO_DRAIN_MS), 30_000, 'close');
       expect(code).toBe(0);
       expect(total).toBe(size);
     } finally {
