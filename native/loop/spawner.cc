@@ -69,13 +69,19 @@ void SpawnJob::wait_state(uint32_t from, int64_t timeout_ns) {
       left = deadline - now_ns();
       if (left <= 0) return;
     }
+    // Counted before the state is looked at again (both sequentially
+    // consistent): set_state() either sees this waiter and wakes it, or
+    // stored before this load, and the futex sees the new value.
+    waiters_.fetch_add(1, std::memory_order_seq_cst);
     futex_wait(&state_, from, left);
+    waiters_.fetch_sub(1, std::memory_order_relaxed);
   }
 }
 
 void SpawnJob::set_state(uint32_t s) {
-  state_.store(s, std::memory_order_release);
-  futex_wake_all(&state_);
+  state_.store(s, std::memory_order_seq_cst);
+  // Nobody waits for most jobs: no futex syscall for them.
+  if (waiters_.load(std::memory_order_seq_cst) != 0) futex_wake_all(&state_);
 }
 
 void SpawnJob::reap_abandoned() {

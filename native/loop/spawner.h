@@ -99,6 +99,7 @@ class SpawnJob {
   SpawnResult result_;
   SysError error_;
   std::atomic<uint32_t> state_{kQueued};
+  std::atomic<uint32_t> waiters_{0};  // threads in wait_state()'s futex wait
   // 1: abandoned by the caller; 2: the spawning thread is done with it.
   std::atomic<int> abandon_{0};
   std::atomic<int> refs_{1};
