@@ -6,15 +6,8 @@ import os from 'node:os';
 import path from 'node:path';
 
 import { ConfinementUnavailableError } from './errors';
-import {
-  embeddedHelper,
-  native,
-  type NativeErrorShape,
-  type NativeLocation,
-  nativePath,
-  portable,
-  type PortableMode,
-} from './native';
+import { binding, embeddedHelper, nativePath, portable } from './binding';
+import type { NativeErrorShape, NativeLocation, PortableMode } from './binding/contract';
 import { needs, pickTier, type Probe, type Probes, tierRejection, tiers } from './tiers';
 import type { Confinement } from './types';
 
@@ -49,7 +42,7 @@ let cached: Capabilities | null = null;
 let helperFile: string | undefined;
 /**
  * The proctree-helper executable: next to the addon, or in a Bun single-file
- * executable the one embedded in it, copied out (lib/native.ts).
+ * executable the one embedded in it, copied out (lib/binding.ts).
  */
 export function helperPath(): string {
   helperFile ??= embeddedHelper() ?? path.join(path.dirname(nativePath), 'proctree-helper');
@@ -71,7 +64,7 @@ function shortOfDescriptors(p: Probe | undefined): boolean {
  */
 export function capabilities(): Capabilities {
   if (cached) return cached;
-  const raw = native.probe(helperPath());
+  const raw = binding.probe(helperPath());
   const probes: Probes = {
     ...raw.probes,
     pgroup: raw.probes.pgroup ?? { ok: true, detail: 'setsid + signal by pidfd; cannot catch setsid escapes' },

@@ -2,7 +2,7 @@
 // child_process reports, so harness code that matches on them keeps working.
 import { getSystemErrorName, inspect } from 'node:util';
 
-import type { NativeErrorShape } from './native';
+import type { NativeErrorShape } from './binding/contract';
 
 // As Node's own errors: `code` enumerable, and the code in toString() and
 // in the stack's first line (`TypeError [ERR_INVALID_ARG_TYPE]: …`), which

@@ -4,7 +4,7 @@ export { PtyStream } from './pty';
 export { Supervisor, getDefaultSupervisor, jobs, job, type SupervisorOptions, type SupervisorEvents } from './supervisor';
 export { Job, type JobInfo, type JobOutput, type JobState } from './jobs';
 export type { LinesOptions } from './output';
-export type { Listener, ListenerProtocol, ReadyOptions, ReadyState } from './ports';
+export type { Listener, ListenerProtocol, ReadyOptions, ReadyState } from './types';
 export { capabilities, type Capabilities } from './capabilities';
 export { AbortError, LeftoversError, ConfinementUnavailableError, type SpawnError } from './errors';
 export type {

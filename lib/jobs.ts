@@ -3,11 +3,10 @@
 // `background: true`. The supervisor lists them, and a model reads their
 // recent output and stops them later, by an id it can also see in
 // `proctree ps` (the call's cgroup leaf, c<N>).
-import { native } from './native';
+import { binding } from './binding';
 import { checkBytes } from './options';
 import { ByteTail, utf8End, utf8Start } from './output';
-import type { Listener } from './ports';
-import type { CleanupReport, Confinement, ProcessInfo, ResourceUsage } from './types';
+import type { CleanupReport, Confinement, Listener, ProcessInfo, ResourceUsage } from './types';
 
 function ignore(): void {}
 
@@ -159,7 +158,7 @@ export class Job {
   info(): JobInfo {
     const call = this.#call;
     const pids = call.members();
-    const processes = pids.length > 0 ? native.processInfo(pids) : [];
+    const processes = pids.length > 0 ? binding.processInfo(pids) : [];
     const info: JobInfo = {
       id: this.id,
       command: call.spawnargs.map(shellQuote).join(' '),

@@ -75,13 +75,12 @@ const readablePush = ReadableStream.prototype.push;
  * one keeps it.
  */
 export const streamOwner = Symbol('proctree.streamOwner');
-const kOutput = streamOwner;
 /** The method of an OutputOwner that makes (or returns) its CallOutput. @internal */
 export const outputNow = Symbol('proctree.outputNow');
 export interface OutputOwner {
   [outputNow](): CallOutput;
 }
-type Tapped = Readable & { [kOutput]: CallOutput | OutputOwner };
+type Tapped = Readable & { [streamOwner]: CallOutput | OutputOwner };
 
 /**
  * Taps a call's output streams from their first byte without making its
@@ -96,7 +95,7 @@ export function tapLater(sources: { stdout: Readable | null; stderr: Readable | 
   for (const s of [stdout, stderr]) {
     // An OutputSocket is tapped from its birth, and reports to its call.
     if (!s || s.push === tappedPush) continue;
-    (s as Tapped)[kOutput] = owner;
+    (s as Tapped)[streamOwner] = owner;
     s.push = tappedPush;
   }
   return true;
@@ -114,7 +113,7 @@ function tappable(s: Readable): boolean {
  * per stream.
  */
 function tappedPush(this: Tapped, chunk: unknown, encoding?: BufferEncoding): boolean {
-  const target = this[kOutput];
+  const target = this[streamOwner];
   const output = target instanceof CallOutput ? target : target[outputNow]();
   return output.pushed(this, readablePush, chunk, encoding);
 }
@@ -126,11 +125,11 @@ function tappedPush(this: Tapped, chunk: unknown, encoding?: BufferEncoding): bo
  * @internal
  */
 export class OutputSocket extends PipeStream {
-  [kOutput]: CallOutput | OutputOwner;
+  [streamOwner]: CallOutput | OutputOwner;
 
   constructor(owner: OutputOwner) {
     super(READ);
-    this[kOutput] = owner;
+    this[streamOwner] = owner;
   }
 }
 Object.defineProperty(OutputSocket.prototype, 'push', { value: tappedPush, writable: true, configurable: true });
@@ -200,7 +199,7 @@ export class CallOutput {
       // Tapped by tapLater() already, or now: this output from here on.
       // A stream that reports to its call already keeps it (the call's
       // stdio counts its 'close' through it), and the call answers with this.
-      if ((stream as Partial<Tapped>)[kOutput] === undefined) (stream as Tapped)[kOutput] = this;
+      if ((stream as Partial<Tapped>)[streamOwner] === undefined) (stream as Tapped)[streamOwner] = this;
       if (stream.push !== tappedPush) stream.push = tappedPush;
       return;
     }

@@ -11,7 +11,8 @@
 // may follow) only once its bytes are in the pipe.
 import { Duplex, type DuplexOptions } from 'node:stream';
 
-import { native, type NativeErrorShape, type StreamKind } from './native';
+import { binding } from './binding';
+import type { NativeErrorShape, StreamKind } from './binding/contract';
 
 /** streamOpen() kinds. */
 export const READ: StreamKind = 1;
@@ -59,7 +60,7 @@ export class PipeStream extends Duplex {
     // (`readable`/`writable`: Duplex's own options since Node 14, which
     // these typings do not list.)
     super({ readable, writable, allowHalfOpen: false, decodeStrings: true } as DuplexOptions);
-    const [id, childEnd, fd] = native.streamOpen(kind, (k, v) => this.#onEvent(k, v));
+    const [id, childEnd, fd] = binding.streamOpen(kind, (k, v) => this.#onEvent(k, v));
     this.#id = id;
     this.childEnd = childEnd;
     this._handle = {
@@ -91,14 +92,14 @@ export class PipeStream extends Duplex {
   [stopWaitingForEof](): void {
     if (this.#closed || this.destroyed || !this.readable || this.#ending) return;
     this.#ending = true;
-    native.streamEnd(this.#id);
+    binding.streamEnd(this.#id);
   }
 
   #read(on: boolean): void {
     if (this.#reading === on || this.#closed) return;
     this.#reading = on;
     this._handle.reading = on;
-    native.streamRead(this.#id, on);
+    binding.streamRead(this.#id, on);
   }
 
   override _read(): void {
@@ -106,14 +107,14 @@ export class PipeStream extends Duplex {
   }
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, cb: Callback): void {
-    const r = native.streamWrite(this.#id, chunk);
+    const r = binding.streamWrite(this.#id, chunk);
     if (r === false) cb();
     else if (r === true) (this.#writes ??= []).push(cb);
     else cb(r);
   }
 
   override _final(cb: Callback): void {
-    cb(native.streamShutdown(this.#id) ?? null);
+    cb(binding.streamShutdown(this.#id) ?? null);
   }
 
   override _destroy(err: Error | null, cb: Callback): void {
@@ -125,7 +126,7 @@ export class PipeStream extends Duplex {
     if (this.#closed) return;
     this.#closed = true;
     this.#writes = null;
-    native.streamClose(this.#id);
+    binding.streamClose(this.#id);
   }
 
   /**
@@ -139,13 +140,13 @@ export class PipeStream extends Duplex {
 
   /** As Socket#ref(): the stream keeps the loop alive while it reads or writes. */
   ref(): this {
-    if (!this.#closed) native.streamRef(this.#id, true);
+    if (!this.#closed) binding.streamRef(this.#id, true);
     return this;
   }
 
   /** As Socket#unref(). */
   unref(): this {
-    if (!this.#closed) native.streamRef(this.#id, false);
+    if (!this.#closed) binding.streamRef(this.#id, false);
     return this;
   }
 }

@@ -1,46 +1,11 @@
-// What a call listens on (issue 28): the public Listener type, the
-// normalization of what the addon reports (kernel/sockets.h), and the pure
+// What a call listens on: the normalization of what the addon reports
+// (kernel/sockets.h) into the public Listener (types.ts), and the pure
 // parts of the `ready` option: its validation, whether a set of listeners
 // satisfies `listening`, and a streaming matcher for `output`. Nothing here
 // touches the addon or a process, so it is unit-tested alone.
+import type { NativeListener } from './binding/contract';
 import { invalidArgType, invalidArgValue, outOfRange } from './errors';
-
-/** How a {@link Listener} is reached. */
-export type ListenerProtocol = 'tcp' | 'udp' | 'unix';
-
-/**
- * One socket a process of a call's tree listens on: a listening TCP socket
- * (IPv4 or IPv6), a bound unconnected UDP socket, or a listening unix
- * stream socket. Only sockets of the call's own tree appear (escaped and
- * daemonized members included); the harness's sockets and unrelated
- * processes' never do.
- */
-export interface Listener {
-  protocol: ListenerProtocol;
-  /**
-   * tcp and udp: the local address, as `net.Server#address()` prints it
-   * (`'127.0.0.1'`, `'0.0.0.0'`, `'::'`, `'::1'`, `'::ffff:127.0.0.1'`).
-   * unix: the socket's path, or `'@'` and the name for an abstract socket
-   * (a NUL inside the name shows as `'@'`, as `ss` shows it).
-   */
-  address: string;
-  /** tcp and udp: the local port. Absent for unix sockets. */
-  port?: number;
-  /**
-   * The member process holding the socket (the lowest pid when several
-   * share it, as a server's forked workers do). Absent when no member holds
-   * it any more, e.g. after handing it to another process.
-   */
-  pid?: number;
-}
-
-/** One entry as the addon reports it: port 0 for unix, pid -1 when unknown. */
-export interface NativeListener {
-  protocol: string;
-  address: string;
-  port: number;
-  pid: number;
-}
+import type { Listener, ListenerProtocol } from './types';
 
 const protocolOrder: Record<ListenerProtocol, number> = { tcp: 0, udp: 1, unix: 2 };
 
@@ -101,29 +66,6 @@ export function formatListener(l: Listener): string {
   if (l.protocol === 'unix') where = l.address;
   else where = `${l.address.includes(':') ? `[${l.address}]` : l.address}:${l.port ?? 0}`;
   return `${l.protocol} ${where}${l.pid !== undefined ? ` (pid ${l.pid})` : ''}`;
-}
-
-/** The `ready` option of a call: when a server counts as started. */
-export interface ReadyOptions {
-  /**
-   * `true`: ready once any process of the tree listens on anything;
-   * a number: once something of the tree listens on that TCP or UDP port.
-   */
-  listening?: true | number;
-  /** Ready once the output (stdout or stderr) contains this text, or matches this expression. */
-  output?: string | RegExp;
-  /** How long to wait, in milliseconds, before the call fails as not ready. */
-  timeout?: number;
-}
-
-/** What made a call ready (`result.ready`, the 'ready' event). */
-export interface ReadyState {
-  /** What the tree listened on when it was ready ([] when only `output` was asked for and nothing listened). */
-  listening: Listener[];
-  /** With `ready.output`: the text that matched (the string, or the RegExp's match). */
-  output?: string;
-  /** ms from the call's start to ready. */
-  afterMs: number;
 }
 
 /** The `ready` option checked: at least one condition, each of the right type. */

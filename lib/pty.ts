@@ -8,75 +8,11 @@
 import fs from 'node:fs';
 import { Duplex } from 'node:stream';
 
-import { invalidArgType, invalidArgValue, outOfRange, proctreeError, ptyUnsupported } from './errors';
-import { native, type NativeErrorShape, portable } from './native';
-import type { StdioEntry } from './options';
-import type { ProcessInfo, PtyOptions } from './types';
-
-/**
- * TERM when `term` is not given. What a harness renders a terminal with
- * (xterm.js, a web view, a log) speaks xterm's sequences and 256 colors, and
- * the entry is in every terminfo database (Debian's ncurses-base included).
- */
-export const DEFAULT_TERM = 'xterm-256color';
-export const DEFAULT_COLS = 80;
-export const DEFAULT_ROWS = 24;
-
-export interface ResolvedPty {
-  cols: number;
-  rows: number;
-  term: string;
-  encoding: BufferEncoding | null;
-}
-
-function checkSize(value: unknown, name: string, fallback: number): number {
-  if (value === undefined || value === null) return fallback;
-  if (typeof value !== 'number') throw invalidArgType(name, 'number', value);
-  // struct winsize holds unsigned shorts; a 0-column terminal is what
-  // `script` under a pipe gives, and what this option exists to avoid.
-  if (!Number.isInteger(value) || value < 1 || value > 65535) throw outOfRange(name, 'an integer >= 1 and <= 65535', value);
-  return value;
-}
-
-/** options.pty: true, false/undefined (no terminal), or { cols, rows, term, encoding }. */
-export function resolvePty(value: unknown): ResolvedPty | undefined {
-  if (value === undefined || value === null || value === false) return undefined;
-  if (value !== true && (typeof value !== 'object' || Array.isArray(value))) {
-    throw invalidArgType('options.pty', ['boolean', 'Object'], value);
-  }
-  // The portable binding has no pseudo-terminals: refused before anything is made.
-  if (portable) throw ptyUnsupported(portable.reason);
-  const o = (value === true ? {} : { __proto__: null, ...value }) as PtyOptions;
-  const term = o.term ?? DEFAULT_TERM;
-  if (typeof term !== 'string') throw invalidArgType('options.pty.term', 'string', term);
-  if (term === '' || term.includes('\0')) throw invalidArgValue('options.pty.term', term, 'must be a non-empty string without null bytes');
-  const encoding = o.encoding ?? null;
-  if (encoding !== null && (typeof encoding !== 'string' || !Buffer.isEncoding(encoding))) {
-    throw invalidArgValue('options.pty.encoding', encoding, 'is invalid encoding');
-  }
-  return {
-    cols: checkSize(o.cols, 'options.pty.cols', DEFAULT_COLS),
-    rows: checkSize(o.rows, 'options.pty.rows', DEFAULT_ROWS),
-    term,
-    encoding,
-  };
-}
-
-/**
- * With a terminal, fds 0–2 are its slave: `stdio` may still name fd 3 and
- * above, and may say 'pipe' (the default) for 0–2, but nothing else there.
- */
-export function ptyStdio(stdio: readonly StdioEntry[], given: unknown): StdioEntry[] {
-  if (stdio.slice(0, 3).some((e) => e.kind !== 'pipe')) {
-    throw invalidArgValue('options.stdio', given, "cannot redirect fds 0-2 of a call with options.pty (they are the terminal)");
-  }
-  return [{ kind: 'pty' }, { kind: 'pty' }, { kind: 'pty' }, ...stdio.slice(3)];
-}
-
-/** The environment with TERM naming this terminal (an inherited TERM describes the harness's terminal, not this one). */
-export function withTerm(env: readonly string[], term: string): string[] {
-  return [...env.filter((e) => !e.startsWith('TERM=')), `TERM=${term}`];
-}
+import { invalidArgType, proctreeError } from './errors';
+import { binding } from './binding';
+import type { NativeErrorShape } from './binding/contract';
+import { checkPtySize, type ResolvedPty } from './options/stdio';
+import type { ProcessInfo } from './types';
 
 export function noTerminal(): Error & { code: string } {
   return proctreeError('ERR_PROCTREE_NO_PTY', 'The call has no terminal: spawn it with options.pty');
@@ -161,11 +97,11 @@ export class PtyStream extends Duplex {
   resize(cols: number, rows: number): void {
     if (typeof cols !== 'number') throw invalidArgType('cols', 'number', cols);
     if (typeof rows !== 'number') throw invalidArgType('rows', 'number', rows);
-    const c = checkSize(cols, 'cols', this.cols);
-    const r = checkSize(rows, 'rows', this.rows);
+    const c = checkPtySize(cols, 'cols', this.cols);
+    const r = checkPtySize(rows, 'rows', this.rows);
     this.cols = c;
     this.rows = r;
-    if (this.#master === 'open') native.ptyResize(this.#fd, c, r);
+    if (this.#master === 'open') binding.ptyResize(this.#fd, c, r);
   }
 
   /**
@@ -177,13 +113,13 @@ export class PtyStream extends Duplex {
    */
   foreground(): ProcessInfo | null {
     if (this.#master !== 'open') return null;
-    const pgid = native.ptyForeground(this.#fd);
+    const pgid = binding.ptyForeground(this.#fd);
     if (pgid <= 0) return null;
     // The pgid names the leader only while it lives: check the pgid it has
     // now (a reused pid would have another), else look among the call's own.
-    const [leader] = native.processInfo([pgid]);
+    const [leader] = binding.processInfo([pgid]);
     if (leader && leader.pgid === pgid) return leader;
-    return native.processInfo(this.#members()).find((p) => p.pgid === pgid) ?? null;
+    return binding.processInfo(this.#members()).find((p) => p.pgid === pgid) ?? null;
   }
 
   /** @internal */
@@ -191,11 +127,11 @@ export class PtyStream extends Duplex {
     if (this.#master !== 'waiting') {
       // Destroyed before the call started: closing the master hangs the
       // terminal up, as closing a terminal window would.
-      native.closeFd(fd);
+      binding.closeFd(fd);
       return;
     }
     try {
-      this.#id = native.streamAdopt(fd, (kind, value) => this.#onEvent(kind, value));
+      this.#id = binding.streamAdopt(fd, (kind, value) => this.#onEvent(kind, value));
     } catch (err) {
       // The addon closed it.
       this.#master = 'closed';
@@ -205,7 +141,7 @@ export class PtyStream extends Duplex {
     this.#fd = fd;
     this.#master = 'open';
     this.path = ptsPath(fd);
-    if (!this.#ref) native.streamRef(this.#id, false);
+    if (!this.#ref) binding.streamRef(this.#id, false);
     // Read from the start, as a flowing terminal would be, until the buffer is full.
     this.#read(true);
     const p = this.#pending;
@@ -236,7 +172,7 @@ export class PtyStream extends Duplex {
   #read(on: boolean): void {
     if (this.#reading === on || this.#master !== 'open' || this.#outputEnded) return;
     this.#reading = on;
-    native.streamRead(this.#id, on);
+    binding.streamRead(this.#id, on);
   }
 
   // The master closes: a hangup for whatever still holds the slave.
@@ -244,7 +180,7 @@ export class PtyStream extends Duplex {
     if (this.#master !== 'open') return;
     this.#master = 'closed';
     this.#fd = -1;
-    native.streamClose(this.#id);
+    binding.streamClose(this.#id);
     const p = this.#pending;
     this.#pending = null;
     // Typing goes nowhere once nobody holds the terminal.
@@ -283,7 +219,7 @@ export class PtyStream extends Duplex {
     // in the stream's buffer, and the stream ends once it is read.
     if (this.#master === 'open') {
       if (this.#outputEnded) this.#closeMaster();
-      else native.streamEnd(this.#id);
+      else binding.streamEnd(this.#id);
     } else if (!this.#outputEnded) {
       this.destroy();
     }
@@ -297,7 +233,7 @@ export class PtyStream extends Duplex {
   /** @internal */
   [setPtyRef](ref: boolean): void {
     this.#ref = ref;
-    if (this.#master === 'open') native.streamRef(this.#id, ref);
+    if (this.#master === 'open') binding.streamRef(this.#id, ref);
   }
 
   override _read(): void {
@@ -322,7 +258,7 @@ export class PtyStream extends Duplex {
       cb();
       return;
     }
-    const r = native.streamWrite(this.#id, chunk);
+    const r = binding.streamWrite(this.#id, chunk);
     if (r === false) cb();
     else if (r === true) this.#pending = { chunk: null, cb };
     else cb(r);

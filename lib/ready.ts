@@ -6,7 +6,8 @@
 import { performance } from 'node:perf_hooks';
 import { StringDecoder } from 'node:string_decoder';
 
-import { type Listener, type OutputMatcher, outputMatcher, type ReadyState, readyReached, type ResolvedReady } from './ports';
+import { type OutputMatcher, outputMatcher, readyReached, type ResolvedReady } from './ports';
+import type { Listener, ReadyState } from './types';
 
 const FIRST_POLL_MS = 50;
 const MAX_POLL_MS = 500;

@@ -3,7 +3,8 @@
 import { EventEmitter } from 'node:events';
 import { PassThrough, type Readable, type Writable } from 'node:stream';
 
-import { native, type NativeErrorShape, type NativeStdio, type PortablePipe, portable } from './native';
+import { binding, portable } from './binding';
+import type { NativeErrorShape, NativeStdio, PortablePipe } from './binding/contract';
 import { type OutputOwner, OutputSocket, streamOwner } from './output';
 import { DUPLEX, PipeStream, stopWaitingForEof, WRITE } from './pipe-stream';
 import type { StdioEntry } from './options';
@@ -58,7 +59,7 @@ class OutputPipeReader extends EventEmitter {
 
   constructor() {
     super();
-    [this.#id, this.childEnd] = native.streamOpen(0, (kind, value) => this.#onEvent(kind, value));
+    [this.#id, this.childEnd] = binding.streamOpen(0, (kind, value) => this.#onEvent(kind, value));
   }
 
   // (0, chunk) per chunk, then (1, null) once at the end: a pipe's read end
@@ -98,12 +99,12 @@ class OutputPipeReader extends EventEmitter {
 
   /** As the call's ref()/unref(): whether reading the pipe keeps the loop alive. */
   ref(): this {
-    if (this.readable) native.streamRef(this.#id, true);
+    if (this.readable) binding.streamRef(this.#id, true);
     return this;
   }
 
   unref(): this {
-    if (this.readable) native.streamRef(this.#id, false);
+    if (this.readable) binding.streamRef(this.#id, false);
     return this;
   }
 
@@ -111,7 +112,7 @@ class OutputPipeReader extends EventEmitter {
   destroy(): this {
     if (this.readable && !this.#ending) {
       this.#ending = true;
-      native.streamEnd(this.#id);
+      binding.streamEnd(this.#id);
     }
     return this;
   }
@@ -250,7 +251,7 @@ export function closeChildEnds(child: ChildSide | null): void {
   if (!child) return;
   const ends = child.childEnds;
   child.childEnds = null;
-  if (ends) for (const fd of ends) native.closeFd(fd);
+  if (ends) for (const fd of ends) binding.closeFd(fd);
   const pipes = child.portablePipes;
   child.portablePipes = null;
   // Portable: a pipe the child never got will never carry anything.

@@ -5,9 +5,10 @@ import { threadId } from 'node:worker_threads';
 
 import { invalidArgType, invalidArgValue, outOfRange, proctreeError } from './errors';
 import { Job, type JobInfo, JobRegistry } from './jobs';
-import { native } from './native';
+import { binding } from './binding';
 import { checkBoolean, checkBytes, checkGrace, DEFAULT_JOB_BUFFER, resolveRun, resolveSpawn } from './options';
-import { callPhase, type CallOwner, callSlot, dropQueued, terminateMany, ToolCall } from './toolcall';
+import { callPhase, callSlot, dropQueued, terminateMany } from './call/state';
+import { type CallOwner, ToolCall } from './toolcall';
 import type { CleanupReport, RunOptions, RunResult, SpawnOptions } from './types';
 
 export interface SupervisorOptions {
@@ -44,7 +45,7 @@ let exitHookInstalled = false;
 function installExitHook(): void {
   if (exitHookInstalled) return;
   exitHookInstalled = true;
-  process.on('exit', () => native.shutdown(1000));
+  process.on('exit', () => binding.shutdown(1000));
 }
 
 export class Supervisor extends EventEmitter {
@@ -84,7 +85,7 @@ export class Supervisor extends EventEmitter {
     this.#name = name;
     usedNames.add(name);
     const suffix = threadId === 0 ? '' : `-w${threadId}`;
-    const prefix = native.subtreePrefix();
+    const prefix = binding.subtreePrefix();
     this.group = name === 'default' ? `${prefix}${suffix}` : `${prefix}-${name}${suffix}`;
     installExitHook();
     this.#owner = this.#makeOwner();

@@ -1,7 +1,7 @@
 // Which probes each confinement tier needs, and so which tier 'auto' picks:
 // one table, used by capabilities() and by `proctree doctor`. Pure data, so
 // doctor can use it even where the addon does not load.
-import type { NativeProbe } from './native';
+import type { NativeProbe } from './binding/contract';
 import type { Confinement } from './types';
 
 /** One probe: whether it worked, and if not the errno (and syscall) seen (as the binding reports it). */
@@ -57,7 +57,7 @@ export const needs: Readonly<Record<Confinement, ReadonlyArray<keyof Probes>>> =
   none: ['none'],
 };
 
-// The portable binding (lib/portable.ts) signals by pid through
+// The portable binding (lib/binding/portable.ts) signals by pid through
 // child_process: its pgroup and none tiers need no pidfds (and are not
 // race-free for it; verified is 'none').
 /** The tiers, strongest first: the one list, the keys of `needs` (string keys keep their order). */

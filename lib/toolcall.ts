@@ -2,25 +2,62 @@
 // ChildProcess so it drops into harness code.
 //
 // This file is the call's lifecycle (queued, started, exited, empty, closed)
-// and the ladder it asks the addon for; its pipes live in stdio.ts, the
-// collection of its output in output.ts, what it ends with in result.ts, and
-// what a job is in jobs.ts.
+// and its public surface; what it starts with is in call/start.ts, its
+// ladder and timers in call/ladder.ts, its flags and lazily made state in
+// call/state.ts, its result in call/result.ts, its pipes in stdio.ts, the
+// collection of its output in output.ts, and what a job is in jobs.ts.
 import { EventEmitter } from 'node:events';
 import fs from 'node:fs';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Readable, Writable } from 'node:stream';
 
+import { binding } from './binding';
+import {
+  type NativeErrorShape,
+  type NativeEvent,
+  nativeEvent,
+  NativeEventKind,
+  type NativeReport,
+  type NativeUsage,
+} from './binding/contract';
+import { CallLadder, CallTimers, STDIO_DRAIN_MS, STOP_EXEC_WAIT_MS } from './call/ladder';
+import { CallDone, cleanupReport, emptyReport, finalUsage, leftoversError, runResult, usageSoFar } from './call/result';
+import { settingsFor, type Settings, spawnSpec, spawnTickBudget, throwsLikeNode } from './call/start';
+import {
+  ABORTED,
+  afterPipesPolled,
+  CallExtras,
+  callPhase,
+  callSlot,
+  CLOSED,
+  CONSTRUCTING,
+  dropQueued,
+  EMPTY,
+  EXEC_PENDING,
+  EXITED,
+  HOLDS_SLOT,
+  jobOutcome,
+  KILLED_ALL,
+  resultEncoding,
+  settledResult,
+  SPAWN_EMITTED,
+  STARTED,
+  terminateMany,
+  TIMED_OUT,
+  UNREF,
+  verifiedOf,
+  watchReady,
+  withVerified,
+} from './call/state';
+import { tierFor, warnNoGuardian } from './capabilities';
 import { AbortError, proctreeError, spawnError, spawnThrow } from './errors';
-import { native, NativeEventKind, type NativeErrorShape, type NativeReport, type NativeUsage, type NativeSpawnSpec } from './native';
-import { candidatesFor, checkGrace, isDefaultOutput, type ResolvedRun, type ResolvedSpawn, signalName, signalNumber } from './options';
-import { helperPath, tierFor, warnNoGuardian } from './capabilities';
 import type { CallPhase } from './jobs';
-import { type Listener, normalizeListeners, type ReadyState, type ResolvedReady } from './ports';
-import { ReadyWait } from './ready';
+import { checkGrace, type ResolvedRun, type ResolvedSpawn, signalName, signalNumber } from './options';
 import { ByteTail, CallOutput, type LinesOptions, outputNow, tapLater } from './output';
+import { normalizeListeners, type ResolvedReady } from './ports';
 import { attachMaster, flushPty, noTerminal, PtyStream, ptyPending, ptyTreeEmpty, releasePty, setPtyRef, typeInput } from './pty';
-import { cleanupReport, emptyReport, finalUsage, leftoversError, runResult, usageSoFar } from './result';
+import { ReadyWait } from './ready';
 import {
   type CallPipes,
   type ChildSide,
@@ -34,15 +71,7 @@ import {
   stdioClosed,
   takeForChild,
 } from './stdio';
-import type { CleanupReason, CleanupReport, Confinement, Verification, ProcessInfo, ResourceUsage, RunResult } from './types';
-
-/**
- * How long pipes may stay open once the tree is verified empty. Every
- * process that could write to them is gone, so what is left is data already
- * in the pipe (read within this time) or a process outside the tree that was
- * handed our pipe (fd passing over a unix socket): it must not hang 'close'.
- */
-export const STDIO_DRAIN_MS = 100;
+import type { CleanupReason, CleanupReport, Confinement, Listener, ProcessInfo, ReadyState, ResourceUsage, RunResult } from './types';
 
 /**
  * What a call needs from the supervisor that owns it: where its cgroup goes,
@@ -65,38 +94,6 @@ export interface CallOwner {
   adoptJob(call: ToolCall, ring: ByteTail, startedAt: number): void;
 }
 
-/** Runs the ladder on many calls at once (ToolCall[terminateMany]). @internal */
-export const terminateMany = Symbol('proctree.terminateMany');
-/** Ends a call that is still queued, quietly: it never starts. @internal */
-export const dropQueued = Symbol('proctree.dropQueued');
-/** Whether the ladder runs and whether the call closed, for its job's state. @internal */
-export const callPhase = Symbol('proctree.callPhase');
-/** What remains of a kept call's tree and what it used so far: its result's `remaining` and `usage`. @internal */
-export const jobOutcome = Symbol('proctree.jobOutcome');
-/** The encoding of the call's result (`done`): set before it settles (the server's bytes). @internal */
-export const resultEncoding = Symbol('proctree.resultEncoding');
-/** The result `done` settled with, once it has: read synchronously at 'close', or when the call became a job. @internal */
-export const settledResult = Symbol('proctree.settledResult');
-/** @internal `proctree run --ready-port`: the ready wait on a call that is no job ('ready' and result.ready; 'not-ready' past its timeout). */
-export const watchReady = Symbol('proctree.watchReady');
-/**
- * Whether the call holds one of its supervisor's slots (maxConcurrent): a
- * bit of the call's flags, not an entry per call in a set of the
- * supervisor's. @internal
- */
-export const callSlot = Symbol('proctree.callSlot');
-
-/**
- * Runs `fn` once the pipes have had one more whole poll phase, so output
- * already in them at a main process's exit has been read: a check phase
- * later, and another, since 'exit' may be delivered inside a poll phase
- * after the pipes were polled (or before their reading started). When a
- * kept call's result (and the server's job event) is made. @internal
- */
-export function afterPipesPolled(fn: () => void): void {
-  setImmediate(() => setImmediate(fn));
-}
-
 export interface ToolCallEvents {
   spawn: [];
   exit: [code: number | null, signal: NodeJS.Signals | null];
@@ -114,194 +111,12 @@ function canResume(s: Readable): boolean {
   return !isUsedAsStdio(s);
 }
 
-function ignore(): void {}
-
-// The bits of ToolCall's flags.
-const STARTED = 1;
-const EXITED = 2;
-const EMPTY = 4;
-const CLOSED = 8;
-const TIMED_OUT = 16;
-const ABORTED = 32;
-const UNREF = 64;
-const KILLED_ALL = 128;
-const CONSTRUCTING = 256;
-/** Two bits: the index of the call's Verification in VERIFICATIONS. */
-const VERIFIED_SHIFT = 9;
-const VERIFIED_MASK = 3 << VERIFIED_SHIFT;
-const VERIFICATIONS: readonly Verification[] = ['none', 'cgroup.events', 'pidns', 'subreaper'];
-const HOLDS_SLOT = 2048;
-/** Cloned, its exec not reported yet: `pid` waits for the report (see ToolCall#pid). */
-const EXEC_PENDING = 4096;
-/** 'spawn' was emitted (by the tick after spawn(), or by the exec's report when it came later). */
-const SPAWN_EMITTED = 8192;
-/**
- * What the ticks after spawn() may wait for exec reports, together (ms): as
- * in Node, 'spawn' comes in the tick after spawn() (before 'error' of an
- * aborted signal, before any output), so that tick asks for the report. A
- * spawner thread made the clone, and calls spawned in the same synchronous
- * run exec side by side, so one wait covers them all; a child held before
- * its exec (its subtree frozen by someone) costs this once per run of ticks,
- * not per call, and its 'spawn' comes with its report.
- */
-const SPAWN_TICK_WAIT_MS = 20;
-/** When the current run of spawn ticks stops waiting (performance.now()), or 0 outside one. */
-let spawnTicksUntil = 0;
-function endSpawnTicks(): void {
-  spawnTicksUntil = 0;
-}
-/** How long a ladder (or a whole shutdown's) waits for exec reports not in yet (ms): a normal exec takes one or two. */
-const STOP_EXEC_WAIT_MS = 20;
-
-/** What a call reads of its options all its life. */
-type Settings = Pick<
-  ResolvedSpawn,
-  'background' | 'grace' | 'idleTimeout' | 'killSignal' | 'leftovers' | 'output' | 'signal' | 'timeout'
->;
-
-/**
- * What a call reads of its options after its start (its file and argv are
- * its spawnfile and spawnargs). Calls with the same settings share one
- * object: see settingsFor().
- */
-class CallSettings implements Settings {
-  readonly background: boolean;
-  readonly grace: number;
-  readonly idleTimeout: number;
-  readonly killSignal: number;
-  readonly leftovers: ResolvedSpawn['leftovers'];
-  readonly output: ResolvedSpawn['output'];
-  readonly signal: AbortSignal | undefined;
-  readonly timeout: number;
-
-  constructor(o: ResolvedSpawn) {
-    this.background = o.background;
-    this.grace = o.grace;
-    this.idleTimeout = o.idleTimeout;
-    this.killSignal = o.killSignal;
-    this.leftovers = o.leftovers;
-    this.output = o.output;
-    this.signal = o.signal;
-    this.timeout = o.timeout;
-  }
-
-  /** Whether a call with options `o` reads the same as this. */
-  sameAs(o: ResolvedSpawn): boolean {
-    return (
-      this.background === o.background &&
-      this.grace === o.grace &&
-      this.idleTimeout === o.idleTimeout &&
-      this.killSignal === o.killSignal &&
-      this.leftovers === o.leftovers &&
-      this.output === o.output &&
-      this.signal === o.signal &&
-      this.timeout === o.timeout
-    );
-  }
-}
-
-/**
- * The settings last made for a call without a signal and with the default
- * output settings: the next such call with the same options shares them (a
- * harness holds many alike). Only those are kept here, so that this holds
- * nothing of the harness's (a signal, an onOutput callback) once its calls
- * are gone.
- */
-let sharedSettings: CallSettings | null = null;
-
-function settingsFor(o: ResolvedSpawn): CallSettings {
-  if (o.signal !== undefined || !isDefaultOutput(o.output)) return new CallSettings(o);
-  if (sharedSettings === null || !sharedSettings.sameAs(o)) sharedSettings = new CallSettings(o);
-  return sharedSettings;
-}
-
-/**
- * What a call holds only once it needs it: a live call with default options
- * that wrote nothing and was asked nothing has none of it, and a harness
- * holds many such calls.
- */
-class CallExtras {
-  spawnError: Error | null = null;
-  report: CleanupReport | null = null;
-  ladder: Promise<CleanupReport> | null = null;
-  resolveLadder: ((r: CleanupReport) => void) | null = null;
-  timer: NodeJS.Timeout | null = null;
-  idleTimer: NodeJS.Timeout | null = null;
-  drainTimer: NodeJS.Timeout | null = null;
-  onAbort: (() => void) | null = null;
-  /**
-   * The result, made when somebody asks (run(), `done`) or when the call
-   * could become a job (its result is taken when it does); a call nobody
-   * asks builds none.
-   */
-  done: Promise<RunResult<string | Buffer>> | null = null;
-  doneEncoding: BufferEncoding | 'buffer' = 'utf8';
-  resolveDone: ((r: RunResult<string | Buffer>) => void) | null = null;
-  rejectDone: ((err: Error) => void) | null = null;
-  /** When 'close' came: the end of the result's duration, for a result built later. */
-  closedAt = 0;
-  /** Made with the call when it has output streams and something arrives, else when asked. */
-  output: CallOutput | null = null;
-  /** A job's output, from the start of the call (only for calls that can become jobs). */
-  ring: ByteTail | null = null;
-  usage: ResourceUsage | null = null;
-  /** What a job's command left running when it exited; null until then. */
-  remaining: ProcessInfo[] | null = null;
-  /** Why the ladder was asked for: what its report says even when the tree was gone before it ran. */
-  ladderReason: CleanupReason = 'terminate';
-  /** The result `done` settled with, once it has. */
-  settled: RunResult<string | Buffer> | null = null;
-  /** A job's leaf: its cpu.stat [user, system] µs when the call began (a reused leaf carries earlier calls'). */
-  cpuBase: readonly [number, number] | undefined = undefined;
-  /** When a call that can become a job started, in ms since the epoch: the job's startedAt, however much later it became one. */
-  startedAtEpoch = 0;
-  /** options.ready's wait, or null without the option. */
-  readyWait: ReadyWait | null = null;
-  /** What made the call ready, once it was (result.ready). */
-  readyState: ReadyState | null = null;
-  /**
-   * The leaf's cgroup id, once the call may listen (a job, `ready`, ports()
-   * asked): the ladder's report says what sockets made there still listen
-   * with the tree gone (the leaf itself may be removed by then).
-   */
-  leafId: bigint | null = null;
-  /** The ladder's report waits for the leaf's listeners ('cleanup' and 'close' wait for it). */
-  heldCheck = false;
-}
-
 /**
  * A start error that Node throws from spawn() (see throwsLikeNode), carried
  * from #start() out of the constructor that admitted the call: construction
  * is synchronous, so one slot serves every call.
  */
 let throwFromConstructor: Error | null = null;
-
-let helper: string | undefined;
-
-/**
- * What the addon is handed to start a call. A class whose prototype chain
- * ends at once (no Object.prototype): the addon reads optional fields (uid,
- * gid, cwd) by name, and a polluted Object.prototype.uid must not reach
- * them; a fixed shape, where an object without a prototype is a dictionary.
- */
-class SpawnSpec {
-  constructor(
-    readonly group: string,
-    readonly candidates: string[],
-    readonly argv: string[],
-    readonly env: string[] | null,
-    readonly stdio: NativeSpawnSpec['stdio'],
-    readonly tier: Confinement,
-    readonly helper: string,
-  ) {}
-}
-Object.setPrototypeOf(SpawnSpec.prototype, null);
-
-// A start that Node reports by throwing from spawn() rather than by 'error':
-// the uid/gid steps (EPERM when not privileged, EINVAL for a bad id).
-function throwsLikeNode(err: NativeErrorShape): boolean {
-  return err.syscall === 'setuid' || err.syscall === 'setgid' || err.syscall === 'setgroups';
-}
 
 export class ToolCall extends EventEmitter {
   readonly stdin: Writable | null;
@@ -372,127 +187,12 @@ export class ToolCall extends EventEmitter {
     return this.#x;
   }
 
-  // The fields of CallExtras, read as if they were the call's own: unset
-  // (null) costs no object.
-  get #spawnError(): Error | null {
-    return this.#x?.spawnError ?? null;
+  #timers(): CallTimers {
+    return (this.#extras().timers ??= new CallTimers());
   }
-  set #spawnError(v: Error | null) {
-    if (v !== null || this.#x) this.#extras().spawnError = v;
-  }
-  get #report(): CleanupReport | null {
-    return this.#x?.report ?? null;
-  }
-  set #report(v: CleanupReport | null) {
-    if (v !== null || this.#x) this.#extras().report = v;
-  }
-  get #ladder(): Promise<CleanupReport> | null {
-    return this.#x?.ladder ?? null;
-  }
-  set #ladder(v: Promise<CleanupReport> | null) {
-    if (v !== null || this.#x) this.#extras().ladder = v;
-  }
-  get #resolveLadder(): ((r: CleanupReport) => void) | null {
-    return this.#x?.resolveLadder ?? null;
-  }
-  set #resolveLadder(v: ((r: CleanupReport) => void) | null) {
-    if (v !== null || this.#x) this.#extras().resolveLadder = v;
-  }
-  get #timer(): NodeJS.Timeout | null {
-    return this.#x?.timer ?? null;
-  }
-  set #timer(v: NodeJS.Timeout | null) {
-    if (v !== null || this.#x) this.#extras().timer = v;
-  }
-  get #idleTimer(): NodeJS.Timeout | null {
-    return this.#x?.idleTimer ?? null;
-  }
-  set #idleTimer(v: NodeJS.Timeout | null) {
-    if (v !== null || this.#x) this.#extras().idleTimer = v;
-  }
-  get #drainTimer(): NodeJS.Timeout | null {
-    return this.#x?.drainTimer ?? null;
-  }
-  set #drainTimer(v: NodeJS.Timeout | null) {
-    if (v !== null || this.#x) this.#extras().drainTimer = v;
-  }
-  get #onAbort(): (() => void) | null {
-    return this.#x?.onAbort ?? null;
-  }
-  set #onAbort(v: (() => void) | null) {
-    if (v !== null || this.#x) this.#extras().onAbort = v;
-  }
-  get #done(): Promise<RunResult<string | Buffer>> | null {
-    return this.#x?.done ?? null;
-  }
-  set #done(v: Promise<RunResult<string | Buffer>> | null) {
-    if (v !== null || this.#x) this.#extras().done = v;
-  }
-  get #doneEncoding(): BufferEncoding | 'buffer' {
-    return this.#x?.doneEncoding ?? 'utf8';
-  }
-  set #doneEncoding(v: BufferEncoding | 'buffer') {
-    this.#extras().doneEncoding = v;
-  }
-  get #resolveDone(): ((r: RunResult<string | Buffer>) => void) | null {
-    return this.#x?.resolveDone ?? null;
-  }
-  set #resolveDone(v: ((r: RunResult<string | Buffer>) => void) | null) {
-    if (v !== null || this.#x) this.#extras().resolveDone = v;
-  }
-  get #rejectDone(): ((err: Error) => void) | null {
-    return this.#x?.rejectDone ?? null;
-  }
-  set #rejectDone(v: ((err: Error) => void) | null) {
-    if (v !== null || this.#x) this.#extras().rejectDone = v;
-  }
-  get #closedAt(): number {
-    return this.#x?.closedAt ?? 0;
-  }
-  set #closedAt(v: number) {
-    this.#extras().closedAt = v;
-  }
-  get #output(): CallOutput | null {
-    return this.#x?.output ?? null;
-  }
-  set #output(v: CallOutput | null) {
-    if (v !== null || this.#x) this.#extras().output = v;
-  }
-  get #ring(): ByteTail | null {
-    return this.#x?.ring ?? null;
-  }
-  set #ring(v: ByteTail | null) {
-    if (v !== null || this.#x) this.#extras().ring = v;
-  }
-  get #usage(): ResourceUsage | null {
-    return this.#x?.usage ?? null;
-  }
-  set #usage(v: ResourceUsage | null) {
-    if (v !== null || this.#x) this.#extras().usage = v;
-  }
-  get #ladderReason(): CleanupReason {
-    return this.#x?.ladderReason ?? 'terminate';
-  }
-  set #ladderReason(v: CleanupReason) {
-    if (v !== 'terminate' || this.#x) this.#extras().ladderReason = v;
-  }
-  get #settled(): RunResult<string | Buffer> | null {
-    return this.#x?.settled ?? null;
-  }
-  set #settled(v: RunResult<string | Buffer> | null) {
-    if (v !== null || this.#x) this.#extras().settled = v;
-  }
-  get #startedAtEpoch(): number {
-    return this.#x?.startedAtEpoch ?? 0;
-  }
-  set #startedAtEpoch(v: number) {
-    this.#extras().startedAtEpoch = v;
-  }
-  get #remaining(): ProcessInfo[] | null {
-    return this.#x?.remaining ?? null;
-  }
-  set #remaining(v: ProcessInfo[] | null) {
-    if (v !== null || this.#x) this.#extras().remaining = v;
+
+  #doneState(): CallDone {
+    return (this.#extras().done ??= new CallDone());
   }
 
   #flag(bit: number): boolean {
@@ -503,63 +203,6 @@ export class ToolCall extends EventEmitter {
     this.#flags = on ? this.#flags | bit : this.#flags & ~bit;
   }
 
-  get #started(): boolean {
-    return this.#flag(STARTED);
-  }
-  set #started(on: boolean) {
-    this.#setFlag(STARTED, on);
-  }
-  get #exited(): boolean {
-    return this.#flag(EXITED);
-  }
-  set #exited(on: boolean) {
-    this.#setFlag(EXITED, on);
-  }
-  get #empty(): boolean {
-    return this.#flag(EMPTY);
-  }
-  set #empty(on: boolean) {
-    this.#setFlag(EMPTY, on);
-  }
-  get #closed(): boolean {
-    return this.#flag(CLOSED);
-  }
-  set #closed(on: boolean) {
-    this.#setFlag(CLOSED, on);
-  }
-  get #timedOut(): boolean {
-    return this.#flag(TIMED_OUT);
-  }
-  set #timedOut(on: boolean) {
-    this.#setFlag(TIMED_OUT, on);
-  }
-  get #aborted(): boolean {
-    return this.#flag(ABORTED);
-  }
-  set #aborted(on: boolean) {
-    this.#setFlag(ABORTED, on);
-  }
-  /** Whether the call keeps the event loop alive (ref(), the default) or not (unref()). */
-  get #ref(): boolean {
-    return !this.#flag(UNREF);
-  }
-  set #ref(on: boolean) {
-    this.#setFlag(UNREF, !on);
-  }
-  get #killedAll(): boolean {
-    return this.#flag(KILLED_ALL);
-  }
-  set #killedAll(on: boolean) {
-    this.#setFlag(KILLED_ALL, on);
-  }
-  /** How the tree is proved empty, as the addon says for this call's tier ('none' until it started): two bits of the flags. */
-  get #verified(): Verification {
-    return VERIFICATIONS[(this.#flags & VERIFIED_MASK) >> VERIFIED_SHIFT];
-  }
-  set #verified(v: Verification) {
-    const i = VERIFICATIONS.indexOf(v);
-    this.#flags = (this.#flags & ~VERIFIED_MASK) | ((i < 0 ? 0 : i) << VERIFIED_SHIFT);
-  }
   /**
    * Pid of the main process (the command, as this process numbers it, in
    * every tier: for pidns and subreaper it is the shim's child, not the
@@ -596,7 +239,7 @@ export class ToolCall extends EventEmitter {
    * report to its event.
    */
   #settleExec(waitMs?: number): void {
-    const res = waitMs === undefined ? native.settle(this.#id) : native.settle(this.#id, waitMs);
+    const res = waitMs === undefined ? binding.settle(this.#id) : binding.settle(this.#id, waitMs);
     if (res === false) return;
     this.#setFlag(EXEC_PENDING, false);
     if (res !== true) this.#pid = undefined;
@@ -617,21 +260,10 @@ export class ToolCall extends EventEmitter {
    * a report not in by then emits 'spawn' (or 'error') when it comes.
    */
   static #spawnTick(call: ToolCall): void {
-    const now = performance.now();
-    if (spawnTicksUntil === 0) {
-      spawnTicksUntil = now + SPAWN_TICK_WAIT_MS;
-      setImmediate(endSpawnTicks);
-    }
-    call.#knowStart(Math.max(0, Math.floor(spawnTicksUntil - now)));
-    if (!call.#flag(EXEC_PENDING) && call.#pid !== undefined && !call.#spawnError) ToolCall.#emitSpawn(call);
+    call.#knowStart(spawnTickBudget());
+    if (!call.#flag(EXEC_PENDING) && call.#pid !== undefined && !call.#x?.spawnError) ToolCall.#emitSpawn(call);
   }
 
-  get #constructing(): boolean {
-    return this.#flag(CONSTRUCTING);
-  }
-  set #constructing(on: boolean) {
-    this.#setFlag(CONSTRUCTING, on);
-  }
 
   /** @internal use spawn() or Supervisor#spawn() */
   constructor(opts: ResolvedSpawn, owner: CallOwner, run?: ResolvedRun) {
@@ -669,14 +301,14 @@ export class ToolCall extends EventEmitter {
     if ((this.pty || this.stdout || this.stderr) && !tapLater(this.#sources(), this)) this.#out();
     if (opts.background || opts.leftovers === 'keep') {
       const ring = new ByteTail(opts.jobBuffer);
-      this.#ring = ring;
+      this.#extras().ring = ring;
       this.#out().subscribe((chunk) => ring.write(chunk));
     }
     if (opts.ready) this.#readyWait(opts.ready);
-    if (opts.idleTimeout > 0) this.#out().subscribe(() => this.#idleTimer?.refresh());
+    if (opts.idleTimeout > 0) this.#out().subscribe(() => this.#x?.timers?.idle?.refresh());
     if (run) this.#feedInput(run);
     // A call that can become a job takes its result when it does.
-    if (run) this.#doneEncoding = run.encoding;
+    if (run) this.#doneState().encoding = run.encoding;
     if (run || opts.background || opts.leftovers === 'keep') this.#donePromise();
     // run() reads the streams itself (nobody else can) and wants the result.
     if (run) {
@@ -684,13 +316,13 @@ export class ToolCall extends EventEmitter {
       this.#flushOutput();
     }
     if (stdioError) {
-      this.#started = true;
+      this.#setFlag(STARTED, true);
       this.#fail(spawnError(stdioError, opts.file, opts.argv));
       return;
     }
-    this.#constructing = true;
+    this.#setFlag(CONSTRUCTING, true);
     owner.admit(this, () => this.#start(), opts.background);
-    this.#constructing = false;
+    this.#setFlag(CONSTRUCTING, false);
     const thrown = throwFromConstructor;
     throwFromConstructor = null;
     // After admit: an already aborted signal acts a tick after 'spawn' was queued, as in Node.
@@ -709,74 +341,59 @@ export class ToolCall extends EventEmitter {
   #watchSignal(): void {
     const signal = this.#opts.signal;
     if (!signal) return;
-    this.#onAbort = () => this.#abort(signal.reason);
-    if (signal.aborted) process.nextTick(this.#onAbort);
-    else signal.addEventListener('abort', this.#onAbort, { once: true });
+    const onAbort = () => this.#abort(signal.reason);
+    this.#extras().onAbort = onAbort;
+    if (signal.aborted) process.nextTick(onAbort);
+    else signal.addEventListener('abort', onAbort, { once: true });
   }
 
   #removeAbortListener(): void {
-    if (this.#onAbort) this.#opts.signal?.removeEventListener('abort', this.#onAbort);
-    this.#onAbort = null;
+    if (this.#x?.onAbort) this.#opts.signal?.removeEventListener('abort', this.#x?.onAbort);
+    if (this.#x) this.#x.onAbort = null;
   }
 
   #abort(reason: unknown): void {
-    if (this.#onAbort === null) return;
+    if (!this.#x?.onAbort) return;
     this.#removeAbortListener();
     const err = new AbortError(undefined, { cause: reason });
-    if (!this.#started) {
+    if (!this.#flag(STARTED)) {
       // Queued: it never starts. Node would have killed it; the caller
       // asked to stop it, and gets the same AbortError.
       this.#drop(err, true);
       return;
     }
     this.#knowStart();
-    if (this.#spawnError || this.#exited) return;
-    this.#aborted = true;
+    if (this.#x?.spawnError || this.#flag(EXITED)) return;
+    this.#setFlag(ABORTED, true);
     // As Node's abortChildProcess: 'error' only when the signal was delivered.
     if (this.#startLadder('abort', this.#opts.grace, true)) this.#emitError(err);
   }
 
   #start(): void {
-    if (this.#started) return;
-    this.#started = true;
+    if (this.#flag(STARTED)) return;
+    this.#setFlag(STARTED, true);
     this.#startedAt = performance.now();
     // Its start is the one reader of the whole options: from here on, its settings.
     const opts = this.#opts as ResolvedSpawn;
     this.#opts = settingsFor(opts);
     // A job's startedAt, in ms since the epoch (only a call with a ring can become one).
-    if (this.#ring) this.#startedAtEpoch = Date.now();
+    if (this.#x?.ring) this.#extras().startedAtEpoch = Date.now();
     let res;
     try {
-      helper ??= helperPath();
-      const spec = new SpawnSpec(
-        this.#owner.group,
-        candidatesFor(opts.file, opts.env),
-        opts.argv,
-        opts.env,
-        takeForChild(this.#child),
-        this.confinement,
-        helper,
-      ) as NativeSpawnSpec;
-      // Optional fields only when given: the addon tells them by presence.
-      if (opts.cwd !== undefined) spec.cwd = opts.cwd;
-      if (opts.uid !== undefined) spec.uid = opts.uid;
-      if (opts.gid !== undefined) spec.gid = opts.gid;
-      if (this.pty) spec.pty = { cols: this.pty.cols, rows: this.pty.rows };
-      // Portable binding on Windows only (shell: cmd.exe's quoting); the addon never reads it.
-      if (opts.windowsVerbatimArguments) spec.windowsVerbatimArguments = true;
-      res = native.spawn(spec, ToolCall.#nativeEvent.bind(this));
+      const spec = spawnSpec(this.#owner.group, opts, takeForChild(this.#child), this.confinement, this.pty);
+      res = binding.spawn(spec, ToolCall.#nativeEvent.bind(this));
     } catch (err) {
       res = { error: err as NativeErrorShape };
     }
     this.#closeChildEnds();
     if ('error' in res) {
-      if (this.#constructing && throwsLikeNode(res.error)) throwFromConstructor = spawnThrow(res.error);
+      if (this.#flag(CONSTRUCTING) && throwsLikeNode(res.error)) throwFromConstructor = spawnThrow(res.error);
       else this.#fail(spawnError(res.error, opts.file, opts.argv));
       this.#publishPid();
       return;
     }
     this.#id = res.id;
-    this.#verified = res.verified;
+    this.#flags = withVerified(this.#flags, res.verified);
     if (res.ptyMaster !== undefined) this.pty?.[attachMaster](res.ptyMaster);
     this.cgroup = res.cgroup === '' ? null : res.cgroup;
     if (res.guardianError) warnNoGuardian(res.guardianError);
@@ -791,11 +408,11 @@ export class ToolCall extends EventEmitter {
       }
     }
 
-    if (opts.timeout > 0) this.#timer = setTimeout(() => this.#onTimeout(), opts.timeout);
-    if (opts.idleTimeout > 0) this.#idleTimer = setTimeout(() => this.#onIdle(), opts.idleTimeout);
+    if (opts.timeout > 0) this.#timers().timeout = setTimeout(() => this.#onTimeout(), opts.timeout);
+    if (opts.idleTimeout > 0) this.#timers().idle = setTimeout(() => this.#onIdle(), opts.idleTimeout);
     if (opts.background) this.#becomeJob();
     this.#x?.readyWait?.start(this.#startedAt);
-    if (!this.#ref) this.#applyRef();
+    if (!!this.#flag(UNREF)) this.#applyRef();
   }
 
   #readyWait(ready: ResolvedReady): ReadyWait {
@@ -813,23 +430,21 @@ export class ToolCall extends EventEmitter {
   [watchReady](ready: ResolvedReady): void {
     if (this.#x?.readyWait) return;
     const wait = this.#readyWait(ready);
-    if (this.started && !this.#spawnError && !this.#empty) wait.start(this.#startedAt);
+    if (this.started && !this.#x?.spawnError && !this.#flag(EMPTY)) wait.start(this.#startedAt);
   }
 
   /** options.ready held: the call is a job now, and its result (run()) is due. */
   #onReady(state: ReadyState): void {
     this.#extras().readyState = state;
-    if (!this.#ring) {
+    if (!this.#x?.ring) {
       // Not a call that can be a job (watchReady): it is only told.
       this.emit('ready', state);
       return;
     }
     if (!this.#opts.background) {
       // As when a command exits leaving a job: the job's time is not the command's.
-      for (const t of [this.#timer, this.#idleTimer]) if (t) clearTimeout(t);
-      this.#timer = null;
-      this.#idleTimer = null;
-      if (!this.#empty) this.#remaining = native.processInfo(native.members(this.#id));
+      this.#x?.timers?.stopCommand();
+      if (!this.#flag(EMPTY)) this.#extras().remaining = binding.processInfo(binding.members(this.#id));
     }
     this.#becomeJob();
     this.emit('ready', state);
@@ -837,7 +452,7 @@ export class ToolCall extends EventEmitter {
   }
 
   #onIdle(): void {
-    this.#idleTimer = null;
+    if (this.#x?.timers) this.#x.timers.idle = null;
     void this.#startLadder('idle', this.#opts.grace, true);
   }
 
@@ -856,21 +471,21 @@ export class ToolCall extends EventEmitter {
 
   /** From now on the call is a job: listed by its supervisor, its output flowing to the ring whoever reads. */
   #becomeJob(): void {
-    if (this.jobId !== null || !this.#ring) return;
+    if (this.jobId !== null || !this.#x?.ring) return;
     // The id `proctree ps` reads from the kernel: the leaf's name, which is
     // the id of the call that made it when a leaf serves again. A job's
     // leaf never serves another call, so no two jobs share one.
     this.jobId = this.confinement === 'cgroup' && this.cgroup ? path.basename(this.cgroup) : `c${this.#id}`;
     this.#watchPorts();
-    this.#extras().cpuBase = native.retire(this.#id);
+    this.#extras().cpuBase = binding.retire(this.#id);
     this.#out().flowAlways();
-    this.#owner.adoptJob(this, this.#ring, this.#startedAtEpoch);
+    this.#owner.adoptJob(this, this.#x?.ring, this.#x?.startedAtEpoch);
   }
 
   #onTimeout(): void {
-    this.#timer = null;
-    this.#timedOut = true;
-    if (this.#empty) {
+    if (this.#x?.timers) this.#x.timers.timeout = null;
+    this.#setFlag(TIMED_OUT, true);
+    if (this.#flag(EMPTY)) {
       // pgroup: the visible tree is gone but something still holds our
       // pipes, maybe an escapee we cannot see: the timeout ends the wait.
       this.#releaseReadable();
@@ -882,7 +497,7 @@ export class ToolCall extends EventEmitter {
 
   /** The call never ran: 'error', then its streams end and 'close' follows; its slot is freed. */
   #fail(err: Error): void {
-    this.#spawnError = err;
+    this.#extras().spawnError = err;
     const errno = (err as { errno?: unknown }).errno;
     if (typeof errno === 'number') this.exitCode = errno;
     this.#end(err, true);
@@ -890,9 +505,9 @@ export class ToolCall extends EventEmitter {
 
   /** Ends a call that has no process: `emitError` says whether 'error' is due. */
   #end(err: Error, emitError: boolean): void {
-    this.#spawnError ??= err;
+    this.#extras().spawnError ??= err;
     this.#x?.readyWait?.stop();
-    this.#rejectDone?.(err);
+    this.#x?.done?.reject(err);
     this.#removeAbortListener();
     this.#closeChildEnds();
     this.stdin?.destroy();
@@ -900,8 +515,8 @@ export class ToolCall extends EventEmitter {
     process.nextTick(() => {
       this.#owner.release(this);
       if (emitError) this.#emitError(err);
-      if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport(this.#ladderReason, this.confinement, this.#verified));
-      this.#empty = true;
+      if (this.#x?.ladder?.running) this.#x.ladder.endEmpty(this.confinement, verifiedOf(this.#flags));
+      this.#setFlag(EMPTY, true);
       this.#flushOutput();
       this.#maybeClose();
     });
@@ -909,8 +524,8 @@ export class ToolCall extends EventEmitter {
 
   /** A queued call that will never start: out of the queue, closed. */
   #drop(err: Error, emitError: boolean): void {
-    if (this.#started) return;
-    this.#started = true;
+    if (this.#flag(STARTED)) return;
+    this.#setFlag(STARTED, true);
     this.#owner.dequeue(this);
     this.#end(err, emitError);
   }
@@ -928,7 +543,7 @@ export class ToolCall extends EventEmitter {
   /** Live pids of the whole tree now: from the cgroup, the shim's descendants, or the session (pgroup). */
   members(): number[] {
     this.#knowStart();
-    return this.#id && !this.#empty ? native.members(this.#id) : [];
+    return this.#id && !this.#flag(EMPTY) ? binding.members(this.#id) : [];
   }
 
   /**
@@ -940,9 +555,9 @@ export class ToolCall extends EventEmitter {
    */
   ports(): Promise<Listener[]> {
     this.#knowStart();
-    if (!this.#id || this.#empty || this.#spawnError) return Promise.resolve([]);
+    if (!this.#id || this.#flag(EMPTY) || this.#x?.spawnError) return Promise.resolve([]);
     this.#watchPorts();
-    const ask = native.ports?.bind(native);
+    const ask = binding.ports?.bind(binding);
     if (!ask) {
       return Promise.reject(
         proctreeError('ERR_PROCTREE_PORTS_UNSUPPORTED', 'ports() needs the Linux addon, and this process runs the portable binding'),
@@ -965,12 +580,12 @@ export class ToolCall extends EventEmitter {
   kill(signal: NodeJS.Signals | number = 'SIGTERM'): boolean {
     const num = signalNumber(signal);
     this.#knowStart();
-    if (!this.#id || this.#empty || this.#spawnError) return false;
-    const n = native.kill(this.#id, num);
+    if (!this.#id || this.#flag(EMPTY) || this.#x?.spawnError) return false;
+    const n = binding.kill(this.#id, num);
     if (n > 0) this.killed = true;
     // SIGKILL goes through cgroup.kill: the whole tree is already dying, so
     // members seen after the main process exits are not leftovers.
-    if (n > 0 && num === signalNumber('SIGKILL')) this.#killedAll = true;
+    if (n > 0 && num === signalNumber('SIGKILL')) this.#setFlag(KILLED_ALL, true);
     return n > 0;
   }
 
@@ -996,12 +611,12 @@ export class ToolCall extends EventEmitter {
 
   /** `using call = spawn(…)`: stops the whole tree when the scope ends, unless it was already signalled. */
   [Symbol.dispose](): void {
-    if (!this.killed && !this.#closed) void this.terminate().catch(() => {});
+    if (!this.killed && !this.#flag(CLOSED)) void this.terminate().catch(() => {});
   }
 
   /** `await using call = spawn(…)`: stops the whole tree and waits for 'close'. */
   async [Symbol.asyncDispose](): Promise<void> {
-    if (this.#closed) return;
+    if (this.#flag(CLOSED)) return;
     const closed = new Promise<void>((resolve) => this.once('close', () => resolve()));
     await this.terminate();
     await closed;
@@ -1012,46 +627,43 @@ export class ToolCall extends EventEmitter {
    * The call is still stopped then: the exit hook kills every live call.
    */
   unref(): this {
-    this.#ref = false;
+    this.#setFlag(UNREF, true);
     this.#applyRef();
     return this;
   }
 
   /** Undoes unref(): the call keeps the event loop alive again (the default). */
   ref(): this {
-    this.#ref = true;
+    this.#setFlag(UNREF, false);
     this.#applyRef();
     return this;
   }
 
   #applyRef(): void {
-    setPipesRef(this.stdio, this.#ref);
-    this.pty?.[setPtyRef](this.#ref);
-    for (const t of [this.#timer, this.#idleTimer, this.#drainTimer]) {
-      if (this.#ref) t?.ref();
-      else t?.unref();
-    }
-    if (this.#id && !this.#empty) native.setRef(this.#id, this.#ref);
+    setPipesRef(this.stdio, !this.#flag(UNREF));
+    this.pty?.[setPtyRef](!this.#flag(UNREF));
+    this.#x?.timers?.ref(!this.#flag(UNREF));
+    if (this.#id && !this.#flag(EMPTY)) binding.setRef(this.#id, !this.#flag(UNREF));
   }
 
   /** Whether `timeout` ran out and stopped the call. */
   get timedOut(): boolean {
-    return this.#timedOut;
+    return this.#flag(TIMED_OUT);
   }
 
   /** Whether `signal` was aborted and stopped the call. */
   get aborted(): boolean {
-    return this.#aborted;
+    return this.#flag(ABORTED);
   }
 
   /** The report of the ladder, once one ran; null before (or when none was needed). */
   get cleanupReport(): CleanupReport | null {
-    return this.#report;
+    return this.#x?.ladder?.report ?? null;
   }
 
   /** Whether the call has started (false while it waits for a slot). */
   get started(): boolean {
-    return this.#started && this.#spawnError === null;
+    return this.#flag(STARTED) && !this.#x?.spawnError;
   }
 
   /**
@@ -1070,7 +682,7 @@ export class ToolCall extends EventEmitter {
 
   /** What the whole tree used; null until it is empty ('empty', then 'close'). */
   get usage(): ResourceUsage | null {
-    return this.#usage;
+    return this.#x?.usage ?? null;
   }
 
   /**
@@ -1092,61 +704,59 @@ export class ToolCall extends EventEmitter {
 
   /** @internal */
   [resultEncoding](encoding: BufferEncoding | 'buffer'): void {
-    this.#doneEncoding = encoding;
+    this.#doneState().encoding = encoding;
   }
 
   /** @internal */
   [settledResult](): RunResult<string | Buffer> | null {
     // A call that closed settles `done` at 'close'; nobody made it yet: it is made now, as it would have been then.
-    if (!this.#settled && this.#closed && !this.#done && !this.#spawnError) this.#donePromise();
-    return this.#settled;
+    const done = this.#x?.done;
+    if (!done?.settled && this.#flag(CLOSED) && !done?.promise && !this.#x?.spawnError) this.#donePromise();
+    return this.#x?.done?.settled ?? null;
   }
 
   /** @internal */
   [jobOutcome](): { remaining: ProcessInfo[]; usage: ResourceUsage } {
-    const remaining = this.#remaining ?? [];
-    return { remaining, usage: this.#usage ?? usageSoFar(this.cgroup, Math.max(1, remaining.length), this.#x?.cpuBase) };
+    const remaining = this.#x?.remaining ?? [];
+    return { remaining, usage: this.#x?.usage ?? usageSoFar(this.cgroup, Math.max(1, remaining.length), this.#x?.cpuBase) };
   }
 
   /** @internal */
   [callPhase](): CallPhase {
-    return { stopping: this.#ladder !== null && this.#report === null, empty: this.#empty, closed: this.#closed };
+    return { stopping: this.#x?.ladder?.running === true, empty: this.#flag(EMPTY), closed: this.#flag(CLOSED) };
   }
 
   #ladderFor(reason: CleanupReason, grace: number): Promise<CleanupReport> {
-    if (!this.#started) {
+    if (!this.#flag(STARTED)) {
       // Still queued: it will never start, and that is no error.
       this[dropQueued](new AbortError('The call was stopped before it started'));
-      return Promise.resolve(emptyReport(reason, this.confinement, this.#verified));
+      return Promise.resolve(emptyReport(reason, this.confinement, verifiedOf(this.#flags)));
     }
     this.#startLadder(reason, grace, reason !== 'leftovers');
-    return this.#ladder ?? Promise.resolve(this.#report ?? emptyReport(reason, this.confinement, this.#verified));
+    return this.#x?.ladder?.promise ?? Promise.resolve(emptyReport(reason, this.confinement, verifiedOf(this.#flags)));
   }
 
   /** Starts the ladder once; returns whether it will signal a live tree. */
   #startLadder(reason: CleanupReason, grace: number, kills: boolean): boolean {
     if (!this.#prepareLadder(reason)) return false;
-    return this.#ladderStarted(native.terminate(this.#id, grace, this.#opts.killSignal, reason), reason, kills);
+    return this.#ladderStarted(binding.terminate(this.#id, grace, this.#opts.killSignal, reason), kills);
   }
 
   /** Whether a ladder may start now; if so, its promise exists from here. */
   #prepareLadder(reason: CleanupReason, stopBy = performance.now() + STOP_EXEC_WAIT_MS): boolean {
-    if (this.#report || this.#ladder) return false;
+    if (this.#x?.ladder) return false;
     // A command held before its exec (its subtree frozen by someone) must
     // not hold a shutdown for long: the ladder stops its tree either way.
     this.#knowStart(Math.max(0, Math.floor(stopBy - performance.now())));
-    if (!this.#id || this.#empty || this.#spawnError) return false;
-    this.#ladderReason = reason;
-    this.#ladder = new Promise((resolve) => {
-      this.#resolveLadder = resolve;
-    });
+    if (!this.#id || this.#flag(EMPTY) || this.#x?.spawnError) return false;
+    this.#extras().ladder = new CallLadder(reason);
     return true;
   }
 
-  #ladderStarted(reporting: boolean, reason: CleanupReason, kills: boolean): boolean {
+  #ladderStarted(reporting: boolean, kills: boolean): boolean {
     if (!reporting) {
       // The tree emptied before any ladder ran: nothing to stop.
-      this.#resolveLadder?.(emptyReport(reason, this.confinement, this.#verified));
+      this.#x?.ladder?.endEmpty(this.confinement, verifiedOf(this.#flags));
       return false;
     }
     if (kills) this.killed = true;
@@ -1163,13 +773,13 @@ export class ToolCall extends EventEmitter {
     // One wait for every exec report not in yet, not one each.
     const stopBy = performance.now() + STOP_EXEC_WAIT_MS;
     for (const c of calls) {
-      if (!c.#started) continue;
+      if (!c.#flag(STARTED)) continue;
       if (c.#prepareLadder(reason, stopBy)) ready.push(c);
     }
     const reporting = ready.length
-      ? native.terminateGroup(ready.map((c) => c.#id), ready.map((c) => c.#opts.killSignal), grace, reason)
+      ? binding.terminateGroup(ready.map((c) => c.#id), ready.map((c) => c.#opts.killSignal), grace, reason)
       : [];
-    ready.forEach((c, i) => c.#ladderStarted(reporting[i] === true, reason, true));
+    ready.forEach((c, i) => c.#ladderStarted(reporting[i] === true, true));
     return Promise.all(calls.map((c) => c.#ladderFor(reason, grace)));
   }
 
@@ -1184,7 +794,7 @@ export class ToolCall extends EventEmitter {
     a?: number | null | NativeReport | NativeErrorShape | NativeUsage,
     b?: number | string,
   ): void {
-    this.#onNative(kind, a, b);
+    this.#onNative(nativeEvent(kind, a, b));
   };
 
   /** @internal sets whether the call holds a slot of its supervisor's; returns whether it held one before. */
@@ -1212,43 +822,43 @@ export class ToolCall extends EventEmitter {
     if (this.#openReadable > 0) releaseReadable(this.stdio);
   }
 
-  #onNative(kind: NativeEventKind, a?: number | null | NativeReport | NativeErrorShape | NativeUsage, b?: number | string): void {
-    switch (kind) {
+  #onNative(ev: NativeEvent): void {
+    switch (ev.kind) {
       case NativeEventKind.Exit:
-        this.#onExit(a as number | null, (b as number | undefined) ?? 0);
+        this.#onExit(ev.code, ev.signal);
         break;
       case NativeEventKind.Cleanup:
-        this.#onCleanup(a as NativeReport);
+        this.#onCleanup(ev.report);
         break;
       case NativeEventKind.Empty:
-        this.#onEmpty(a as NativeUsage | undefined);
+        this.#onEmpty(ev.usage);
         break;
       case NativeEventKind.Error:
-        this.#emitError(a as NativeErrorShape);
+        this.#emitError(ev.error);
         break;
       case NativeEventKind.Started:
         // A pending exec that `pid` already settled keeps what it found.
-        if (this.#flag(EXEC_PENDING) || this.#pid === undefined) this.#pid = a as number;
+        if (this.#flag(EXEC_PENDING) || this.#pid === undefined) this.#pid = ev.pid;
         this.#setFlag(EXEC_PENDING, false);
         this.#publishPid();
         // The systemd tier learns its leaf from the broker.
-        if (typeof b === 'string') this.cgroup = b;
+        if (ev.cgroup !== undefined) this.cgroup = ev.cgroup;
         ToolCall.#emitSpawn(this);
         break;
       case NativeEventKind.StartFailed:
         // Already failed when `pid` settled the exec synchronously.
-        if (this.#spawnError) break;
+        if (this.#x?.spawnError) break;
         this.#setFlag(EXEC_PENDING, false);
         this.#pid = undefined;
         this.#publishPid();
-        this.#fail(spawnError(a as NativeErrorShape, this.spawnfile, this.spawnargs));
+        this.#fail(spawnError(ev.error, this.spawnfile, this.spawnargs));
         break;
     }
   }
 
   #onExit(code: number | null, signal: number): void {
-    if (this.#spawnError) return;
-    this.#exited = true;
+    if (this.#x?.spawnError) return;
+    this.#setFlag(EXITED, true);
     this.exitCode = code;
     this.signalCode = signalName(signal);
     // As Node: the abort listener goes at 'exit' (a long-lived signal must
@@ -1259,28 +869,26 @@ export class ToolCall extends EventEmitter {
     // Node's flushStdio, a tick later: the listeners of 'exit' may still
     // start reading. (Nothing to flush without output streams.)
     if (this.#openReadable > 0 || this.pty) process.nextTick(ToolCall.#flushLater, this);
-    if (this.#ladder || this.#empty || this.#killedAll) return;
-    const pids = native.members(this.#id);
+    if (this.#x?.ladder || this.#flag(EMPTY) || this.#flag(KILLED_ALL)) return;
+    const pids = binding.members(this.#id);
     if (pids.length === 0) return;
-    const infos = native.processInfo(pids);
+    const infos = binding.processInfo(pids);
     if (infos.length > 0 && this.#opts.leftovers === 'keep') {
       // What the command left running is a job now, not part of the
       // command's time: its timers stop (a background call's bound the job
       // from the start, and keep running). The result comes once output
       // already in the pipes has been read.
-      this.#remaining = infos;
+      this.#extras().remaining = infos;
       if (!this.#opts.background) {
-        for (const t of [this.#timer, this.#idleTimer]) if (t) clearTimeout(t);
-        this.#timer = null;
-        this.#idleTimer = null;
+        this.#x?.timers?.stopCommand();
       }
       this.#becomeJob();
       afterPipesPolled(() => {
         // Waiting for options.ready: the result comes with it (or at 'close').
-        if (!this.#resolveDone || this.#x?.readyWait?.pending) return;
+        if (!this.#x?.done?.waiting || this.#x.readyWait?.pending) return;
         // Read again: a process caught between fork and exec at 'exit' shows its command by now.
-        const now = this.#empty ? [] : native.processInfo(native.members(this.#id));
-        if (now.length > 0) this.#remaining = now;
+        const now = this.#flag(EMPTY) ? [] : binding.processInfo(binding.members(this.#id));
+        if (now.length > 0) this.#extras().remaining = now;
         this.#settle();
       });
     }
@@ -1290,12 +898,14 @@ export class ToolCall extends EventEmitter {
 
   #onCleanup(r: NativeReport): void {
     const report = cleanupReport(r, this.confinement);
-    this.#report = report;
+    // A ladder the addon ran on its own (none was asked for here) reports too.
+    const ladder = (this.#extras().ladder ??= new CallLadder(report.reason));
+    ladder.report = report;
     // A call that listened (a job, `ready`, or ports() asked): whatever its
     // leaf's sockets still listen on with the tree gone is held by a process
     // outside it (a socket handed away), and the report says so. The
     // kernel is asked off the JS thread; the report and 'close' wait for it.
-    const ask = native.ports?.bind(native);
+    const ask = binding.ports?.bind(binding);
     const leafId = this.#x?.leafId;
     if (ask && leafId) {
       const x = this.#extras();
@@ -1312,7 +922,7 @@ export class ToolCall extends EventEmitter {
   }
 
   #reportReady(report: CleanupReport): void {
-    this.#resolveLadder?.(report);
+    this.#x?.ladder?.deliver(report);
     // The supervisor's 'cleanup' first, as when it was the call's first listener.
     this.#owner.cleanup(this, report);
     this.emit('cleanup', report);
@@ -1321,21 +931,22 @@ export class ToolCall extends EventEmitter {
   }
 
   #onEmpty(usage: NativeUsage | undefined): void {
-    if (this.#empty || this.#spawnError) return;
-    this.#empty = true;
+    if (this.#flag(EMPTY) || this.#x?.spawnError) return;
+    this.#setFlag(EMPTY, true);
     this.#x?.readyWait?.stop();
-    this.#usage = finalUsage(usage);
-    if (this.#idleTimer) clearTimeout(this.#idleTimer);
-    this.#idleTimer = null;
-    const unverified = this.#verified === 'none';
+    this.#extras().usage = finalUsage(usage);
+    const timers = this.#x?.timers;
+    if (timers?.idle) clearTimeout(timers.idle);
+    if (timers) timers.idle = null;
+    const unverified = verifiedOf(this.#flags) === 'none';
     // The timeout covers the whole tree; where emptiness is not proven
     // (pgroup), it also covers the pipes until 'close'.
-    if (this.#timer && !unverified) {
-      clearTimeout(this.#timer);
-      this.#timer = null;
+    if (timers?.timeout && !unverified) {
+      clearTimeout(timers.timeout);
+      timers.timeout = null;
     }
     // A ladder asked for while the empty event was on its way.
-    if (this.#ladder && !this.#report) this.#resolveLadder?.(emptyReport(this.#ladderReason, this.confinement, this.#verified));
+    if (this.#x?.ladder?.running) this.#x.ladder.endEmpty(this.confinement, verifiedOf(this.#flags));
     this.stdin?.destroy();
     this.emit('empty');
     this.pty?.[ptyTreeEmpty]();
@@ -1344,14 +955,15 @@ export class ToolCall extends EventEmitter {
       // Every writer in the tree is gone; one outside it (handed our pipe)
       // must not hang 'close'. Unverified tiers wait `grace` for escapees.
       const wait = unverified ? this.#opts.grace : STDIO_DRAIN_MS;
-      this.#drainTimer = setTimeout(() => {
+      const drain = setTimeout(() => {
         // After one more poll phase: data already in the pipe is read first.
         setImmediate(() => {
           this.#releaseReadable();
           this.pty?.[releasePty]();
         });
       }, wait);
-      if (!this.#ref) this.#drainTimer.unref();
+      if (this.#flag(UNREF)) drain.unref();
+      this.#timers().drain = drain;
     }
     this.#maybeClose();
   }
@@ -1367,15 +979,11 @@ export class ToolCall extends EventEmitter {
   }
 
   #maybeClose(): void {
-    if (this.#closed || !this.#empty || this.#openReadable > 0 || this.pty?.[ptyPending] || this.#x?.heldCheck) return;
-    this.#closed = true;
-    this.#closedAt = performance.now();
-    if (this.#timer) clearTimeout(this.#timer);
-    if (this.#idleTimer) clearTimeout(this.#idleTimer);
-    if (this.#drainTimer) clearTimeout(this.#drainTimer);
-    this.#timer = null;
-    this.#idleTimer = null;
-    this.#drainTimer = null;
+    if (this.#flag(CLOSED) || !this.#flag(EMPTY) || this.#openReadable > 0 || this.pty?.[ptyPending] || this.#x?.heldCheck) return;
+    this.#setFlag(CLOSED, true);
+    // Kept for a result built later (the server asks at its own time).
+    this.#doneState().closedAt = performance.now();
+    this.#x?.timers?.stopAll();
     this.#removeAbortListener();
     this.#owner.release(this);
     // The result first, as the first listener of 'close' it always was.
@@ -1390,8 +998,9 @@ export class ToolCall extends EventEmitter {
 
   /** The call's CallOutput, made now if it was not. */
   #out(): CallOutput {
-    this.#output ??= new CallOutput(this.#sources(), this.#opts.output, canResume);
-    return this.#output;
+    const x = this.#extras();
+    x.output ??= new CallOutput(this.#sources(), this.#opts.output, canResume);
+    return x.output;
   }
 
   /** @internal a tapped stream's first chunk (or end): the CallOutput it goes to. */
@@ -1411,33 +1020,17 @@ export class ToolCall extends EventEmitter {
 
   /** `done`, made on first use: settled already when the call failed or closed before. */
   #donePromise(): Promise<RunResult<string | Buffer>> {
-    if (this.#done) return this.#done;
-    let done: Promise<RunResult<string | Buffer>>;
-    if (this.#spawnError) {
-      done = Promise.reject(this.#spawnError);
-    } else if (this.#closed) {
-      done = Promise.resolve(this.#result());
-    } else {
-      done = new Promise((resolve, reject) => {
-        this.#resolveDone = resolve;
-        this.#rejectDone = reject;
-      });
-      // A background call's result is its start.
-      if (this.#opts.background && !this.#x?.readyWait) this.once('spawn', () => this.#settle());
-    }
-    // 'done' carries a failed start; do not also crash on it.
-    done.catch(ignore);
-    this.#done = done;
+    const state = this.#doneState();
+    if (state.promise) return state.promise;
+    const done = state.make(this.#x?.spawnError ?? null, this.#flag(CLOSED), () => this.#result());
+    // A background call's result is its start.
+    if (state.waiting && this.#opts.background && !this.#x?.readyWait) this.once('spawn', () => this.#settle());
     return done;
   }
 
   /** Resolves `done`, if anybody made it, with what is known now (at 'close', or when the call became a job). */
   #settle(): void {
-    const resolve = this.#resolveDone;
-    if (this.#spawnError || !resolve) return;
-    this.#resolveDone = null;
-    this.#rejectDone = null;
-    resolve(this.#result());
+    if (!this.#x?.spawnError) this.#x?.done?.settle(() => this.#result());
   }
 
   #result(): RunResult<string | Buffer> {
@@ -1446,12 +1039,12 @@ export class ToolCall extends EventEmitter {
       {
         exitCode: this.exitCode,
         signal: this.signalCode,
-        timedOut: this.#timedOut,
-        aborted: this.#aborted,
+        timedOut: this.#flag(TIMED_OUT),
+        aborted: this.#flag(ABORTED),
         createdAt: this.#createdAt,
         startedAt: this.#startedAt,
-        endedAt: this.#closed ? this.#closedAt : performance.now(),
-        cleanup: this.#report,
+        endedAt: this.#flag(CLOSED) ? this.#x?.done?.closedAt ?? 0 : performance.now(),
+        cleanup: this.#x?.ladder?.report ?? null,
         pid: this.pid,
         cgroup: this.cgroup,
         confinement: this.confinement,
@@ -1459,10 +1052,10 @@ export class ToolCall extends EventEmitter {
         jobId: this.jobId,
       },
       output,
-      this.#doneEncoding,
+      this.#x?.done?.encoding ?? 'utf8',
     );
     if (this.#x?.readyWait) result.ready = this.#x.readyState;
-    this.#settled = result;
+    if (this.#x?.done) this.#x.done.settled = result;
     // Delivered: what comes later is the job's (its ring), not the result's.
     output.stopCollecting();
     return result;

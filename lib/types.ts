@@ -1,6 +1,4 @@
 // The public types: read these as the documentation of the API.
-import type { NativeTier } from './native';
-import type { Listener, ReadyOptions, ReadyState } from './ports';
 
 /**
  * How a call is confined, strongest first (see docs/tiers.md):
@@ -21,7 +19,7 @@ import type { Listener, ReadyOptions, ReadyState } from './ports';
  *   main process and its descendants as the process table shows them, each
  *   signalled by pid; no group, nothing confined.
  */
-export type Confinement = NativeTier;
+export type Confinement = 'cgroup' | 'systemd' | 'pidns' | 'subreaper' | 'pgroup' | 'none';
 
 /** How a CleanupReport proved the tree empty. */
 export type Verification = 'cgroup.events' | 'pidns' | 'subreaper' | 'none';
@@ -299,4 +297,56 @@ export interface JobOptions {
   ready?: ReadyOptions;
   /** Bytes of a job's output (stdout and stderr merged) kept in its ring buffer. Default: the supervisor's (1 MiB). */
   jobBuffer?: number;
+}
+
+/** How a {@link Listener} is reached. */
+export type ListenerProtocol = 'tcp' | 'udp' | 'unix';
+
+/**
+ * One socket a process of a call's tree listens on: a listening TCP socket
+ * (IPv4 or IPv6), a bound unconnected UDP socket, or a listening unix
+ * stream socket. Only sockets of the call's own tree appear (escaped and
+ * daemonized members included); the harness's sockets and unrelated
+ * processes' never do.
+ */
+export interface Listener {
+  protocol: ListenerProtocol;
+  /**
+   * tcp and udp: the local address, as `net.Server#address()` prints it
+   * (`'127.0.0.1'`, `'0.0.0.0'`, `'::'`, `'::1'`, `'::ffff:127.0.0.1'`).
+   * unix: the socket's path, or `'@'` and the name for an abstract socket
+   * (a NUL inside the name shows as `'@'`, as `ss` shows it).
+   */
+  address: string;
+  /** tcp and udp: the local port. Absent for unix sockets. */
+  port?: number;
+  /**
+   * The member process holding the socket (the lowest pid when several
+   * share it, as a server's forked workers do). Absent when no member holds
+   * it any more, e.g. after handing it to another process.
+   */
+  pid?: number;
+}
+
+/** The `ready` option of a call: when a server counts as started. */
+export interface ReadyOptions {
+  /**
+   * `true`: ready once any process of the tree listens on anything;
+   * a number: once something of the tree listens on that TCP or UDP port.
+   */
+  listening?: true | number;
+  /** Ready once the output (stdout or stderr) contains this text, or matches this expression. */
+  output?: string | RegExp;
+  /** How long to wait, in milliseconds, before the call fails as not ready. */
+  timeout?: number;
+}
+
+/** What made a call ready (`result.ready`, the 'ready' event). */
+export interface ReadyState {
+  /** What the tree listened on when it was ready ([] when only `output` was asked for and nothing listened). */
+  listening: Listener[];
+  /** With `ready.output`: the text that matched (the string, or the RegExp's match). */
+  output?: string;
+  /** ms from the call's start to ready. */
+  afterMs: number;
 }

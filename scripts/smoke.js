@@ -30,8 +30,8 @@ const pkgRoot = path.dirname(pkgJson);
 // 'clone+pidfd_open'): the public API reports only capabilities().clone.
 const methods = [];
 try {
-  const nativeModule = require(path.join(pkgRoot, 'dist', 'cjs', 'native.js'));
-  const real = nativeModule.native;
+  const nativeModule = require(path.join(pkgRoot, 'dist', 'cjs', 'binding', 'index.js'));
+  const real = nativeModule.binding;
   // A copy, not a Proxy: the addon's functions are read-only properties.
   const wrapped = {};
   for (const key of Object.getOwnPropertyNames(real)) {
@@ -43,7 +43,7 @@ try {
     if (res && res.method) methods.push(res.method);
     return res;
   };
-  nativeModule.native = wrapped;
+  nativeModule.binding = wrapped;
 } catch {
   // Only the method report is lost.
 }

@@ -1,4 +1,4 @@
-// The portable tier (lib/portable.ts: child_process, no addon), forced on
+// The portable tier (lib/binding/portable.ts: child_process, no addon), forced on
 // Linux with PROCTREE_PORTABLE=1 as on macOS and Windows it is the only one.
 // This file's process is the harness: the variable is set before the
 // library is first loaded (vitest runs each file in a process of its own),

@@ -11,9 +11,9 @@ import {
   outputMatcher,
   readyReached,
   resolveReady,
-  type Listener,
-  type NativeListener,
 } from '../dist/cjs/ports.js';
+import type { NativeListener } from '../dist/cjs/binding/contract.js';
+import type { Listener } from '../dist/cjs/types.js';
 
 const native = (protocol: string, address: string, port: number, pid: number): NativeListener => ({ protocol, address, port, pid });
 

@@ -12,7 +12,7 @@ import { Worker } from 'node:worker_threads';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { type Confinement, PtyStream, run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
-import { STDIO_DRAIN_MS } from '../dist/cjs/toolcall.js';
+import { STDIO_DRAIN_MS } from '../dist/cjs/call/ladder.js';
 import { cgroupMembers, killCgroup, killTokens, liveWith, openFdCount, readHeldPastEmpty, token, waitForLive, waitUntil, zombieChildren } from './helpers';
 
 const tiers: Confinement[] = ['cgroup', 'pidns', 'subreaper', 'pgroup'];

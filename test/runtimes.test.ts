@@ -194,7 +194,7 @@ function onPath(cmd: string): boolean {
 // A harness compiled into one executable by `bun build --compile`: the addon
 // is embedded through the loader's literal require, the helper as one more
 // entry point; at run time the helper is copied out to a private directory
-// (lib/native.ts). Run with the repository's build/, prebuilds/, dist/ and
+// (lib/binding/index.ts). Run with the repository's build/, prebuilds/, dist/ and
 // node_modules/ hidden (tmpfs over each, in a mount namespace of its own)
 // when root can, so that only what is inside the executable can be used.
 describe('bun build --compile', () => {

@@ -10,7 +10,7 @@ import { Duplex, Readable, Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 
 import { spawn, type ToolCall } from '../dist/cjs/index.js';
-import { STDIO_DRAIN_MS } from '../dist/cjs/toolcall.js';
+import { STDIO_DRAIN_MS } from '../dist/cjs/call/ladder.js';
 import { blockedIn, readHeldPastEmpty, waitUntil, within } from './helpers';
 
 

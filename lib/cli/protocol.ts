@@ -4,8 +4,7 @@
 // validators are compiled at build time (scripts/build-protocol.js).
 import type { ErrorObject, ValidateFunction } from 'ajv';
 
-import type { Listener } from '../ports';
-import type { CleanupReport, ProcessInfo, ResourceUsage } from '../types';
+import type { CleanupReport, Listener, ProcessInfo, ResourceUsage } from '../types';
 
 /**
  * Raised whenever the protocol gains something; version 2 (jobs, output

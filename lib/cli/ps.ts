@@ -4,9 +4,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { native, portable } from '../native';
-import { type Listener, normalizeListeners } from '../ports';
-import type { ProcessInfo } from '../types';
+import { binding, portable } from '../binding';
+import { normalizeListeners } from '../ports';
+import type { Listener, ProcessInfo } from '../types';
 import { parseFlags } from './args';
 
 export const psHelp = `Usage: proctree ps [--json]
@@ -65,7 +65,7 @@ const MAX_DEPTH = 64;
  * does to place calls.
  */
 export function cgroup2Mounts(mountinfo?: string): string[] {
-  return native.cgroup2Hierarchies(mountinfo).map((m) => m.mount);
+  return binding.cgroup2Hierarchies(mountinfo).map((m) => m.mount);
 }
 
 function subdirs(dir: string): string[] {
@@ -97,7 +97,7 @@ export function mainOf(members: readonly ProcessInfo[], harnessPid: number): { p
 }
 
 function callEntry(mount: string, leaf: string, harnessPid: number, now: number): CallEntry | null {
-  const members = native.cgroupMembers(leaf);
+  const members = binding.cgroupMembers(leaf);
   if (members.length === 0) return null;
   let ageMs = 0;
   try {
@@ -107,7 +107,7 @@ function callEntry(mount: string, leaf: string, harnessPid: number, now: number)
   } catch {
     return null;
   }
-  const main = mainOf(native.processInfo(members), harnessPid);
+  const main = mainOf(binding.processInfo(members), harnessPid);
   return {
     id: path.basename(leaf),
     call: path.relative(mount, leaf),
@@ -160,7 +160,7 @@ export function liveCalls(mounts = cgroup2Mounts()): CallEntry[] {
 
 /** Each call's listeners, asked of the addon's ports thread (all calls at once). */
 export async function withPorts(calls: CallEntry[]): Promise<CallEntry[]> {
-  const ask = native.ports?.bind(native);
+  const ask = binding.ports?.bind(binding);
   if (!ask) return calls;
   await Promise.all(
     calls.map(

@@ -13,12 +13,12 @@ import type { Readable, Writable } from 'node:stream';
 import { capabilities } from '../capabilities';
 import { invalidArgValue, outOfRange, proctreeError as fail } from '../errors';
 import { DEFAULT_MAX_BUFFER } from '../output';
-import type { ReadyOptions } from '../ports';
 import { noTerminal, typeEndOfInput } from '../pty';
 import { spawn } from '../spawn';
 import { job, jobs } from '../supervisor';
-import { afterPipesPolled, jobOutcome, resultEncoding, settledResult, type ToolCall } from '../toolcall';
-import type { CleanupReport, RunResult, SpawnOptions } from '../types';
+import { afterPipesPolled, jobOutcome, resultEncoding, settledResult } from '../call/state';
+import type { ToolCall } from '../toolcall';
+import type { CleanupReport, ReadyOptions, RunResult, SpawnOptions } from '../types';
 import { packageVersion, parseFlags, parseSize, UsageError } from './args';
 import {
   type CollectedOutput,

@@ -7,7 +7,8 @@
 import { spawnSync } from 'node:child_process';
 import tty from 'node:tty';
 
-import { DEFAULT_COLS, DEFAULT_ROWS, DEFAULT_TERM, type PtyStream, typeEndOfInput } from '../pty';
+import { DEFAULT_COLS, DEFAULT_ROWS, DEFAULT_TERM } from '../options/stdio';
+import { type PtyStream, typeEndOfInput } from '../pty';
 import type { ToolCall } from '../toolcall';
 import type { PtyOptions } from '../types';
 

@@ -1,11 +1,12 @@
 // What a call ends with: its CleanupReport and its RunResult, built from what
-// the addon reported and what the call observed.
+// the addon reported and what the call observed, and `done`, the promise
+// that settles with the result.
 import fs from 'node:fs';
 
-import { LeftoversError } from './errors';
-import type { NativeReport, NativeUsage } from './native';
-import type { CallOutput } from './output';
-import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, ResourceUsage, RunResult, Verification } from './types';
+import { LeftoversError } from '../errors';
+import type { NativeReport, NativeUsage } from '../binding/contract';
+import type { CallOutput } from '../output';
+import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, ResourceUsage, RunResult, Verification } from '../types';
 
 /**
  * The report of a ladder that had nothing to stop: the tree was already
@@ -127,4 +128,66 @@ export function usageSoFar(
     // the memory controller is not delegated here
   }
   return out;
+}
+
+function ignore(): void {}
+
+/**
+ * `done` of a call, made when somebody asks (run(), `done`) or when the call
+ * could become a job (its result is taken when it does): a call nobody asks
+ * builds none.
+ */
+export class CallDone {
+  promise: Promise<RunResult<string | Buffer>> | null = null;
+  encoding: BufferEncoding | 'buffer' = 'utf8';
+  /** The result the promise settled with, once it has. */
+  settled: RunResult<string | Buffer> | null = null;
+  /** When 'close' came: the end of the result's duration, for a result built later. */
+  closedAt = 0;
+  #resolve: ((r: RunResult<string | Buffer>) => void) | null = null;
+  #reject: ((err: Error) => void) | null = null;
+
+  /** Whether the promise waits to be settled. */
+  get waiting(): boolean {
+    return this.#resolve !== null;
+  }
+
+  /**
+   * The promise, made on first use: rejected at once for a call that could
+   * not start, resolved at once (with `build()`) for one that closed.
+   */
+  make(spawnError: Error | null, closed: boolean, build: () => RunResult<string | Buffer>): Promise<RunResult<string | Buffer>> {
+    if (this.promise) return this.promise;
+    let done: Promise<RunResult<string | Buffer>>;
+    if (spawnError) {
+      done = Promise.reject(spawnError);
+    } else if (closed) {
+      done = Promise.resolve(build());
+    } else {
+      done = new Promise((resolve, reject) => {
+        this.#resolve = resolve;
+        this.#reject = reject;
+      });
+    }
+    // 'done' carries a failed start; do not also crash on it.
+    done.catch(ignore);
+    this.promise = done;
+    return done;
+  }
+
+  /** Resolves the promise, if it waits, with `build()`. */
+  settle(build: () => RunResult<string | Buffer>): void {
+    const resolve = this.#resolve;
+    if (!resolve) return;
+    this.#resolve = null;
+    this.#reject = null;
+    resolve(build());
+  }
+
+  reject(err: Error): void {
+    const reject = this.#reject;
+    this.#resolve = null;
+    this.#reject = null;
+    reject?.(err);
+  }
 }

@@ -2,39 +2,19 @@
 // child_process.spawn: bad input throws synchronously, before anything is
 // created; options are read as Node reads them (own properties only, except
 // `env`, which is walked with for…in as Node does).
-import { constants as osConstants } from 'node:os';
-import path from 'node:path';
 import { isMainThread } from 'node:worker_threads';
-import type { Readable, Writable } from 'node:stream';
-import { fileURLToPath } from 'node:url';
 
-import {
-  invalidArgType,
-  invalidArgValue,
-  invalidSyncForkInput,
-  ipcOnePipe,
-  ipcUnsupported,
-  outOfRange,
-  proctreeError,
-  unknownSignal,
-} from './errors';
-import { native, portable } from './native';
-import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, type OutputSettings, UNREAD_MAX_BUFFER } from './output';
-import { ptyStdio, resolvePty, type ResolvedPty, withTerm } from './pty';
-import { type ResolvedReady, resolveReady } from './ports';
-import { tiers } from './tiers';
-import type { Confinement, RunOptions, SpawnOptions } from './types';
+import { binding, portable } from '../binding';
+import { invalidArgType, invalidArgValue, outOfRange, proctreeError } from '../errors';
+import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, type OutputSettings, UNREAD_MAX_BUFFER } from '../output';
+import { type ResolvedReady, resolveReady } from '../ports';
+import { tiers } from '../tiers';
+import type { Confinement, RunOptions, SpawnOptions } from '../types';
+import { checkStdio, ptyStdio, resolvePty, type ResolvedPty, type StdioEntry, withTerm } from './stdio';
+import { checkBoolean, checkBytes, checkCwd, checkMs, envPairs, isInt32, killSignalNumber, nullCheck, toArg } from './values';
 
-/**
- * One stdio entry as the call will set it up: a pipe we create, /dev/null,
- * or an fd of ours that the child gets (a number, 'inherit', or a stream's fd).
- */
-export type StdioEntry =
-  | { kind: 'pipe' }
-  | { kind: 'ignore' }
-  | { kind: 'inherit' }
-  | { kind: 'fd'; fd: number; stream?: Readable | Writable }
-  | { kind: 'pty' };
+export type { StdioEntry } from './stdio';
+export { checkBoolean, checkBytes, checkGrace, signalName, signalNumber } from './values';
 
 export interface ResolvedSpawn {
   file: string;
@@ -70,176 +50,6 @@ export interface ResolvedSpawn {
 
 /** What options.confinement accepts: 'auto' and every tier. */
 const confinements: ReadonlyArray<'auto' | Confinement> = ['auto', ...tiers];
-
-const signalNumbers: Record<string, number> = osConstants.signals as Record<string, number>;
-const signalNames = new Map<number, NodeJS.Signals>(
-  Object.entries(signalNumbers).map(([name, num]) => [num, name as NodeJS.Signals]),
-);
-
-/** Node's convertToValidSignal: a known number, or a name in any case. */
-function validSignal(signal: string | number): number {
-  if (typeof signal === 'number') {
-    if (signalNames.has(signal)) return signal;
-    throw unknownSignal(signal);
-  }
-  const num = signalNumbers[signal.toUpperCase()];
-  if (num === undefined) throw unknownSignal(signal);
-  return num;
-}
-
-/** The signal of kill(): 0 (a probe), or a valid signal; SIGTERM when omitted. */
-export function signalNumber(signal: unknown): number {
-  if (signal === 0) return 0;
-  if (signal === undefined) return signalNumbers.SIGTERM;
-  if (typeof signal === 'string' || typeof signal === 'number') return validSignal(signal);
-  throw unknownSignal(signal);
-}
-
-/** Node's sanitizeKillSignal: a valid signal (never 0), SIGTERM when null or undefined. */
-function killSignalNumber(signal: unknown): number {
-  if (typeof signal === 'string' || typeof signal === 'number') return validSignal(signal);
-  if (signal != null) throw invalidArgType('options.killSignal', ['string', 'number'], signal);
-  return signalNumbers.SIGTERM;
-}
-
-export function signalName(num: number): NodeJS.Signals | null {
-  return num === 0 ? null : signalNames.get(num) ?? null;
-}
-
-function nullCheck(value: unknown, name: string): void {
-  if (typeof value === 'string' && value.includes('\0')) {
-    throw invalidArgValue(name, value, 'must be a string without null bytes');
-  }
-}
-
-/** A boolean option: false when null or undefined, else ERR_INVALID_ARG_TYPE unless a boolean. */
-export function checkBoolean(value: unknown, name: string): boolean {
-  if (value == null) return false;
-  if (typeof value !== 'boolean') throw invalidArgType(name, 'boolean', value);
-  return value;
-}
-
-function isInt32(value: unknown): value is number {
-  return typeof value === 'number' && value === (value | 0);
-}
-
-// proctree's own durations: ms, an integer that setTimeout can hold.
-function checkMs(value: unknown, name: string, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== 'number') throw invalidArgType(`options.${name}`, 'number', value);
-  if (!Number.isInteger(value) || value < 0 || value > 2 ** 31 - 1) {
-    throw outOfRange(`options.${name}`, 'an integer >= 0 and <= 2147483647', value);
-  }
-  return value;
-}
-
-export function checkGrace(value: unknown, fallback: number): number {
-  return checkMs(value, 'grace', fallback);
-}
-
-// Node's getValidatedPath for options.cwd: a string, a Buffer or a file: URL.
-function checkCwd(value: unknown): string | undefined {
-  let cwd: string;
-  if (value instanceof URL) cwd = fileURLToPath(value);
-  else if (typeof value === 'string') cwd = value;
-  else if (value instanceof Uint8Array) cwd = Buffer.from(value).toString();
-  else throw invalidArgType('options.cwd', ['string', 'Buffer', 'URL'], value);
-  if (cwd.includes('\0')) {
-    throw invalidArgValue('options.cwd', value, 'must be a string, Uint8Array, or URL without null bytes');
-  }
-  // Node passes an empty cwd as "no cwd". A relative one is resolved here,
-  // against this process's cwd, as the child's chdir in Node does: the
-  // systemd tier's broker runs in / and would resolve it there.
-  return cwd === '' ? undefined : path.resolve(cwd);
-}
-
-function toArg(value: unknown, index: number): string {
-  // Node converts every argument with ToString (holes are 'undefined'); a
-  // Symbol cannot be converted, which Node reports without a code. The
-  // name is built only for an error: this runs for every argument of every call.
-  if (typeof value === 'string' && !value.includes('\0')) return value;
-  if (typeof value === 'symbol') throw invalidArgType(`args[${index}]`, ['string'], value);
-  const s = String(value);
-  nullCheck(s, `args[${index}]`);
-  return s;
-}
-
-function envPairs(env: object): string[] {
-  const out: string[] = [];
-  // Node walks env with for…in: inherited keys are included, on purpose.
-  // eslint-disable-next-line guard-for-in
-  for (const key in env) {
-    const value = (env as Record<string, unknown>)[key];
-    if (value === undefined) continue;
-    if (typeof value === 'symbol') throw invalidArgType(`options.env['${key}']`, ['string'], value);
-    nullCheck(key, `options.env['${key}']`);
-    const str = String(value);
-    nullCheck(str, `options.env['${key}']`);
-    out.push(`${key}=${str}`);
-  }
-  return out;
-}
-
-// A stream given as a stdio entry: its fd goes to the child (Node's 'fd' and
-// 'wrap' entries: a file stream, a socket, another call's pipe).
-function streamFd(value: object): number | undefined {
-  const s = value as { fd?: unknown; _handle?: { fd?: unknown } | null; handle?: { fd?: unknown } | null };
-  if (typeof s.fd === 'number') return s.fd;
-  for (const h of [s._handle, s.handle]) if (h && typeof h.fd === 'number' && h.fd >= 0) return h.fd;
-  return undefined;
-}
-
-// The entries that carry nothing but their kind, shared by every call (nobody
-// writes to an entry): one object fewer per fd and call.
-const PIPE: StdioEntry = Object.freeze({ kind: 'pipe' });
-const IGNORE: StdioEntry = Object.freeze({ kind: 'ignore' });
-const INHERIT: StdioEntry = Object.freeze({ kind: 'inherit' });
-
-// Node's getValidStdio, without IPC.
-function checkStdio(value: unknown): StdioEntry[] {
-  let entries: unknown[];
-  // The two a harness passes all day, without the general walk below.
-  if (value === undefined || value === null || value === '' || value === 'pipe') return [PIPE, PIPE, PIPE];
-  if (value === 'ignore') return [IGNORE, IGNORE, IGNORE];
-  if (typeof value === 'string') {
-    if (value === 'inherit') entries = [0, 1, 2];
-    else if (value === 'pipe' || value === 'ignore' || value === 'overlapped') entries = [value, value, value];
-    else throw invalidArgValue('stdio', value);
-  } else if (Array.isArray(value)) {
-    entries = [...(value as unknown[])];
-  } else {
-    throw invalidArgValue('stdio', value);
-  }
-  while (entries.length < 3) entries.push(undefined);
-  if (entries.filter((e) => e === 'ipc').length > 1) throw ipcOnePipe();
-  return entries.map((raw, i): StdioEntry => {
-    const v = raw ?? (i < 3 ? 'pipe' : 'ignore');
-    if (v === 'ignore') return IGNORE;
-    if (v === 'pipe' || v === 'overlapped' || (typeof v === 'number' && v < 0)) return PIPE;
-    if (v === 'ipc') throw ipcUnsupported();
-    // Node: 'inherit' at index i is the parent's fd i.
-    if (v === 'inherit') return i < 3 ? INHERIT : { kind: 'fd', fd: i };
-    if (typeof v === 'number') return { kind: 'fd', fd: v };
-    if (typeof v === 'object') {
-      const fd = streamFd(v);
-      if (fd !== undefined) return { kind: 'fd', fd, stream: v as Readable | Writable };
-    }
-    if (typeof v === 'string' || ArrayBuffer.isView(v)) throw invalidSyncForkInput(v);
-    throw invalidArgValue('stdio', v);
-  });
-}
-
-// execvpe's search, done in the parent when the call starts (a queued or
-// live call holds no list of paths); the child execs the first candidate
-// that exists (relative entries resolve against the new cwd).
-export function candidatesFor(file: string, env: readonly string[] | null): string[] {
-  // Windows (the portable binding): child_process searches PATH and PATHEXT itself.
-  if (file.includes('/') || process.platform === 'win32') return [file];
-  const entry = env === null ? process.env.PATH : env.find((e) => e.startsWith('PATH='))?.slice(5);
-  const searchPath = entry !== undefined ? entry : '/usr/local/bin:/usr/bin:/bin';
-  return searchPath.split(':').map((dir) => (dir === '' ? file : path.posix.join(dir, file)));
-}
-
 // Options spawn() reads: Node's own, proctree's, and run()'s (which spawn()
 // ignores, as Node's spawn ignores exec's `encoding` and `maxBuffer`).
 const nodeOptions = [
@@ -459,7 +269,7 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
   if (ready && !background && leftovers !== 'keep') {
     throw invalidArgValue('options.ready', opts.ready, "needs background: true or leftovers: 'keep'");
   }
-  if (ready?.listening != null && !native.ports) {
+  if (ready?.listening != null && !binding.ports) {
     // The portable binding cannot see sockets: refused before anything is made.
     throw proctreeError(
       'ERR_PROCTREE_PORTS_UNSUPPORTED',
@@ -528,14 +338,6 @@ export function resolveRun(options: RunOptions | undefined): ResolvedRun {
 
 /** A job's ring buffer when neither the call nor its supervisor says otherwise. */
 export const DEFAULT_JOB_BUFFER = 1024 * 1024;
-
-/** A size or offset in bytes: an integer >= 0 (ERR_INVALID_ARG_TYPE, ERR_OUT_OF_RANGE); `fallback` when undefined. */
-export function checkBytes(value: unknown, name: string, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== 'number') throw invalidArgType(name, 'number', value);
-  if (!Number.isSafeInteger(value) || value < 0) throw outOfRange(name, 'an integer >= 0', value);
-  return value;
-}
 
 /** The output settings of a call that gives none: one object for all of them. */
 const DEFAULT_OUTPUT: OutputSettings = Object.freeze({

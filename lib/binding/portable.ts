@@ -29,11 +29,11 @@ import {
   NativeEventKind,
   type NativeProbe,
   type NativeProbes,
-  type NativeProcessInfo,
   type NativeSpawnSpec,
   type NativeSpawned,
   type PortableMode,
-} from './native';
+} from './contract';
+import type { ProcessInfo } from '../types';
 import { aliveInGroup, describe, type ProcessRow, readTable, stillAlive } from './process-table';
 
 // Node's own spawn, taken once at load: a harness that then installs
@@ -558,7 +558,7 @@ class PortableBinding implements NativeBinding {
       for (const r of stragglers) signal(r.pid, SIGKILL);
       empty = await this.#settle(call, rows, performance.now() + KILL_WAIT_MS, true);
     }
-    let leftovers: NativeProcessInfo[] = [];
+    let leftovers: ProcessInfo[] = [];
     if (!empty) {
       const visible = this.#visibleNow(call);
       leftovers = describe(this.#mode.processTable, [...visible, ...this.#stragglers(call, rows, visible)].map((r) => r.pid));
@@ -594,7 +594,7 @@ class PortableBinding implements NativeBinding {
     return call ? this.#visibleNow(call).map((r) => r.pid) : [];
   }
 
-  processInfo(pids: readonly number[]): NativeProcessInfo[] {
+  processInfo(pids: readonly number[]): ProcessInfo[] {
     return describe(this.#mode.processTable, pids);
   }
 

@@ -1,4 +1,4 @@
-// The process table as the portable binding (lib/portable.ts) reads it:
+// The process table as the portable binding (portable.ts) reads it:
 // /proc on Linux, ps(1) on macOS and the BSDs, PowerShell's process list on
 // Windows. Every read is a snapshot: a process may exit, and its number be
 // reused, right after it was read. Nothing here holds a process the way a
@@ -6,8 +6,8 @@
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 
-import type { PortableMode } from './native';
-import type { ProcessInfo } from './types';
+import type { ProcessInfo } from '../types';
+import type { PortableMode } from './contract';
 
 export type TableSource = PortableMode['processTable'];
 
