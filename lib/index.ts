@@ -1,5 +1,5 @@
-export { spawn, run } from './spawn';
-export { ToolCall, type ToolCallEvents } from './toolcall';
+export { spawn, run } from './default-supervisor';
+export { ToolCall } from './toolcall';
 export { PtyStream } from './pty';
 export { Supervisor, getDefaultSupervisor, jobs, job, type SupervisorOptions, type SupervisorEvents } from './supervisor';
 export { Job, type JobInfo, type JobOutput, type JobState } from './jobs';
@@ -21,4 +21,5 @@ export type {
   SpawnOptions,
   StdioKind,
   StdioOption,
+  ToolCallEvents,
 } from './types';

@@ -7,8 +7,8 @@ import { invalidArgType, invalidArgValue, outOfRange, proctreeError } from './er
 import { Job, type JobInfo, JobRegistry } from './jobs';
 import { binding } from './binding';
 import { checkBoolean, checkBytes, checkGrace, DEFAULT_JOB_BUFFER, resolveRun, resolveSpawn } from './options';
-import { callPhase, callSlot, dropQueued, terminateMany } from './call/state';
-import { type CallOwner, ToolCall } from './toolcall';
+import { callPhase, type CallOwner, callSlot, dropQueued, terminateMany } from './call/state';
+import { ToolCall } from './toolcall';
 import type { CleanupReport, RunOptions, RunResult, SpawnOptions } from './types';
 
 export interface SupervisorOptions {
@@ -184,7 +184,7 @@ export class Supervisor extends EventEmitter {
     return call;
   }
 
-  #makeOwner(): CallOwner {
+  #makeOwner(): CallOwner<ToolCall> {
     return {
       group: this.group,
       admit: (call, start, background) => {

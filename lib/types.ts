@@ -350,3 +350,16 @@ export interface ReadyState {
   /** ms from the call's start to ready. */
   afterMs: number;
 }
+
+/** The events of a ToolCall, with what each carries. */
+export interface ToolCallEvents {
+  spawn: [];
+  exit: [code: number | null, signal: NodeJS.Signals | null];
+  leftover: [processes: ProcessInfo[]];
+  cleanup: [report: CleanupReport];
+  empty: [];
+  close: [code: number | null, signal: NodeJS.Signals | null];
+  error: [err: Error];
+  /** options.ready held: what was seen (also `result.ready`). */
+  ready: [state: ReadyState];
+}

@@ -1,9 +1,16 @@
-// A call's ladder and what triggers it: the one ladder a call runs (its
-// promise, its reason, its report), the timers that start it (the timeout,
-// the idle timeout) or end the wait for the pipes after it (the drain), and
-// the ladder on many calls at once (a supervisor's shutdown).
-import type { CleanupReason, CleanupReport, Confinement, Verification } from '../types';
-import { emptyReport } from './result';
+// A call's ladder and what asks for it: terminate(), the timeout, the idle
+// timeout, the abort signal, a supervisor's shutdown (the ladder on many
+// calls at once). One ladder per call: every later ask gets its report.
+import { performance } from 'node:perf_hooks';
+
+import { binding } from '../binding';
+import { AbortError } from '../errors';
+import { releasePty } from '../pty';
+import type { CleanupReason, CleanupReport } from '../types';
+import { knowStart } from './exec';
+import { emptyReport } from './report';
+import { drop, emitError, releaseReadable, removeAbortListener } from './result';
+import { ABORTED, CallLadder, type CallState, EMPTY, EXITED, STARTED, TIMED_OUT } from './state';
 
 /**
  * How long pipes may stay open once the tree is verified empty. Every
@@ -14,70 +21,118 @@ import { emptyReport } from './result';
 export const STDIO_DRAIN_MS = 100;
 
 /** How long a ladder (or a whole shutdown's) waits for exec reports not in yet (ms): a normal exec takes one or two. */
-export const STOP_EXEC_WAIT_MS = 20;
+const STOP_EXEC_WAIT_MS = 20;
 
-/**
- * The one ladder of a call, from the moment it is asked for: every
- * terminate() gets its promise. `report` is the addon's, once it came; a
- * ladder that found nothing to stop resolves with an empty report and
- * keeps none (the call's `cleanupReport` stays null).
- */
-export class CallLadder {
-  readonly promise: Promise<CleanupReport>;
-  report: CleanupReport | null = null;
-  #resolve: (r: CleanupReport) => void = () => {};
-
-  /** `reason`: why it was asked for, what its report says even when the tree was gone before it ran. */
-  constructor(readonly reason: CleanupReason) {
-    this.promise = new Promise((resolve) => {
-      this.#resolve = resolve;
-    });
+/** The ladder's report, starting the ladder unless one ran; a call still queued never starts, and its report is empty. */
+export function ladderFor(s: CallState, reason: CleanupReason, grace: number): Promise<CleanupReport> {
+  if (!s.flag(STARTED)) {
+    // Still queued: it will never start, and that is no error.
+    drop(s, new AbortError('The call was stopped before it started'), false);
+    return Promise.resolve(emptyReport(reason, s.call.confinement, s.verified));
   }
-
-  /** Whether it was asked for and has not reported. */
-  get running(): boolean {
-    return this.report === null;
-  }
-
-  /** Its report is delivered: terminate()'s promises resolve with it. */
-  deliver(report: CleanupReport): void {
-    this.#resolve(report);
-  }
-
-  /** Nothing was there to stop (the tree emptied, or the call ended without a process). */
-  endEmpty(confinement: Confinement, verified: Verification): void {
-    this.#resolve(emptyReport(this.reason, confinement, verified));
-  }
+  startLadder(s, reason, grace, reason !== 'leftovers');
+  return s.x?.ladder?.promise ?? Promise.resolve(emptyReport(reason, s.call.confinement, s.verified));
 }
 
-/** The timers of a call, made when the first is set. */
-export class CallTimers {
-  /** options.timeout: the whole tree (and, where emptiness is not proved, its pipes). */
-  timeout: NodeJS.Timeout | null = null;
-  /** options.idleTimeout: refreshed by each chunk of output. */
-  idle: NodeJS.Timeout | null = null;
-  /** After the tree is empty: how long its pipes may stay open. */
-  drain: NodeJS.Timeout | null = null;
+/** Starts the ladder once; returns whether it will signal a live tree. */
+export function startLadder(s: CallState, reason: CleanupReason, grace: number, kills: boolean): boolean {
+  if (!prepareLadder(s, reason)) return false;
+  return ladderStarted(s, binding.terminate(s.id, grace, s.opts.killSignal, reason), kills);
+}
 
-  /** The command's own time is over (it left a job, or the job is ready): timeout and idle stop. */
-  stopCommand(): void {
-    if (this.timeout) clearTimeout(this.timeout);
-    if (this.idle) clearTimeout(this.idle);
-    this.timeout = null;
-    this.idle = null;
-  }
+/** Whether a ladder may start now; if so, its promise exists from here. */
+function prepareLadder(s: CallState, reason: CleanupReason, stopBy = performance.now() + STOP_EXEC_WAIT_MS): boolean {
+  if (s.x?.ladder) return false;
+  // A command held before its exec (its subtree frozen by someone) must
+  // not hold a shutdown for long: the ladder stops its tree either way.
+  knowStart(s, Math.max(0, Math.floor(stopBy - performance.now())));
+  if (!s.live) return false;
+  s.extras().ladder = new CallLadder(reason);
+  return true;
+}
 
-  stopAll(): void {
-    this.stopCommand();
-    if (this.drain) clearTimeout(this.drain);
-    this.drain = null;
+function ladderStarted(s: CallState, reporting: boolean, kills: boolean): boolean {
+  if (!reporting) {
+    // The tree emptied before any ladder ran: nothing to stop.
+    s.x?.ladder?.endEmpty(s.call.confinement, s.verified);
+    return false;
   }
+  if (kills) s.call.killed = true;
+  return true;
+}
 
-  /** Whether they keep the event loop alive, as the call does. */
-  ref(on: boolean): void {
-    for (const t of [this.timeout, this.idle, this.drain]) {
-      if (on) t?.ref();
-      else t?.unref();
-    }
+/**
+ * The ladder on many calls at once (a supervisor's shutdown): one call into
+ * the addon, which freezes each cgroup subtree they share with one write
+ * instead of one freeze and thaw per call.
+ */
+export function terminateMany(calls: readonly CallState[], reason: CleanupReason, grace: number): Promise<CleanupReport[]> {
+  const ready: CallState[] = [];
+  // One wait for every exec report not in yet, not one each.
+  const stopBy = performance.now() + STOP_EXEC_WAIT_MS;
+  for (const s of calls) {
+    if (s.flag(STARTED) && prepareLadder(s, reason, stopBy)) ready.push(s);
   }
+  const reporting = ready.length
+    ? binding.terminateGroup(ready.map((s) => s.id), ready.map((s) => s.opts.killSignal), grace, reason)
+    : [];
+  ready.forEach((s, i) => ladderStarted(s, reporting[i] === true, true));
+  return Promise.all(calls.map((s) => ladderFor(s, reason, grace)));
+}
+
+/** options.timeout ran out. */
+export function onTimeout(s: CallState): void {
+  if (s.x?.timers) s.x.timers.timeout = null;
+  s.setFlag(TIMED_OUT, true);
+  if (s.flag(EMPTY)) {
+    // pgroup: the visible tree is gone but something still holds our
+    // pipes, maybe an escapee we cannot see: the timeout ends the wait.
+    releaseReadable(s);
+    s.call.pty?.[releasePty]();
+    return;
+  }
+  void startLadder(s, 'timeout', s.opts.grace, true);
+}
+
+/** options.idleTimeout ran out: no output for that long. */
+export function onIdle(s: CallState): void {
+  if (s.x?.timers) s.x.timers.idle = null;
+  void startLadder(s, 'idle', s.opts.grace, true);
+}
+
+/** The timers of a started call. */
+export function startTimers(s: CallState): void {
+  const { timeout, idleTimeout } = s.opts;
+  if (timeout > 0) s.timers().timeout = setTimeout(onTimeout, timeout, s);
+  if (idleTimeout > 0) s.timers().idle = setTimeout(onIdle, idleTimeout, s);
+}
+
+/**
+ * Node listens to options.signal from spawn() on; so do we, which also lets
+ * an abort take a queued call out of the queue.
+ */
+export function watchSignal(s: CallState): void {
+  const signal = s.opts.signal;
+  if (!signal) return;
+  const onAbort = () => abort(s, signal.reason);
+  s.extras().onAbort = onAbort;
+  if (signal.aborted) process.nextTick(onAbort);
+  else signal.addEventListener('abort', onAbort, { once: true });
+}
+
+function abort(s: CallState, reason: unknown): void {
+  if (!s.x?.onAbort) return;
+  removeAbortListener(s);
+  const err = new AbortError(undefined, { cause: reason });
+  if (!s.flag(STARTED)) {
+    // Queued: it never starts. Node would have killed it; the caller
+    // asked to stop it, and gets the same AbortError.
+    drop(s, err, true);
+    return;
+  }
+  knowStart(s);
+  if (s.failed || s.flag(EXITED)) return;
+  s.setFlag(ABORTED, true);
+  // As Node's abortChildProcess: 'error' only when the signal was delivered.
+  if (startLadder(s, 'abort', s.opts.grace, true)) emitError(s, err);
 }

@@ -1,193 +1,159 @@
-// What a call ends with: its CleanupReport and its RunResult, built from what
-// the addon reported and what the call observed, and `done`, the promise
-// that settles with the result.
-import fs from 'node:fs';
+// How a call ends: 'close' once the tree is empty and its streams are done,
+// `done` and the RunResult it settles with, and the end of a call that never
+// had a process (it could not start, or was dropped from the queue).
+import { performance } from 'node:perf_hooks';
+import type { Readable } from 'node:stream';
 
-import { LeftoversError } from '../errors';
-import type { NativeReport, NativeUsage } from '../binding/contract';
-import type { CallOutput } from '../output';
-import type { CleanupReason, CleanupReport, Confinement, ProcessInfo, ResourceUsage, RunResult, Verification } from '../types';
+import { CallOutput } from '../output';
+import { flushPty, ptyPending, releasePty } from '../pty';
+import { closeChildEnds as closeChildSide, flushPipes, isUsedAsStdio, releaseReadable as releasePipes } from '../stdio';
+import type { ProcessInfo, ResourceUsage, RunResult } from '../types';
+import { runResult, usageSoFar } from './report';
+import { ABORTED, CLOSED, EMPTY, type CallState, STARTED, TIMED_OUT } from './state';
 
-/**
- * The report of a ladder that had nothing to stop: the tree was already
- * empty (`verified` as the call's tier proves it, from the addon), or the
- * call never started (nothing was verified: 'none').
- */
-export function emptyReport(reason: CleanupReason, confinement: Confinement, verified: Verification): CleanupReport {
-  return { reason, confinement, signaled: 0, killed: 0, escaped: 0, leftovers: [], verified, durationMs: 0 };
+/** Whether reading a stream is ours to start (not one handed to another call as its stdio). */
+function canResume(s: Readable): boolean {
+  return !isUsedAsStdio(s);
 }
 
-export function cleanupReport(r: NativeReport, confinement: Confinement): CleanupReport {
-  return {
-    reason: r.reason as CleanupReason,
-    confinement,
-    signaled: r.signaled,
-    killed: r.killed,
-    escaped: r.escaped,
-    leftovers: r.leftovers,
-    verified: r.verified,
-    durationMs: r.durationMs,
-  };
+/** The output streams: a terminal is one stream for both, and what it shows is stdout. */
+export function outputSources(s: CallState): { stdout: Readable | null; stderr: Readable | null } {
+  const c = s.call;
+  return c.pty ? { stdout: c.pty, stderr: c.pty } : { stdout: c.stdout, stderr: c.stderr };
 }
 
-/** The error a report with survivors is also delivered as; null when none survived. */
-export function leftoversError(report: CleanupReport): LeftoversError | null {
-  if (report.leftovers.length === 0) return null;
-  const names = report.leftovers.map((p) => `${p.pid} (${p.comm})`).join(', ');
-  return new LeftoversError(`processes survived the kill ladder: ${names}`, report.leftovers);
+/** The call's CallOutput, made now if it was not. */
+export function output(s: CallState): CallOutput {
+  const x = s.extras();
+  x.output ??= new CallOutput(outputSources(s), s.opts.output, canResume);
+  return x.output;
 }
 
-/** What the call knew when it closed, for its RunResult. */
-export interface CallOutcome {
-  exitCode: number | null;
-  signal: NodeJS.Signals | null;
-  timedOut: boolean;
-  aborted: boolean;
-  createdAt: number;
-  startedAt: number;
-  /** When the result's time ends ('close', or when the call became a job). */
-  endedAt: number;
-  cleanup: CleanupReport | null;
-  pid: number | undefined;
-  cgroup: string | null;
-  confinement: Confinement;
-  usage: ResourceUsage;
-  jobId: string | null;
-  remaining: ProcessInfo[];
+/** Node's flushStdio: the output streams (pipes, or the terminal) nobody reads are resumed, so they reach their end. */
+export function flushOutput(s: CallState): void {
+  if (s.openReadable > 0) flushPipes(s.call.stdio);
+  s.call.pty?.[flushPty]();
 }
 
-export function runResult(call: CallOutcome, output: CallOutput, encoding: BufferEncoding | 'buffer'): RunResult<string | Buffer> {
-  const o = output.collected(encoding);
-  return {
-    exitCode: call.exitCode,
-    signal: call.signal,
-    stdout: o.stdout,
-    stderr: o.stderr,
-    ...(o.all !== undefined ? { all: o.all } : {}),
-    stdoutTruncated: o.stdoutOmitted > 0,
-    stderrTruncated: o.stderrOmitted > 0,
-    stdoutOmitted: o.stdoutOmitted,
-    stderrOmitted: o.stderrOmitted,
-    ...(o.allOmitted !== undefined ? { allOmitted: o.allOmitted } : {}),
-    timedOut: call.timedOut,
-    aborted: call.aborted,
-    durationMs: call.endedAt - call.startedAt,
-    queuedMs: call.startedAt - call.createdAt,
-    cleanup: call.cleanup,
-    pid: call.pid ?? 0,
-    cgroup: call.cgroup ?? '',
-    confinement: call.confinement,
-    usage: call.usage,
-    jobId: call.jobId,
-    remaining: call.remaining,
-  };
+/** Closes our ends of the readable pipes still open (a holder outside the tree keeps them from EOF). */
+export function releaseReadable(s: CallState): void {
+  if (s.openReadable > 0) releasePipes(s.call.stdio);
 }
 
-/** The usage the addon reported with the Empty event. */
-export function finalUsage(u: NativeUsage | null | undefined): ResourceUsage {
-  const out: ResourceUsage = {
-    userMs: u?.userMs ?? 0,
-    systemMs: u?.systemMs ?? 0,
-    peakProcesses: u?.peakProcesses ?? 0,
-    source: u?.source ?? 'none',
-  };
-  if (u?.memoryPeakBytes !== undefined) out.memoryPeakBytes = u.memoryPeakBytes;
-  return out;
+/** The child holds its own copies once it started (or never will): ours would keep the pipes open. */
+export function closeChildEnds(s: CallState): void {
+  const child = s.child;
+  s.child = null;
+  closeChildSide(child);
 }
 
-/**
- * What a tree that is still running used so far: the cgroup's cpu.stat and
- * memory.peak now (the addon reads the same files once it is empty); the
- * other tiers learn their figures only when the tree is gone.
- */
-export function usageSoFar(
-  cgroup: string | null,
-  peakProcesses: number,
-  base: readonly [number, number] = [0, 0],
-): ResourceUsage {
-  const none: ResourceUsage = { userMs: 0, systemMs: 0, peakProcesses, source: 'none' };
-  if (!cgroup) return none;
-  let stat: string;
-  try {
-    stat = fs.readFileSync(`${cgroup}/cpu.stat`, 'utf8');
-  } catch {
-    return none;
-  }
-  // A leaf that served earlier calls carries their counters: `base`.
-  const field = (name: string, from: number): number =>
-    (Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(stat)?.[1] ?? 0) - from) / 1000;
-  const out: ResourceUsage = {
-    userMs: field('user_usec', base[0]),
-    systemMs: field('system_usec', base[1]),
-    peakProcesses,
-    source: 'cgroup',
-  };
-  try {
-    out.memoryPeakBytes = Number(fs.readFileSync(`${cgroup}/memory.peak`, 'utf8').trim());
-  } catch {
-    // the memory controller is not delegated here
-  }
-  return out;
+export function emitError(s: CallState, err: Error): void {
+  if (s.call.listenerCount('error') > 0) s.call.emit('error', err);
+  else s.owner.unhandledError(s.call, err);
 }
 
-function ignore(): void {}
+export function removeAbortListener(s: CallState): void {
+  const onAbort = s.x?.onAbort;
+  if (!onAbort) return;
+  s.opts.signal?.removeEventListener('abort', onAbort);
+  s.extras().onAbort = null;
+}
 
-/**
- * `done` of a call, made when somebody asks (run(), `done`) or when the call
- * could become a job (its result is taken when it does): a call nobody asks
- * builds none.
- */
-export class CallDone {
-  promise: Promise<RunResult<string | Buffer>> | null = null;
-  encoding: BufferEncoding | 'buffer' = 'utf8';
-  /** The result the promise settled with, once it has. */
-  settled: RunResult<string | Buffer> | null = null;
-  /** When 'close' came: the end of the result's duration, for a result built later. */
-  closedAt = 0;
-  #resolve: ((r: RunResult<string | Buffer>) => void) | null = null;
-  #reject: ((err: Error) => void) | null = null;
+/** 'close', once the tree is empty, the streams are done and the ladder's report is complete. */
+export function maybeClose(s: CallState): void {
+  if (s.flag(CLOSED) || !s.flag(EMPTY) || s.openReadable > 0 || s.call.pty?.[ptyPending] || s.x?.heldCheck) return;
+  s.setFlag(CLOSED, true);
+  // Kept for a result built later (the server asks at its own time).
+  s.done().closedAt = performance.now();
+  s.x?.timers?.stopAll();
+  removeAbortListener(s);
+  s.owner.release(s.call);
+  // The result first, as the first listener of 'close' it always was.
+  settle(s);
+  s.call.emit('close', s.call.exitCode, s.call.signalCode);
+}
 
-  /** Whether the promise waits to be settled. */
-  get waiting(): boolean {
-    return this.#resolve !== null;
-  }
+/** The call never ran: 'error', then its streams end and 'close' follows; its slot is freed. */
+export function fail(s: CallState, err: Error): void {
+  s.extras().spawnError = err;
+  const errno = (err as { errno?: unknown }).errno;
+  if (typeof errno === 'number') s.call.exitCode = errno;
+  end(s, err, true);
+}
 
-  /**
-   * The promise, made on first use: rejected at once for a call that could
-   * not start, resolved at once (with `build()`) for one that closed.
-   */
-  make(spawnError: Error | null, closed: boolean, build: () => RunResult<string | Buffer>): Promise<RunResult<string | Buffer>> {
-    if (this.promise) return this.promise;
-    let done: Promise<RunResult<string | Buffer>>;
-    if (spawnError) {
-      done = Promise.reject(spawnError);
-    } else if (closed) {
-      done = Promise.resolve(build());
-    } else {
-      done = new Promise((resolve, reject) => {
-        this.#resolve = resolve;
-        this.#reject = reject;
-      });
-    }
-    // 'done' carries a failed start; do not also crash on it.
-    done.catch(ignore);
-    this.promise = done;
-    return done;
-  }
+/** Ends a call that has no process: `withError` says whether 'error' is due. */
+export function end(s: CallState, err: Error, withError: boolean): void {
+  s.extras().spawnError ??= err;
+  s.x?.readyWait?.stop();
+  s.x?.done?.reject(err);
+  removeAbortListener(s);
+  closeChildEnds(s);
+  s.call.stdin?.destroy();
+  s.call.pty?.[releasePty]();
+  process.nextTick(() => {
+    s.owner.release(s.call);
+    if (withError) emitError(s, err);
+    if (s.x?.ladder?.running) s.x.ladder.endEmpty(s.call.confinement, s.verified);
+    s.setFlag(EMPTY, true);
+    flushOutput(s);
+    maybeClose(s);
+  });
+}
 
-  /** Resolves the promise, if it waits, with `build()`. */
-  settle(build: () => RunResult<string | Buffer>): void {
-    const resolve = this.#resolve;
-    if (!resolve) return;
-    this.#resolve = null;
-    this.#reject = null;
-    resolve(build());
-  }
+/** A queued call that will never start: out of the queue, closed. */
+export function drop(s: CallState, err: Error, withError: boolean): void {
+  if (s.flag(STARTED)) return;
+  s.setFlag(STARTED, true);
+  s.owner.dequeue(s.call);
+  end(s, err, withError);
+}
 
-  reject(err: Error): void {
-    const reject = this.#reject;
-    this.#resolve = null;
-    this.#reject = null;
-    reject?.(err);
-  }
+/** `done`, made on first use: settled already when the call failed or closed before. */
+export function donePromise(s: CallState): Promise<RunResult<string | Buffer>> {
+  const state = s.done();
+  if (state.promise) return state.promise;
+  const done = state.make(s.x?.spawnError ?? null, s.flag(CLOSED), () => buildResult(s));
+  // A background call's result is its start.
+  if (state.waiting && s.opts.background && !s.x?.readyWait) s.call.once('spawn', () => settle(s));
+  return done;
+}
+
+/** Resolves `done`, if anybody made it, with what is known now (at 'close', or when the call became a job). */
+export function settle(s: CallState): void {
+  if (!s.failed) s.x?.done?.settle(() => buildResult(s));
+}
+
+/** What remains of a kept call's tree and what it used so far: its result's `remaining` and `usage`. */
+export function jobOutcome(s: CallState): { remaining: ProcessInfo[]; usage: ResourceUsage } {
+  const remaining = s.x?.remaining ?? [];
+  return { remaining, usage: s.x?.usage ?? usageSoFar(s.call.cgroup, Math.max(1, remaining.length), s.x?.cpuBase) };
+}
+
+function buildResult(s: CallState): RunResult<string | Buffer> {
+  const out = output(s);
+  const c = s.call;
+  const result = runResult(
+    {
+      exitCode: c.exitCode,
+      signal: c.signalCode,
+      timedOut: s.flag(TIMED_OUT),
+      aborted: s.flag(ABORTED),
+      createdAt: s.createdAt,
+      startedAt: s.startedAt,
+      endedAt: s.flag(CLOSED) ? s.x?.done?.closedAt ?? 0 : performance.now(),
+      cleanup: s.x?.ladder?.report ?? null,
+      pid: c.pid,
+      cgroup: c.cgroup,
+      confinement: c.confinement,
+      ...jobOutcome(s),
+      jobId: c.jobId,
+    },
+    out,
+    s.x?.done?.encoding ?? 'utf8',
+  );
+  if (s.x?.readyWait) result.ready = s.x.readyState;
+  if (s.x?.done) s.x.done.settled = result;
+  // Delivered: what comes later is the job's (its ring), not the result's.
+  out.stopCollecting();
+  return result;
 }

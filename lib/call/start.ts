@@ -1,20 +1,28 @@
-// What a call's start needs: the settings it keeps from its options, the
-// spec the binding is handed (SpawnSpec, with the executable's candidate
-// paths and the helper's path), which start errors Node throws instead of
-// emitting, and how long the ticks after spawn() wait for exec reports.
+// A call from its creation to its start: what it sets up before it is
+// admitted (its output taps, its job ring, the ready wait, run()'s input),
+// its admission (now or queued), and its start: the settings it keeps from
+// its options, the spec the binding is handed (SpawnSpec, with the
+// executable's candidate paths and the helper's path), which start errors
+// Node throws instead of emitting, and the tick after spawn() that asks for
+// the exec report.
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 
+import { binding } from '../binding';
 import type { NativeErrorShape, NativeSpawnSpec } from '../binding/contract';
-import { helperPath } from '../capabilities';
-import { isDefaultOutput, type ResolvedSpawn } from '../options';
+import { helperPath, warnNoGuardian } from '../capabilities';
+import { spawnError, spawnThrow } from '../errors';
+import { isDefaultOutput, type ResolvedRun, type ResolvedSpawn } from '../options';
+import { ByteTail, tapLater } from '../output';
+import { attachMaster, setPtyRef, typeInput } from '../pty';
+import { destroyPipes, setPipesRef, takeForChild } from '../stdio';
 import type { Confinement } from '../types';
-
-/** What a call reads of its options all its life. */
-export type Settings = Pick<
-  ResolvedSpawn,
-  'background' | 'grace' | 'idleTimeout' | 'killSignal' | 'leftovers' | 'output' | 'signal' | 'timeout'
->;
+import { emitSpawn, knowStart, publishPid } from './exec';
+import { onNativeEvent } from './events';
+import { becomeJob, readyWait } from './job';
+import { startTimers, watchSignal } from './ladder';
+import { closeChildEnds, donePromise, fail, flushOutput, output, outputSources, removeAbortListener } from './result';
+import { type CallState, CONSTRUCTING, EMPTY, EXEC_PENDING, type Settings, STARTED, UNREF, withVerified } from './state';
 
 /**
  * What a call reads of its options after its start (its file and argv are
@@ -66,7 +74,7 @@ class CallSettings implements Settings {
  */
 let sharedSettings: CallSettings | null = null;
 
-export function settingsFor(o: ResolvedSpawn): CallSettings {
+function settingsFor(o: ResolvedSpawn): CallSettings {
   if (o.signal !== undefined || !isDefaultOutput(o.output)) return new CallSettings(o);
   if (sharedSettings === null || !sharedSettings.sameAs(o)) sharedSettings = new CallSettings(o);
   return sharedSettings;
@@ -75,7 +83,7 @@ export function settingsFor(o: ResolvedSpawn): CallSettings {
 // execvpe's search, done in the parent when the call starts (a queued or
 // live call holds no list of paths); the child execs the first candidate
 // that exists (relative entries resolve against the new cwd).
-export function candidatesFor(file: string, env: readonly string[] | null): string[] {
+function candidatesFor(file: string, env: readonly string[] | null): string[] {
   // Windows (the portable binding): child_process searches PATH and PATHEXT itself.
   if (file.includes('/') || process.platform === 'win32') return [file];
   const entry = env === null ? process.env.PATH : env.find((e) => e.startsWith('PATH='))?.slice(5);
@@ -104,14 +112,14 @@ Object.setPrototypeOf(SpawnSpec.prototype, null);
 
 // A start that Node reports by throwing from spawn() rather than by 'error':
 // the uid/gid steps (EPERM when not privileged, EINVAL for a bad id).
-export function throwsLikeNode(err: NativeErrorShape): boolean {
+function throwsLikeNode(err: NativeErrorShape): boolean {
   return err.syscall === 'setuid' || err.syscall === 'setgid' || err.syscall === 'setgroups';
 }
 
 let helper: string | undefined;
 
 /** The spec of a call's start: `stdio` is what the child gets (stdio.ts's takeForChild). */
-export function spawnSpec(
+function spawnSpec(
   group: string,
   opts: ResolvedSpawn,
   stdio: NativeSpawnSpec['stdio'],
@@ -146,12 +154,145 @@ function endSpawnTicks(): void {
   spawnTicksUntil = 0;
 }
 
-/** What the tick after a spawn() may still wait for its exec report (ms): the run of ticks shares one budget. */
-export function spawnTickBudget(): number {
+/**
+ * The tick after spawn(), where Node emits 'spawn': the report is asked
+ * for, within what this run of ticks may still wait (SPAWN_TICK_WAIT_MS);
+ * a report not in by then emits 'spawn' (or 'error') when it comes.
+ */
+function spawnTick(s: CallState): void {
   const now = performance.now();
   if (spawnTicksUntil === 0) {
     spawnTicksUntil = now + SPAWN_TICK_WAIT_MS;
     setImmediate(endSpawnTicks);
   }
-  return Math.max(0, Math.floor(spawnTicksUntil - now));
+  knowStart(s, Math.max(0, Math.floor(spawnTicksUntil - now)));
+  if (!s.flag(EXEC_PENDING) && s.pid !== undefined && !s.failed) emitSpawn(s);
+}
+
+/**
+ * What a call sets up before it is admitted. Output is collected from the
+ * first byte, so `done` read late loses nothing: streams are tapped now, and
+ * the CallOutput is made when the first chunk arrives or something asks for
+ * it.
+ */
+export function prepareCall(s: CallState, opts: ResolvedSpawn, run: ResolvedRun | undefined): void {
+  const c = s.call;
+  if ((c.pty || c.stdout || c.stderr) && !tapLater(outputSources(s), c)) output(s);
+  if (opts.background || opts.leftovers === 'keep') {
+    const ring = new ByteTail(opts.jobBuffer);
+    s.extras().ring = ring;
+    output(s).subscribe((chunk) => ring.write(chunk));
+  }
+  if (opts.ready) readyWait(s, opts.ready);
+  if (opts.idleTimeout > 0) output(s).subscribe(() => s.x?.timers?.idle?.refresh());
+  if (run) feedInput(s, run);
+  // A call that can become a job takes its result when it does.
+  if (run) s.done().encoding = run.encoding;
+  if (run || opts.background || opts.leftovers === 'keep') donePromise(s);
+  // run() reads the streams itself (nobody else can) and wants the result.
+  if (run) {
+    output(s).resultWanted();
+    flushOutput(s);
+  }
+}
+
+/** run()'s input, or stdin closed. */
+function feedInput(s: CallState, run: ResolvedRun): void {
+  const { pty, stdin } = s.call;
+  if (pty) {
+    if (run.input !== undefined || run.closeStdin) typeInput(pty, run.input);
+  } else if (stdin) {
+    if (run.input !== undefined) stdin.end(run.input);
+    else if (run.closeStdin) stdin.end();
+  }
+}
+
+/**
+ * A start error that Node throws from spawn() (see throwsLikeNode), carried
+ * from startCall() out of the constructor that admitted the call:
+ * construction is synchronous, so one slot serves every call.
+ */
+let throwFromConstructor: Error | null = null;
+
+/**
+ * The call's admission by its supervisor: it starts now, or when a slot is
+ * free. Throws what Node's spawn() throws (see throwsLikeNode), with
+ * nothing of the call left behind. `stdioError`: its pipes could not be
+ * made (EMFILE): as Node, an 'error', not a throw.
+ */
+export function admitCall(s: CallState, opts: ResolvedSpawn, stdioError: NativeErrorShape | null): void {
+  if (stdioError) {
+    s.setFlag(STARTED, true);
+    fail(s, spawnError(stdioError, opts.file, opts.argv));
+    return;
+  }
+  s.setFlag(CONSTRUCTING, true);
+  s.owner.admit(s.call, () => startCall(s), opts.background);
+  s.setFlag(CONSTRUCTING, false);
+  const thrown = throwFromConstructor;
+  throwFromConstructor = null;
+  if (!thrown) {
+    // After admit: an already aborted signal acts a tick after 'spawn' was queued, as in Node.
+    watchSignal(s);
+    return;
+  }
+  removeAbortListener(s);
+  closeChildEnds(s);
+  destroyPipes(s.call.stdio, null);
+  s.owner.release(s.call);
+  throw thrown;
+}
+
+function startCall(s: CallState): void {
+  if (s.flag(STARTED)) return;
+  s.setFlag(STARTED, true);
+  s.startedAt = performance.now();
+  // Its start is the one reader of the whole options: from here on, its settings.
+  const opts = s.opts as ResolvedSpawn;
+  s.opts = settingsFor(opts);
+  const c = s.call;
+  // A job's startedAt, in ms since the epoch (only a call with a ring can become one).
+  if (s.x?.ring) s.x.startedAtEpoch = Date.now();
+  let res;
+  try {
+    const spec = spawnSpec(s.owner.group, opts, takeForChild(s.child), c.confinement, c.pty);
+    res = binding.spawn(spec, onNativeEvent.bind(s));
+  } catch (err) {
+    res = { error: err as NativeErrorShape };
+  }
+  closeChildEnds(s);
+  if ('error' in res) {
+    if (s.flag(CONSTRUCTING) && throwsLikeNode(res.error)) throwFromConstructor = spawnThrow(res.error);
+    else fail(s, spawnError(res.error, opts.file, opts.argv));
+    publishPid(s);
+    return;
+  }
+  s.id = res.id;
+  s.flags = withVerified(s.flags, res.verified);
+  if (res.ptyMaster !== undefined) c.pty?.[attachMaster](res.ptyMaster);
+  c.cgroup = res.cgroup === '' ? null : res.cgroup;
+  if (res.guardianError) warnNoGuardian(res.guardianError);
+  if (!res.pending) {
+    s.pid = res.pid;
+    if (res.execPending) {
+      s.setFlag(EXEC_PENDING, true);
+      process.nextTick(spawnTick, s);
+    } else {
+      publishPid(s);
+      process.nextTick(emitSpawn, s);
+    }
+  }
+  startTimers(s);
+  if (opts.background) becomeJob(s);
+  s.x?.readyWait?.start(s.startedAt);
+  if (s.flag(UNREF)) applyRef(s);
+}
+
+/** Whether the call keeps the event loop alive: its pipes, terminal, timers and the binding's hold on it. */
+export function applyRef(s: CallState): void {
+  const ref = !s.flag(UNREF);
+  setPipesRef(s.call.stdio, ref);
+  s.call.pty?.[setPtyRef](ref);
+  s.x?.timers?.ref(ref);
+  if (s.id && !s.flag(EMPTY)) binding.setRef(s.id, ref);
 }

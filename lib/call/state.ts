@@ -1,12 +1,29 @@
-// What a call holds besides its public fields: the bits of its life in one
-// number, the state most live calls never need (made when a part of it is
-// first set), and the symbols through which its supervisor, the server and
-// its streams reach it.
+// What a call holds besides its public fields (CallState): the bits of its
+// life in one number, the state most live calls never need (CallExtras, made
+// when a part of it is first set), what the call's files see of the public
+// ToolCall (CallSurface) and of its supervisor (CallOwner), and the symbols
+// through which the supervisor, the server and the streams reach a call.
+import { performance } from 'node:perf_hooks';
+import type { Readable, Writable } from 'node:stream';
+
+import type { ResolvedSpawn } from '../options';
+import type { ByteTail, CallOutput, outputNow } from '../output';
+import type { PtyStream } from '../pty';
 import type { ReadyWait } from '../ready';
-import type { ByteTail, CallOutput } from '../output';
-import type { ProcessInfo, ReadyState, ResourceUsage, Verification } from '../types';
-import type { CallLadder, CallTimers } from './ladder';
-import type { CallDone } from './result';
+import type { ChildSide } from '../stdio';
+import type {
+  CleanupReason,
+  CleanupReport,
+  Confinement,
+  Listener,
+  ProcessInfo,
+  ReadyState,
+  ResourceUsage,
+  RunResult,
+  ToolCallEvents,
+  Verification,
+} from '../types';
+import { emptyReport } from './report';
 
 // The bits of a call's flags.
 export const STARTED = 1;
@@ -39,6 +56,57 @@ export function verifiedOf(flags: number): Verification {
 export function withVerified(flags: number, v: Verification): number {
   const i = VERIFICATIONS.indexOf(v);
   return (flags & ~VERIFIED_MASK) | ((i < 0 ? 0 : i) << VERIFIED_SHIFT);
+}
+
+/** What a call reads of its options all its life. */
+export type Settings = Pick<
+  ResolvedSpawn,
+  'background' | 'grace' | 'idleTimeout' | 'killSignal' | 'leftovers' | 'output' | 'signal' | 'timeout'
+>;
+
+/** The public ToolCall, as the call's files see it. */
+export interface CallSurface {
+  readonly stdin: Writable | null;
+  readonly stdout: Readable | null;
+  readonly stderr: Readable | null;
+  readonly stdio: Array<Readable | Writable | null>;
+  readonly pty: PtyStream | null;
+  readonly confinement: Confinement;
+  readonly spawnfile: string;
+  readonly spawnargs: string[];
+  readonly pid: number | undefined;
+  exitCode: number | null;
+  signalCode: NodeJS.Signals | null;
+  killed: boolean;
+  cgroup: string | null;
+  jobId: string | null;
+  ports(): Promise<Listener[]>;
+  emit<E extends keyof ToolCallEvents>(event: E, ...args: ToolCallEvents[E]): boolean;
+  once<E extends keyof ToolCallEvents>(event: E, listener: (...args: ToolCallEvents[E]) => void): this;
+  listenerCount(event: keyof ToolCallEvents): number;
+  /** A tapped stream's first chunk (or end): the CallOutput it goes to. */
+  [outputNow](): CallOutput;
+}
+
+/**
+ * What a call needs from the supervisor that owns it: where its cgroup goes,
+ * when it may start (maxConcurrent), and where errors nobody listens to go.
+ * `C`: what the owner knows its calls as (a Supervisor: ToolCall). @internal
+ */
+export interface CallOwner<C = CallSurface> {
+  readonly group: string;
+  /** Calls start() now or later (FIFO), never twice; a background call starts now and takes no slot. */
+  admit(call: C, start: () => void, background: boolean): void;
+  /** A queued call that will never start leaves the queue. */
+  dequeue(call: C): void;
+  /** The call has settled ('close', or it could not start): its slot is free. */
+  release(call: C): void;
+  /** The call's ladder reported (before the call's own 'cleanup' listeners hear of it). */
+  cleanup(call: C, report: CleanupReport): void;
+  /** An 'error' the call has no listener for. */
+  unhandledError(call: C, err: Error): void;
+  /** The call is a job now (its id is set): list it, and free its slot. `startedAt`: when the call started (ms since the epoch). */
+  adoptJob(call: C, ring: ByteTail, startedAt: number): void;
 }
 
 /**
@@ -76,6 +144,204 @@ export class CallExtras {
   leafId: bigint | null = null;
   /** The ladder's report waits for the leaf's listeners ('cleanup' and 'close' wait for it). */
   heldCheck = false;
+}
+
+/**
+ * The one ladder of a call, from the moment it is asked for: every
+ * terminate() gets its promise. `report` is the addon's, once it came; a
+ * ladder that found nothing to stop resolves with an empty report and
+ * keeps none (the call's `cleanupReport` stays null).
+ */
+export class CallLadder {
+  readonly promise: Promise<CleanupReport>;
+  report: CleanupReport | null = null;
+  #resolve: (r: CleanupReport) => void = () => {};
+
+  /** `reason`: why it was asked for, what its report says even when the tree was gone before it ran. */
+  constructor(readonly reason: CleanupReason) {
+    this.promise = new Promise((resolve) => {
+      this.#resolve = resolve;
+    });
+  }
+
+  /** Whether it was asked for and has not reported. */
+  get running(): boolean {
+    return this.report === null;
+  }
+
+  /** Its report is delivered: terminate()'s promises resolve with it. */
+  deliver(report: CleanupReport): void {
+    this.#resolve(report);
+  }
+
+  /** Nothing was there to stop (the tree emptied, or the call ended without a process). */
+  endEmpty(confinement: Confinement, verified: Verification): void {
+    this.#resolve(emptyReport(this.reason, confinement, verified));
+  }
+}
+
+/** The timers of a call, made when the first is set. */
+export class CallTimers {
+  /** options.timeout: the whole tree (and, where emptiness is not proved, its pipes). */
+  timeout: NodeJS.Timeout | null = null;
+  /** options.idleTimeout: refreshed by each chunk of output. */
+  idle: NodeJS.Timeout | null = null;
+  /** After the tree is empty: how long its pipes may stay open. */
+  drain: NodeJS.Timeout | null = null;
+
+  /** The command's own time is over (it left a job, or the job is ready): timeout and idle stop. */
+  stopCommand(): void {
+    if (this.timeout) clearTimeout(this.timeout);
+    if (this.idle) clearTimeout(this.idle);
+    this.timeout = null;
+    this.idle = null;
+  }
+
+  stopAll(): void {
+    this.stopCommand();
+    if (this.drain) clearTimeout(this.drain);
+    this.drain = null;
+  }
+
+  /** Whether they keep the event loop alive, as the call does. */
+  ref(on: boolean): void {
+    for (const t of [this.timeout, this.idle, this.drain]) {
+      if (on) t?.ref();
+      else t?.unref();
+    }
+  }
+}
+
+function ignore(): void {}
+
+/**
+ * `done` of a call, made when somebody asks (run(), `done`) or when the call
+ * could become a job (its result is taken when it does): a call nobody asks
+ * builds none.
+ */
+export class CallDone {
+  promise: Promise<RunResult<string | Buffer>> | null = null;
+  encoding: BufferEncoding | 'buffer' = 'utf8';
+  /** The result the promise settled with, once it has. */
+  settled: RunResult<string | Buffer> | null = null;
+  /** When 'close' came: the end of the result's duration, for a result built later. */
+  closedAt = 0;
+  #resolve: ((r: RunResult<string | Buffer>) => void) | null = null;
+  #reject: ((err: Error) => void) | null = null;
+
+  /** Whether the promise waits to be settled. */
+  get waiting(): boolean {
+    return this.#resolve !== null;
+  }
+
+  /**
+   * The promise, made on first use: rejected at once for a call that could
+   * not start, resolved at once (with `build()`) for one that closed.
+   */
+  make(spawnError: Error | null, closed: boolean, build: () => RunResult<string | Buffer>): Promise<RunResult<string | Buffer>> {
+    if (this.promise) return this.promise;
+    let done: Promise<RunResult<string | Buffer>>;
+    if (spawnError) {
+      done = Promise.reject(spawnError);
+    } else if (closed) {
+      done = Promise.resolve(build());
+    } else {
+      done = new Promise((resolve, reject) => {
+        this.#resolve = resolve;
+        this.#reject = reject;
+      });
+    }
+    // 'done' carries a failed start; do not also crash on it.
+    done.catch(ignore);
+    this.promise = done;
+    return done;
+  }
+
+  /** Resolves the promise, if it waits, with `build()`. */
+  settle(build: () => RunResult<string | Buffer>): void {
+    const resolve = this.#resolve;
+    if (!resolve) return;
+    this.#resolve = null;
+    this.#reject = null;
+    resolve(build());
+  }
+
+  reject(err: Error): void {
+    const reject = this.#reject;
+    this.#resolve = null;
+    this.#reject = null;
+    reject?.(err);
+  }
+}
+
+/**
+ * A call's own state: what the ToolCall holds privately, and what the
+ * functions of call/*.ts work on. One per call, made with it.
+ */
+export class CallState {
+  /** The binding's id of the call; 0 until it started. */
+  id = 0;
+  /**
+   * started, exited, empty, closed, timedOut, aborted, unref'd, killedAll,
+   * constructing, …: one field for the flags of the call's life (a harness
+   * holds many live calls).
+   */
+  flags = 0;
+  pid: number | undefined = undefined;
+  readonly createdAt = performance.now();
+  startedAt = 0;
+  /** Our readable streams not yet closed (stdio[1…]): 'close' waits for them. */
+  openReadable = 0;
+  /** What the start hands the child, and the pipe ends ours to close then (stdio.ts): null once started. */
+  child: ChildSide | null = null;
+  /** The state most live calls never need, made when a part of it is set. */
+  x: CallExtras | null = null;
+
+  /**
+   * `opts`: what the call reads of its options; until it starts, all of
+   * them (its start reads the environment, cwd, stdio, …), from then on only
+   * its settings, often shared with other calls.
+   */
+  constructor(
+    readonly call: CallSurface,
+    readonly owner: CallOwner,
+    public opts: Settings | ResolvedSpawn,
+  ) {}
+
+  flag(bit: number): boolean {
+    return (this.flags & bit) !== 0;
+  }
+
+  setFlag(bit: number, on: boolean): void {
+    this.flags = on ? this.flags | bit : this.flags & ~bit;
+  }
+
+  get verified(): Verification {
+    return verifiedOf(this.flags);
+  }
+
+  extras(): CallExtras {
+    this.x ??= new CallExtras();
+    return this.x;
+  }
+
+  timers(): CallTimers {
+    return (this.extras().timers ??= new CallTimers());
+  }
+
+  done(): CallDone {
+    return (this.extras().done ??= new CallDone());
+  }
+
+  /** Whether it could not start (its 'error' is due or emitted). */
+  get failed(): boolean {
+    return this.x !== null && this.x.spawnError !== null;
+  }
+
+  /** Whether its tree is there to signal: started, not failed, not empty. */
+  get live(): boolean {
+    return this.id !== 0 && !this.flag(EMPTY) && !this.failed;
+  }
 }
 
 /** Runs the ladder on many calls at once (ToolCall[terminateMany]). @internal */

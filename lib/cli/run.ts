@@ -2,7 +2,7 @@
 // public API (spawn, terminate, done); this file only maps flags and statuses.
 import { constants as osConstants } from 'node:os';
 
-import { spawn } from '../spawn';
+import { spawn } from '../default-supervisor';
 import { tiers } from '../tiers';
 import { formatListener, resolveReady, type ResolvedReady } from '../ports';
 import { watchReady } from '../call/state';

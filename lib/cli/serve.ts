@@ -14,7 +14,7 @@ import { capabilities } from '../capabilities';
 import { invalidArgValue, outOfRange, proctreeError as fail } from '../errors';
 import { DEFAULT_MAX_BUFFER } from '../output';
 import { noTerminal, typeEndOfInput } from '../pty';
-import { spawn } from '../spawn';
+import { spawn } from '../default-supervisor';
 import { job, jobs } from '../supervisor';
 import { afterPipesPolled, jobOutcome, resultEncoding, settledResult } from '../call/state';
 import type { ToolCall } from '../toolcall';

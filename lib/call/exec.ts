@@ -1,0 +1,66 @@
+// Whether the command exec'd: the binding clones the command without waiting
+// for its exec, and reports how the exec went later (an event) or when asked
+// (settle). `pid` and 'spawn' come from that report, as Node's come after
+// its synchronous spawn: a command that could not start has no pid, and
+// gets 'error' instead of 'spawn'.
+import { binding } from '../binding';
+import type { NativeErrorShape } from '../binding/contract';
+import { spawnError } from '../errors';
+import { fail } from './result';
+import { type CallState, EXEC_PENDING, SPAWN_EMITTED } from './state';
+
+/**
+ * `pid` as Node has it once known: an own, enumerable data property
+ * (Object.keys, spread, util.inspect show it), shadowing the getter that
+ * waits for a pending exec report.
+ */
+export function publishPid(s: CallState): void {
+  Object.defineProperty(s.call, 'pid', { value: s.pid, writable: true, enumerable: true, configurable: true });
+}
+
+/** Whether the command started is known from here on (a signal or a ladder needs it: a command that never ran gets neither). */
+export function knowStart(s: CallState, waitMs?: number): void {
+  if (s.flag(EXEC_PENDING)) settleExec(s, waitMs);
+}
+
+/**
+ * Asks for the exec report now (it also comes as an event), waiting for it
+ * up to `waitMs` (default: the addon's bound, past which the command
+ * counts as started). A command that could not start fails now: 'error' on
+ * the next tick, then 'close'. A shorter wait that ends first leaves the
+ * report to its event.
+ */
+function settleExec(s: CallState, waitMs?: number): void {
+  const res = waitMs === undefined ? binding.settle(s.id) : binding.settle(s.id, waitMs);
+  if (res === false) return;
+  s.setFlag(EXEC_PENDING, false);
+  if (res !== true) s.pid = undefined;
+  publishPid(s);
+  if (res !== true) fail(s, spawnError(res, s.call.spawnfile, s.call.spawnargs));
+}
+
+/** 'spawn', once. */
+export function emitSpawn(s: CallState): void {
+  if (s.flag(SPAWN_EMITTED)) return;
+  s.setFlag(SPAWN_EMITTED, true);
+  s.call.emit('spawn');
+}
+
+/** The exec report came as an event: the command runs as `pid`. */
+export function execStarted(s: CallState, pid: number): void {
+  // A pending exec that `pid` already settled keeps what it found.
+  if (s.flag(EXEC_PENDING) || s.pid === undefined) s.pid = pid;
+  s.setFlag(EXEC_PENDING, false);
+  publishPid(s);
+  emitSpawn(s);
+}
+
+/** The exec report came as an event: the command could not start. */
+export function execFailed(s: CallState, err: NativeErrorShape): void {
+  // Already failed when `pid` settled the exec synchronously.
+  if (s.failed) return;
+  s.setFlag(EXEC_PENDING, false);
+  s.pid = undefined;
+  publishPid(s);
+  fail(s, spawnError(err, s.call.spawnfile, s.call.spawnargs));
+}
