@@ -1,4 +1,4 @@
-// The `ready` option's wait (issue 28): a call fed its output chunk by chunk
+// The `ready` option's wait: a call fed its output chunk by chunk
 // and asked what its tree listens on, at an interval that backs off (50 ms,
 // then ×1.5 up to 500 ms; each question runs on the addon's ports thread, so
 // the JS thread only waits), until the condition holds (reached) or
