@@ -120,11 +120,13 @@ export const enum NativeEventKind {
   Started = 4,
   /** The shim could not start the command: a = the error. */
   StartFailed = 5,
+  /** cgroup.events shows the state pause() (a = true) or resume() (a = false) asked for (10: the addon's CallEvent::kFrozen). */
+  Frozen = 10,
 }
 
 export type NativeEventCallback = (
   kind: NativeEventKind,
-  a?: number | null | NativeReport | NativeErrorShape | NativeUsage,
+  a?: number | boolean | null | NativeReport | NativeErrorShape | NativeUsage,
   b?: number | string,
 ) => void;
 
@@ -239,6 +241,14 @@ export interface NativeBinding {
   ptyForeground(masterFd: number): number;
   /** `proctree-<pid>-<12 hex digits>`: drawn once per process, shared by its workers. */
   subtreePrefix(): string;
+  /**
+   * The call's leaf frozen (true) or thawed (false) through its
+   * cgroup.freeze; a Frozen event follows once cgroup.events shows it. The
+   * error: ENOTSUP (not a cgroup tier, no freezer, a tracer attached to the
+   * harness), ESRCH (the tree is gone or being stopped). The portable
+   * binding has none.
+   */
+  pause?(id: number, paused: boolean): NativeErrorShape | undefined;
 }
 
 /** Why the portable binding runs instead of the addon, and how it reads the process table. */

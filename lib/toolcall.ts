@@ -17,6 +17,7 @@ import { helperPath, tierFor, warnNoGuardian } from './capabilities';
 import type { CallPhase } from './jobs';
 import { type Listener, normalizeListeners, type ReadyState, type ResolvedReady } from './ports';
 import { ReadyWait } from './ready';
+import { PauseControl } from './pause';
 import { ByteTail, CallOutput, type LinesOptions, outputNow, tapLater } from './output';
 import { attachMaster, flushPty, noTerminal, PtyStream, ptyPending, ptyTreeEmpty, releasePty, setPtyRef, typeInput } from './pty';
 import { cleanupReport, emptyReport, finalUsage, leftoversError, runResult, usageSoFar } from './result';
@@ -258,6 +259,10 @@ class CallExtras {
   readyWait: ReadyWait | null = null;
   /** What made the call ready, once it was (result.ready). */
   readyState: ReadyState | null = null;
+  /** pause()/resume(), once either was asked for. */
+  pause: PauseControl | null = null;
+  /** idleTimeout's timer was stopped by pause(): resume() starts it again. */
+  idlePaused = false;
 }
 
 /**
@@ -962,6 +967,59 @@ export class ToolCall extends EventEmitter {
   }
 
   /**
+   * Freezes the whole tree (its cgroup leaf's cgroup.freeze): no member
+   * runs, forks or exits until resume(). Settles once cgroup.events shows
+   * `frozen 1`. `idleTimeout` does not run while paused; `timeout` (wall
+   * time) does. terminate() still works (the ladder thaws the tree after
+   * its signals). Rejects with ERR_PROCTREE_PAUSE_UNSUPPORTED outside the
+   * cgroup and systemd tiers, ERR_PROCTREE_NOT_RUNNING when the tree is not
+   * running (queued, gone, being stopped).
+   */
+  pause(): Promise<void> {
+    return this.#pauseControl().request(true);
+  }
+
+  /** Thaws what pause() froze; settles once cgroup.events shows `frozen 0`. */
+  resume(): Promise<void> {
+    return this.#pauseControl().request(false);
+  }
+
+  /** Whether the tree is paused: pause() settled, and neither resume() nor a ladder thawed it since. */
+  get paused(): boolean {
+    return this.#x?.pause?.paused ?? false;
+  }
+
+  #pauseControl(): PauseControl {
+    const x = this.#extras();
+    x.pause ??= new PauseControl({
+      runningId: () => {
+        this.#knowStart();
+        return this.#id && !this.#empty && !this.#spawnError && !this.#ladder ? this.#id : null;
+      },
+      confinement: this.confinement,
+      pausedChanged: (paused) => this.#pausedChanged(paused),
+    });
+    return x.pause;
+  }
+
+  /** idleTimeout counts the command's silence, which a paused tree cannot help: its timer stops, and starts afresh on resume. */
+  #pausedChanged(paused: boolean): void {
+    const x = this.#extras();
+    if (paused) {
+      if (!this.#idleTimer) return;
+      clearTimeout(this.#idleTimer);
+      this.#idleTimer = null;
+      x.idlePaused = true;
+      return;
+    }
+    if (!x.idlePaused) return;
+    x.idlePaused = false;
+    if (this.#empty || this.#opts.idleTimeout <= 0) return;
+    this.#idleTimer = setTimeout(() => this.#onIdle(), this.#opts.idleTimeout);
+    if (!this.#ref) this.#idleTimer.unref();
+  }
+
+  /**
    * Sets the terminal's window size (options.pty): the foreground process
    * group gets SIGWINCH. Throws ERR_PROCTREE_NO_PTY for a call without one.
    */
@@ -1113,6 +1171,8 @@ export class ToolCall extends EventEmitter {
     this.#knowStart(Math.max(0, Math.floor(stopBy - performance.now())));
     if (!this.#id || this.#empty || this.#spawnError) return false;
     this.#ladderReason = reason;
+    // The ladder thaws a paused tree after its signals.
+    this.#x?.pause?.ended();
     this.#ladder = new Promise((resolve) => {
       this.#resolveLadder = resolve;
     });
@@ -1157,7 +1217,7 @@ export class ToolCall extends EventEmitter {
   static readonly #nativeEvent = function (
     this: ToolCall,
     kind: NativeEventKind,
-    a?: number | null | NativeReport | NativeErrorShape | NativeUsage,
+    a?: number | boolean | null | NativeReport | NativeErrorShape | NativeUsage,
     b?: number | string,
   ): void {
     this.#onNative(kind, a, b);
@@ -1188,7 +1248,7 @@ export class ToolCall extends EventEmitter {
     if (this.#openReadable > 0) releaseReadable(this.stdio);
   }
 
-  #onNative(kind: NativeEventKind, a?: number | null | NativeReport | NativeErrorShape | NativeUsage, b?: number | string): void {
+  #onNative(kind: NativeEventKind, a?: number | boolean | null | NativeReport | NativeErrorShape | NativeUsage, b?: number | string): void {
     switch (kind) {
       case NativeEventKind.Exit:
         this.#onExit(a as number | null, (b as number | undefined) ?? 0);
@@ -1210,6 +1270,9 @@ export class ToolCall extends EventEmitter {
         // The systemd tier learns its leaf from the broker.
         if (typeof b === 'string') this.cgroup = b;
         ToolCall.#emitSpawn(this);
+        break;
+      case NativeEventKind.Frozen:
+        this.#x?.pause?.shown(a === true);
         break;
       case NativeEventKind.StartFailed:
         // Already failed when `pid` settled the exec synchronously.
@@ -1280,6 +1343,7 @@ export class ToolCall extends EventEmitter {
     this.#empty = true;
     this.#x?.readyWait?.stop();
     this.#usage = finalUsage(usage);
+    this.#x?.pause?.ended();
     if (this.#idleTimer) clearTimeout(this.#idleTimer);
     this.#idleTimer = null;
     const unverified = this.#verified === 'none';

@@ -148,6 +148,8 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
                              InstanceMethod("ptyForeground", &Addon::PtyForeground),
                              InstanceMethod("subtreePrefix", &Addon::SubtreePrefix),
                              InstanceMethod("probe", &Addon::ProbeHost),
+                             // Pause and resume; limits (kernel/limits.h).
+                             InstanceMethod("pause", &Addon::Pause),
                          });
     napi_value resource_name = Napi::String::New(env, "proctree:call");
     napi_async_init(env, nullptr, resource_name, &async_context_);
@@ -227,6 +229,9 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
         args.push_back(u);
         break;
       }
+      case CallEvent::kFrozen:
+        args.push_back(Napi::Boolean::New(env_, ev.frozen));
+        break;
       case CallEvent::kOutput:
       case CallEvent::kOutputEnd:
       case CallEvent::kWritten:
@@ -815,6 +820,20 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
     probes.Set("userManager", probe_object(env, h.user_manager));
     out.Set("probes", probes);
     return out;
+  }
+
+  // --- pause and resume; limits --------------------------------------------
+
+  // pause(id, paused) -> undefined, or the error (ENOTSUP: the tier or the
+  // host cannot freeze; ESRCH: the tree is gone or being stopped). A Frozen
+  // event follows once cgroup.events shows the state asked for.
+  Napi::Value Pause(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsBoolean()) return ThrowType(env, "pause(id, paused)");
+    Call* c = CallArg(info);
+    if (!c) return make_error(env, SysError::of(ESRCH, "cgroup.freeze"));
+    if (SysError e = c->set_paused(info[1].As<Napi::Boolean>().Value())) return make_error(env, e);
+    return env.Undefined();
   }
 
   // shutdown(waitMs): synchronous, for process 'exit'.
