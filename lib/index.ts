@@ -6,6 +6,7 @@ export { Job, type JobInfo, type JobOutput, type JobState } from './jobs';
 export type { LinesOptions } from './output';
 export type { Listener, ListenerProtocol, ReadyOptions, ReadyState } from './ports';
 export { capabilities, type Capabilities } from './capabilities';
+export type { Limits, LimitsCapability } from './limits';
 export { AbortError, LeftoversError, ConfinementUnavailableError, type SpawnError } from './errors';
 export type {
   CleanupReason,

@@ -33,6 +33,13 @@ export type NativeStdio = 'pipe' | 'ignore' | 'inherit' | 'close' | 'pty' | numb
 /** The tiers a binding can run: the addon all but 'none', the portable binding 'pgroup' (POSIX) and 'none'. */
 export type NativeTier = 'cgroup' | 'systemd' | 'pidns' | 'subreaper' | 'pgroup' | 'none';
 
+/** Limits as the addon takes them (validated by lib/limits.ts): each field set is a limit. */
+export interface NativeLimits {
+  memoryBytes?: number;
+  pids?: number;
+  cpu?: number;
+}
+
 export interface NativeSpawnSpec {
   group: string;
   candidates: string[];
@@ -51,6 +58,10 @@ export interface NativeSpawnSpec {
   windowsVerbatimArguments?: boolean;
   /** The proctree-helper executable: the shim of pidns and subreaper, and the guardian. */
   helper: string;
+  /** The call's limits, on its leaf (the cgroup tier only; lib/limits.ts). */
+  limits?: NativeLimits;
+  /** Its supervisor's limits, on the subtree: the total of all its calls. */
+  groupLimits?: NativeLimits;
 }
 
 export interface NativeErrorShape extends Error {
@@ -107,8 +118,14 @@ export interface NativeUsage {
   systemMs?: number;
   /** 'cgroup': cpu.stat of the call's cgroup; 'rusage': what the main process (pgroup) or the shim (pidns, subreaper) reaped. */
   source?: 'cgroup' | 'rusage';
-  /** memory.peak, where the memory controller is delegated. */
+  /** memory.peak, where the memory controller is delegated (in a reused leaf: only when it grew past the earlier calls'). */
   memoryPeakBytes?: number;
+  /** pids.peak, where the pids controller is delegated (6.1+; the same rule). */
+  pidsPeak?: number;
+  /** memory.events oom_kill of the leaf grew during the call. */
+  oomKilled?: true;
+  /** pids.events max of the leaf grew during the call: a fork was refused at pids.max. */
+  pidsLimited?: true;
 }
 
 export const enum NativeEventKind {
@@ -223,7 +240,7 @@ export interface NativeBinding {
    * leaf's cpu.stat user and system µs when the call began (a leaf a finished
    * call handed on carries that call's counters; 0 for a new one).
    */
-  retire(id: number): [number, number];
+  retire(id: number): [number, number, number?];
   /**
    * Waits for an `execPending` call's exec report, `waitMs` at most (default:
    * the addon's bound, past which the command counts as started): true once
@@ -249,6 +266,14 @@ export interface NativeBinding {
    * binding has none.
    */
   pause?(id: number, paused: boolean): NativeErrorShape | undefined;
+  /**
+   * Where this harness's subtrees go and which limits their leaves can have
+   * there (native/kernel/limits.h limits_reach); reason: why not the others,
+   * and the fix. The portable binding has none.
+   */
+  limitsProbe?():
+    | { parent: string; available: { memory: boolean; pids: boolean; cpu: boolean }; reason: string }
+    | { error: NativeErrorShape };
 }
 
 /** Why the portable binding runs instead of the addon, and how it reads the process table. */

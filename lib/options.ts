@@ -18,6 +18,7 @@ import {
   proctreeError,
   unknownSignal,
 } from './errors';
+import { type ResolvedLimits, resolveLimits } from './limits';
 import { native, portable } from './native';
 import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, type OutputSettings, UNREAD_MAX_BUFFER } from './output';
 import { ptyStdio, resolvePty, type ResolvedPty, withTerm } from './pty';
@@ -66,6 +67,8 @@ export interface ResolvedSpawn {
   windowsVerbatimArguments: boolean;
   /** A terminal for fds 0–2 (options.pty), or none. */
   pty: ResolvedPty | undefined;
+  /** What the call's tree may use at most (options.limits), or null. */
+  limits: ResolvedLimits | null;
 }
 
 /** What options.confinement accepts: 'auto' and every tier. */
@@ -248,7 +251,7 @@ const nodeOptions = [
 ];
 const proctreeOptions = [
   'grace', 'leftovers', 'confinement', 'background', 'ready', 'jobBuffer',
-  'maxBuffer', 'keep', 'marker', 'all', 'onOutput', 'idleTimeout', 'pty',
+  'maxBuffer', 'keep', 'marker', 'all', 'onOutput', 'idleTimeout', 'pty', 'limits',
 ];
 const runOptions = ['input', 'encoding'];
 const knownOptions = new Set([...nodeOptions, ...proctreeOptions, ...runOptions]);
@@ -297,6 +300,7 @@ class OwnOptions {
   onOutput: unknown = undefined;
   idleTimeout: unknown = undefined;
   pty: unknown = undefined;
+  limits: unknown = undefined;
   input: unknown = undefined;
   encoding: unknown = undefined;
   /** Own keys that are no option, in the caller's order (null: none). */
@@ -475,6 +479,7 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
   }
   const grace = checkMs(opts.grace, 'grace', defaults.grace ?? 2000);
   const pty = resolvePty(opts.pty);
+  const limits = resolveLimits(opts.limits);
   if (own.unknownKeys !== null) warnUnknownKeys(own.unknownKeys, defaults.where ?? 'spawn');
 
   return {
@@ -501,6 +506,7 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     detached,
     windowsVerbatimArguments,
     pty,
+    limits,
   };
 }
 

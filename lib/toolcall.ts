@@ -18,6 +18,7 @@ import type { CallPhase } from './jobs';
 import { type Listener, normalizeListeners, type ReadyState, type ResolvedReady } from './ports';
 import { ReadyWait } from './ready';
 import { PauseControl } from './pause';
+import { controllersOf, limitsRefusedHere, limitsUnavailable, type ResolvedLimits } from './limits';
 import { ByteTail, CallOutput, type LinesOptions, outputNow, tapLater } from './output';
 import { attachMaster, flushPty, noTerminal, PtyStream, ptyPending, ptyTreeEmpty, releasePty, setPtyRef, typeInput } from './pty';
 import { cleanupReport, emptyReport, finalUsage, leftoversError, runResult, usageSoFar } from './result';
@@ -51,6 +52,8 @@ export const STDIO_DRAIN_MS = 100;
  */
 export interface CallOwner {
   readonly group: string;
+  /** The supervisor's limits: the total of all its calls, kept by its subtree. */
+  readonly limits: ResolvedLimits | null;
   /** Calls start() now or later (FIFO), never twice; a background call starts now and takes no slot. */
   admit(call: ToolCall, start: () => void, background: boolean): void;
   /** A queued call that will never start leaves the queue. */
@@ -252,7 +255,7 @@ class CallExtras {
   /** The result `done` settled with, once it has. */
   settled: RunResult<string | Buffer> | null = null;
   /** A job's leaf: its cpu.stat [user, system] µs when the call began (a reused leaf carries earlier calls'). */
-  cpuBase: readonly [number, number] | undefined = undefined;
+  cpuBase: readonly [number, number, number?] | undefined = undefined;
   /** When a call that can become a job started, in ms since the epoch: the job's startedAt, however much later it became one. */
   startedAtEpoch = 0;
   /** options.ready's wait, or null without the option. */
@@ -263,6 +266,9 @@ class CallExtras {
   pause: PauseControl | null = null;
   /** idleTimeout's timer was stopped by pause(): resume() starts it again. */
   idlePaused = false;
+  /** The kernel's verdicts, from the Empty event: the OOM killer killed a member; a fork was refused at pids.max. */
+  oomKilled = false;
+  pidsLimited = false;
 }
 
 /**
@@ -292,6 +298,16 @@ class SpawnSpec {
   ) {}
 }
 Object.setPrototypeOf(SpawnSpec.prototype, null);
+
+/** A refusal of limits before the addon is asked, in the shape of its own (syscall 'limits'). */
+function limitsRefusal(why: string): NativeErrorShape {
+  const err = new Error(why) as NativeErrorShape;
+  err.code = 'ENOTSUP';
+  err.errno = 95;
+  err.syscall = 'limits';
+  err.path = why;
+  return err;
+}
 
 // A start that Node reports by throwing from spawn() rather than by 'error':
 // the uid/gid steps (EPERM when not privileged, EINVAL for a bad id).
@@ -760,13 +776,17 @@ export class ToolCall extends EventEmitter {
       if (this.pty) spec.pty = { cols: this.pty.cols, rows: this.pty.rows };
       // Portable binding on Windows only (shell: cmd.exe's quoting); the addon never reads it.
       if (opts.windowsVerbatimArguments) spec.windowsVerbatimArguments = true;
-      res = native.spawn(spec, ToolCall.#nativeEvent.bind(this));
+      if (opts.limits) spec.limits = opts.limits;
+      if (this.#owner.limits) spec.groupLimits = this.#owner.limits;
+      const refused = limitsRefusedHere([...controllersOf(opts.limits), ...controllersOf(this.#owner.limits)]);
+      res = refused ? { error: limitsRefusal(refused) } : native.spawn(spec, ToolCall.#nativeEvent.bind(this));
     } catch (err) {
       res = { error: err as NativeErrorShape };
     }
     this.#closeChildEnds();
     if ('error' in res) {
       if (this.#constructing && throwsLikeNode(res.error)) throwFromConstructor = spawnThrow(res.error);
+      else if (res.error.syscall === 'limits') this.#fail(limitsUnavailable(res.error.path ?? ''));
       else this.#fail(spawnError(res.error, opts.file, opts.argv));
       this.#publishPid();
       return;
@@ -1343,6 +1363,8 @@ export class ToolCall extends EventEmitter {
     this.#empty = true;
     this.#x?.readyWait?.stop();
     this.#usage = finalUsage(usage);
+    if (usage?.oomKilled) this.#extras().oomKilled = true;
+    if (usage?.pidsLimited) this.#extras().pidsLimited = true;
     this.#x?.pause?.ended();
     if (this.#idleTimer) clearTimeout(this.#idleTimer);
     this.#idleTimer = null;
@@ -1476,6 +1498,8 @@ export class ToolCall extends EventEmitter {
         confinement: this.confinement,
         ...this[jobOutcome](),
         jobId: this.jobId,
+        oomKilled: this.#x?.oomKilled ?? false,
+        pidsLimited: this.#x?.pidsLimited ?? false,
       },
       output,
       this.#doneEncoding,

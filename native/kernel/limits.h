@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernel/cgroup.h"
 #include "kernel/sys_error.h"
 
 namespace proctree {
@@ -72,6 +73,10 @@ struct LimitCounters {
   uint64_t oom_kill = 0;         // memory.events oom_kill (this leaf and below)
   bool has_pids_max = false;
   uint64_t pids_max = 0;         // pids.events max: forks refused by pids.max
+  // pids.events.local max (6.13+, where pids.events counts only this
+  // cgroup's own limit): forks in this cgroup refused by any pids.max above.
+  bool has_pids_local_max = false;
+  uint64_t pids_local_max = 0;
   bool has_memory_peak = false;
   uint64_t memory_peak = 0;      // memory.peak, bytes (5.19+): since the leaf was made
   bool has_pids_peak = false;
@@ -113,5 +118,26 @@ struct ControllerReport {
 };
 SysError controller_report(const std::string& mount, const std::string& dir, unsigned needed,
                            ControllerReport* out);
+
+// Where a harness's cgroup subtrees go: its own cgroup, or its parent when
+// the harness already sits in a leaf of its own beside them — the layout of
+// a measuring harness, or of a delegated service that moved itself out of
+// the way (systemd's DelegateSubgroup=): there the parent distributes the
+// memory controller (which a cgroup holding the harness cannot), holds no
+// process, is writable, and the harness's leaf is no systemd unit (whose
+// parent is systemd's slice, never ours). Reads files only.
+std::string subtree_parent(const CgroupLocation& loc);
+
+// Which limits a leaf of a subtree made in `parent` can have: the
+// controllers enabled in parent's cgroup.subtree_control, and those it may
+// enable there itself (passed down to it, and — for memory, a domain
+// controller — parent holding no process of its own). `reason`: for the
+// others, controller_report's why and fix; empty when all are reachable.
+struct LimitsReach {
+  unsigned available = 0;
+  unsigned enableable = 0;  // of available: not enabled yet, ours to enable
+  std::string reason;
+};
+SysError limits_reach(const std::string& mount, const std::string& parent, LimitsReach* out);
 
 }  // namespace proctree

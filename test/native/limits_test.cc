@@ -404,4 +404,39 @@ TEST(limit_without_its_controller_is_enoent_naming_the_file) {
   CHECK(!inner.remove());
 }
 
+TEST(subtrees_go_beside_a_harness_that_sits_in_a_leaf) {
+  // This process's cgroup: where the subtrees go, and what they can have.
+  CgroupLocation loc;
+  if (proctree::locate_cgroup2(&loc)) SKIP("no cgroup2");
+  const std::string parent = proctree::subtree_parent(loc);
+  proctree::LimitsReach reach;
+  CHECK(!proctree::limits_reach(loc.mount, parent, &reach));
+  CHECK_EQ(reach.available & reach.enableable, reach.enableable);
+  for (proctree::LimitController c : {proctree::kLimitMemory, proctree::kLimitPids, proctree::kLimitCpu}) {
+    // Each controller is either reachable or named, with its fix.
+    CHECK((reach.available & c) != 0 || reach.reason.find(proctree::limit_controller_name(c)) != std::string::npos);
+  }
+  std::printf("  own %s: subtrees in %s, available %u, %s\n", loc.own_path.c_str(), parent.c_str(), reach.available,
+              reach.reason.empty() ? "nothing missing" : reach.reason.c_str());
+  const char* given = std::getenv("PROCTREE_LIMITS_CGROUP");
+  if (given && *given && loc.own_path.rfind(std::string(given) + "/", 0) == 0) {
+    // scripts/vm.sh --layout leaf: this process in harness/main, memory
+    // enabled in harness: the subtrees go in harness, with everything.
+    CHECK_EQ(parent, std::string(given));
+    CHECK_EQ(reach.available, static_cast<unsigned>(proctree::kAllLimitControllers));
+    CHECK_EQ(reach.reason, std::string());
+  } else if (loc.own_path == loc.mount) {
+    // The root cgroup: exempt from the rule, never left.
+    CHECK_EQ(parent, loc.own_path);
+  }
+  // A leaf that is a systemd unit, or the hierarchy's root as the parent:
+  // never beside them.
+  CgroupLocation unit = loc;
+  unit.own_path = loc.mount + "/app.slice/term.scope";
+  CHECK_EQ(proctree::subtree_parent(unit), unit.own_path);
+  CgroupLocation top = loc;
+  top.own_path = loc.mount + "/harness";
+  CHECK_EQ(proctree::subtree_parent(top), top.own_path);
+}
+
 CHECK_MAIN()
