@@ -115,16 +115,3 @@ export function probeLimits(): LimitsCapability {
   }
   return { ...probe.available, cgroup: probe.parent, reason: probe.reason };
 }
-
-const SIZE_UNITS: Record<string, number> = { '': 1, K: 2 ** 10, M: 2 ** 20, G: 2 ** 30, T: 2 ** 40 };
-
-/**
- * A size as a person writes it: bytes, or a number with K, M, G, T (powers
- * of 1024, as memory.max reads them; "KiB", "MB"... accepted), e.g. `512M`,
- * `1.5G`. NaN when it is none.
- */
-export function parseSize(text: string): number {
-  const m = /^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$/.exec(text);
-  if (!m) return NaN;
-  return Math.round(Number(m[1]) * SIZE_UNITS[m[2].toUpperCase()]);
-}

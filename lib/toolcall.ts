@@ -1127,6 +1127,16 @@ export class ToolCall extends EventEmitter {
     return this.#usage;
   }
 
+  /** The kernel's OOM killer killed a process of the tree (see RunResult#oomKilled); known at 'empty'. */
+  get oomKilled(): boolean {
+    return this.#x?.oomKilled ?? false;
+  }
+
+  /** A fork of the tree was refused at a pids limit (see RunResult#pidsLimited); known at 'empty'. */
+  get pidsLimited(): boolean {
+    return this.#x?.pidsLimited ?? false;
+  }
+
   /**
    * stdout and stderr merged in the order they arrived, with `all: true`
    * (else null). The stream starts where it is first read from.

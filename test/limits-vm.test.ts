@@ -15,10 +15,14 @@
 //     12, then a call that gets only what is left (pidsLimited);
 //   * a reused leaf carries no limit over (pids.max, memory.max,
 //     memory.swap.max "max", cpu.max "max 100000"; 20 forks succeed);
-//   * a call without limits: no verdict, its peaks there; pause() under limits.
+//   * a call without limits: no verdict, its peaks there; pause() under limits;
+//   * proctree run --memory: the hog killed, and a line on stderr says why;
+//   * the README's model-facing example prints what the README shows.
 //
 // Skipped, saying why, when the VM cannot be booted here (see
 // test/vm.test.ts); CI sets PROCTREE_REQUIRE_VM=1 so that it cannot skip.
+import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -29,6 +33,11 @@ const why = vmUnavailable('6.1');
 if (why && !requireVm) console.warn(`limits VM tests skipped: ${why}`);
 
 const MiB = 1024 * 1024;
+// The README's limits example (it cannot run on hosts without the
+// controllers, so readme.test.ts leaves it to this VM) and what it shows.
+const readme = fs.readFileSync(path.join(root, 'README.md'), 'utf8');
+const example = /<!-- limits example[^>]*-->\n```javascript\n([\s\S]*?)```\n\n[^\n]*\n\n```text\n([\s\S]*?)```/.exec(readme);
+
 let run: VmRun | null = null;
 let output = '';
 const cases = new Map<string, Record<string, unknown>>();
@@ -43,7 +52,19 @@ describe.skipIf(why !== null && !requireVm)(`limits in Debian 12's Linux 6.1 (sc
   beforeAll(async () => {
     if (why) throw new Error(`PROCTREE_REQUIRE_VM=1, but ${why}`);
     const fixture = path.join(root, 'test', 'fixtures', 'limits-vm.cjs');
-    run = await runVm({ kernel: '6.1', timeoutS: 480, adds: [[fixture, '/opt/limits-vm.cjs']] }, ['node', '/opt/limits-vm.cjs']);
+    if (!example) throw new Error("README.md has no limits example (<!-- limits example --> and its ```text)");
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-limits-vm-'));
+    const exampleFile = path.join(dir, 'readme-limits.cjs');
+    fs.writeFileSync(exampleFile, example[1]);
+    try {
+      run = await runVm({ kernel: '6.1', timeoutS: 480, adds: [[fixture, '/opt/limits-vm.cjs'], [exampleFile, '/opt/readme-limits.cjs']] }, [
+        'bash',
+        '-c',
+        'node /opt/limits-vm.cjs && echo README-BEGIN && node /opt/readme-limits.cjs && echo README-END',
+      ]);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
     output = `status ${run.status ?? run.signal}\n--- stdout\n${run.stdout}\n--- stderr\n${run.stderr}`;
     console.log(`vm.sh: ${run.ms} ms; ${run.stderr.split('\n').filter((l) => l.startsWith('vm.sh:')).join(' ')}`);
     if (run.status !== 0) throw new Error(`the VM's run failed:\n${output}`);
@@ -116,6 +137,17 @@ describe.skipIf(why !== null && !requireVm)(`limits in Debian 12's Linux 6.1 (sc
     expect(r.forked).toBe(true);
     expect(r.members).toBe(21);
     expect(r.pidsLimited).toBe(false);
+  });
+
+  it('proctree run --memory 64M: the memory hog is killed (137), and stderr says why', () => {
+    const r = result('cli') as { status: number; stderr: string };
+    expect(r.status).toBe(137);
+    expect(r.stderr).toMatch(/^proctree: out of memory: the kernel killed a process of the tree at its memory limit$/m);
+  });
+
+  it("the README's model-facing example prints what the README shows", () => {
+    const shown = /^README-BEGIN\n([\s\S]*?)^README-END$/m.exec(run?.stdout ?? '')?.[1];
+    expect(shown, output).toBe(example?.[2]);
   });
 
   it('pause() and resume() under limits: cgroup.events shows frozen 1, then 0', () => {

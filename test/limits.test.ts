@@ -10,11 +10,13 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
+import { spawnSync } from 'node:child_process';
+
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { capabilities, run, spawn, Supervisor } from '../dist/cjs/index.js';
 import { renderDoctor } from '../dist/cjs/cli/doctor.js';
-import { parseSize } from '../dist/cjs/limits.js';
+import { planRun, verdictLines } from '../dist/cjs/cli/run.js';
 import { fileSupervisors } from './supervisors';
 
 const { supervisor } = fileSupervisors('limits');
@@ -130,14 +132,43 @@ describe('limits are validated at the boundary', () => {
       expect(fs.existsSync(m.file)).toBe(true);
     }
   });
+});
 
-  it('sizes as the CLI takes them: bytes, or K/M/G/T as powers of 1024', () => {
-    expect(parseSize('512M')).toBe(512 * 2 ** 20);
-    expect(parseSize('1.5G')).toBe(1.5 * 2 ** 30);
-    expect(parseSize('64k')).toBe(64 * 1024);
-    expect(parseSize('100MiB')).toBe(100 * 2 ** 20);
-    expect(parseSize('4096')).toBe(4096);
-    expect(parseSize('lots')).toBeNaN();
-    expect(parseSize('-1M')).toBeNaN();
+describe('proctree run --memory --pids --cpu', () => {
+  const bin = path.join(__dirname, '..', 'bin', 'proctree.js');
+
+  it('maps the flags to limits: sizes in K/M/G, CPUs as a decimal', () => {
+    const plan = planRun(['--memory', '512M', '--pids', '256', '--cpu', '1.5', '--', 'true']);
+    expect(plan).not.toBe('help');
+    expect(plan !== 'help' && plan.options.limits).toEqual({ memoryBytes: 512 * 2 ** 20, pids: 256, cpu: 1.5 });
+    expect(planRun(['true']) !== 'help' && (planRun(['true']) as { options: object }).options).not.toHaveProperty('limits');
+  });
+
+  it('says what the kernel did, one line each', () => {
+    expect(verdictLines({ oomKilled: true, pidsLimited: true })).toEqual([
+      'proctree: out of memory: the kernel killed a process of the tree at its memory limit',
+      'proctree: process limit: a fork of the tree was refused at its process limit',
+    ]);
+    expect(verdictLines({ oomKilled: false, pidsLimited: false })).toEqual([]);
+  });
+
+  it('a bad value is a usage error (status 2); nothing runs', () => {
+    for (const flags of [['--cpu', 'x'], ['--pids', '-3'], ['--memory', 'lots'], ['--pids', '0'], ['--cpu', '0.001']]) {
+      const m = marker();
+      const r = spawnSync(process.execPath, [bin, 'run', ...flags, '--', m.argv[0], ...m.argv[1]], { encoding: 'utf8' });
+      expect(r.status, `${flags.join(' ')}: ${r.stderr}`).toBe(2);
+      expect(r.stderr).toMatch(/^proctree: /);
+      expect(fs.existsSync(m.file)).toBe(false);
+    }
+  });
+
+  it.skipIf(!noControllers)('limits it cannot enforce: status 125, the reason on stderr, the command never ran', () => {
+    const m = marker();
+    const r = spawnSync(process.execPath, [bin, 'run', '--memory', '512M', '--pids', '256', '--cpu', '1.5', '--', m.argv[0], ...m.argv[1]], {
+      encoding: 'utf8',
+    });
+    expect(r.status).toBe(125);
+    expect(r.stderr).toMatch(/^proctree: limits cannot be enforced here, so the command was not run: memory,pids,cpu: not on this cgroup2 hierarchy/);
+    expect(fs.existsSync(m.file)).toBe(false);
   });
 });
