@@ -17,6 +17,10 @@
 //     memory.swap.max "max", cpu.max "max 100000"; 20 forks succeed);
 //   * a call without limits: no verdict, its peaks there; pause() under limits;
 //   * proctree run --memory: the hog killed, and a line on stderr says why;
+//   * a SIGKILLed harness: the guardian empties and removes its subtree
+//     beside its leaf;
+//   * a harness in a cgroup with processes of its own (--layout inner, made
+//     in this boot): no limit, the error and doctor say to move into a leaf;
 //   * the README's model-facing example prints what the README shows.
 //
 // Skipped, saying why, when the VM cannot be booted here (see
@@ -143,6 +147,40 @@ describe.skipIf(why !== null && !requireVm)(`limits in Debian 12's Linux 6.1 (sc
     const r = result('cli') as { status: number; stderr: string };
     expect(r.status).toBe(137);
     expect(r.stderr).toMatch(/^proctree: out of memory: the kernel killed a process of the tree at its memory limit$/m);
+  });
+
+  it('a harness SIGKILLed: the guardian removes its subtree beside its leaf, and what ran there', () => {
+    const r = result('guardian') as { subtree: string; aliveBefore: number; subtreeGone: boolean; survivors: number };
+    expect(r.subtree).toMatch(/^\/sys\/fs\/cgroup\/harness\/proctree-\d+-[0-9a-f]{12}$/);
+    expect(r.aliveBefore).toBeGreaterThan(0);
+    expect(r.subtreeGone).toBe(true);
+    expect(r.survivors).toBe(0);
+  });
+
+  it('a harness in a cgroup with processes: no limits, the error and doctor say to move into a leaf, nothing enabled', () => {
+    const r = result('inner') as {
+      cgroup: string;
+      caps: { memory: boolean; pids: boolean; cpu: boolean; reason: string; cgroup: string };
+      doctor: string;
+      memory: { code: string; message: string };
+      pids: { code: string; message: string };
+      plain: { exitCode: number; cgroup: string };
+      subtreeControl: string;
+    };
+    const fix = `${r.cgroup} holds processes of its own`;
+    expect(r.caps).toMatchObject({ memory: false, pids: false, cpu: false, cgroup: r.cgroup });
+    expect(r.caps.reason).toMatch(/^memory,pids,cpu: enable in \S+\/cgroup.subtree_control; /);
+    expect(r.caps.reason).toContain(fix);
+    expect(r.caps.reason).toMatch(/move them into a leaf of their own first$/);
+    expect(r.doctor).toMatch(/^limits: memory no, pids no, cpu no$/m);
+    expect(r.doctor).toContain(`  fix: ${r.caps.reason}`);
+    for (const refused of [r.memory, r.pids]) {
+      expect(refused.code).toBe('ERR_PROCTREE_LIMITS_UNAVAILABLE');
+      expect(refused.message).toContain(fix);
+    }
+    expect(r.subtreeControl).toBe('');
+    expect(r.plain.exitCode).toBe(0);
+    expect(r.plain.cgroup.startsWith(`${r.cgroup}/proctree-`)).toBe(true);
   });
 
   it("the README's model-facing example prints what the README shows", () => {

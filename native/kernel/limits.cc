@@ -306,11 +306,14 @@ SysError controller_report(const std::string& mount, const std::string& dir, uns
   }
   // memory is a domain controller: the kernel refuses it (EBUSY) for the
   // children of a cgroup with processes of its own. pids and cpu are
-  // threaded controllers and may be enabled there.
-  if (busy && (out->missing & kLimitMemory)) {
+  // threaded controllers, which it does enable there, but that makes the
+  // cgroup a threaded root, whose domain children (our subtrees) can hold no
+  // process: no use for limits either.
+  if (busy) {
     out->reason += "; " + dir +
-                   " holds processes of its own, and the kernel enables memory only for the children of a cgroup "
-                   "that has none: move them into a leaf of their own first";
+                   " holds processes of its own, and the kernel gives controllers to the children of a cgroup only "
+                   "when it has none (memory refused, pids and cpu would leave the children unable to hold "
+                   "processes): move them into a leaf of their own first";
   }
   return SysError::none();
 }
@@ -346,10 +349,10 @@ SysError limits_reach(const std::string& mount, const std::string& parent, Limit
   if (SysError e = read_controllers_at(parent, "cgroup.subtree_control", &enabled)) return e;
   if (SysError e = read_controllers_at(parent, "cgroup.controllers", &here)) return e;
   const bool busy = parent != mount && holds_processes(parent);
-  // pids and cpu are threaded controllers: the kernel enables them beside
-  // processes (while the cgroup has no populated children); memory only
-  // in a cgroup without processes of its own.
-  out->enableable = here & ~enabled & (busy ? ~static_cast<unsigned>(kLimitMemory) : kAllLimitControllers);
+  // Nothing is ours to enable beside processes: memory the kernel refuses
+  // (EBUSY), and pids or cpu would make parent a threaded root, whose domain
+  // children — our subtrees — could hold no process (every call would fail).
+  out->enableable = busy ? 0u : here & ~enabled;
   out->available = enabled | out->enableable;
   ControllerReport r;
   if (SysError e = controller_report(mount, parent, kAllLimitControllers & ~out->enableable, &r)) return e;

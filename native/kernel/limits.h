@@ -109,8 +109,9 @@ SysError enable_controllers(int dir_fd, const std::string& dir_path, unsigned wh
 //    delegated here; boot with cgroup_no_v1=memory,pids,cpu (or
 //    systemd.unified_cgroup_hierarchy=1)"
 // The reason also says when `dir` holds processes of its own, which keeps
-// the kernel from enabling memory (a domain controller; pids and cpu are
-// threaded ones, which it allows there) until they move into a leaf.
+// the kernel from enabling memory (a domain controller; pids and cpu, threaded
+// ones, it allows there, but then the children cannot hold processes) until
+// they move into a leaf.
 struct ControllerReport {
   unsigned available = 0;  // in dir's cgroup.subtree_control
   unsigned missing = 0;    // needed & ~available
@@ -130,9 +131,11 @@ std::string subtree_parent(const CgroupLocation& loc);
 
 // Which limits a leaf of a subtree made in `parent` can have: the
 // controllers enabled in parent's cgroup.subtree_control, and those it may
-// enable there itself (passed down to it, and — for memory, a domain
-// controller — parent holding no process of its own). `reason`: for the
-// others, controller_report's why and fix; empty when all are reachable.
+// enable there itself (passed down to it, and parent holding no process of
+// its own: memory the kernel refuses beside processes, and pids or cpu there
+// would make parent a threaded root whose domain children cannot hold
+// processes). `reason`: for the others, controller_report's why and fix;
+// empty when all are reachable.
 struct LimitsReach {
   unsigned available = 0;
   unsigned enableable = 0;  // of available: not enabled yet, ours to enable

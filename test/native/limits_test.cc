@@ -237,7 +237,13 @@ TEST(report_of_a_leaf_and_of_a_cgroup_with_processes) {
   CHECK(!proctree::controller_report(place().mount, path, proctree::kLimitMemory, &r));
   CHECK(r.reason.find(path + " holds processes of its own") != std::string::npos);
   CHECK(!proctree::controller_report(place().mount, path, proctree::kLimitCpu | proctree::kLimitPids, &r));
-  CHECK_EQ(r.reason, "pids,cpu: enable in " + path + "/cgroup.subtree_control");
+  CHECK_EQ(r.reason.rfind("pids,cpu: enable in " + path + "/cgroup.subtree_control; " + path + " holds processes of its own", 0), 0u);
+  // Nothing is ours to enable there: limits_reach says so.
+  proctree::LimitsReach reach;
+  CHECK(!proctree::limits_reach(place().mount, path, &reach));
+  CHECK_EQ(reach.enableable, 0u);
+  CHECK_EQ(reach.available, 0u);
+  CHECK(reach.reason.find("move them into a leaf of their own first") != std::string::npos);
   SysError e = proctree::enable_controllers(leaf.dir_fd(), path, proctree::kLimitMemory);
   CHECK_EQ(e.err, EBUSY);
   CHECK_EQ(e.path, path + "/cgroup.subtree_control");
