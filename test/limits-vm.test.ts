@@ -21,6 +21,7 @@
 //     beside its leaf;
 //   * a harness in a cgroup with processes of its own (--layout inner, made
 //     in this boot): no limit, the error and doctor say to move into a leaf;
+//   * a harness run as a call of this one keeps its calls inside that call;
 //   * the README's model-facing example prints what the README shows.
 //
 // Skipped, saying why, when the VM cannot be booted here (see
@@ -181,6 +182,14 @@ describe.skipIf(why !== null && !requireVm)(`limits in Debian 12's Linux 6.1 (sc
     expect(r.subtreeControl).toBe('');
     expect(r.plain.exitCode).toBe(0);
     expect(r.plain.cgroup.startsWith(`${r.cgroup}/proctree-`)).toBe(true);
+  });
+
+  it('a harness run as a call of this one keeps its calls inside that call', () => {
+    const r = result('nested') as { outer: string; exitCode: number; inner: { parent: string; cgroup: string; self: string } | null; stderr: string };
+    expect(r.exitCode, r.stderr).toBe(0);
+    expect(r.inner?.parent).toBe(r.outer);
+    expect(r.inner?.cgroup.startsWith(`${r.outer}/proctree-`)).toBe(true);
+    expect(r.inner?.self).toBe(`0::${r.inner?.cgroup.slice('/sys/fs/cgroup'.length)}`);
   });
 
   it("the README's model-facing example prints what the README shows", () => {

@@ -329,6 +329,10 @@ std::string subtree_parent(const CgroupLocation& loc) {
     const size_t n = std::strlen(unit);
     if (name.size() > n && name.compare(name.size() - n, n, unit) == 0) return own;
   }
+  // A harness run as a tool call of another proctree harness: its leaf is
+  // that call's, and beside it would be outside the call (its ladder, its
+  // limits): never.
+  if (up.compare(up.find_last_of('/') + 1, 9, "proctree-") == 0) return own;
   unsigned own_enabled = 0;
   unsigned up_enabled = 0;
   if (read_controllers_at(own, "cgroup.subtree_control", &own_enabled) ||

@@ -126,7 +126,9 @@ SysError controller_report(const std::string& mount, const std::string& dir, uns
 // the way (systemd's DelegateSubgroup=): there the parent distributes the
 // memory controller (which a cgroup holding the harness cannot), holds no
 // process, is writable, and the harness's leaf is no systemd unit (whose
-// parent is systemd's slice, never ours). Reads files only.
+// parent is systemd's slice, never ours) nor a proctree call's leaf (a
+// harness run as another's tool call stays inside that call). Reads files
+// only.
 std::string subtree_parent(const CgroupLocation& loc);
 
 // Which limits a leaf of a subtree made in `parent` can have: the

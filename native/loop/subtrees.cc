@@ -50,10 +50,15 @@ SysError Subtrees::reach_controllers(unsigned needed) {
 
 SysError Subtrees::enable_for_leaves(Group* g, unsigned needed) {
   unsigned offered = 0;
-  if (SysError e = read_controller_file(g->dir.dir_fd(), g->dir.path(), "cgroup.controllers", &offered)) return e;
+  if (SysError e = read_controller_file(g->dir.dir_fd(), g->dir.path(), "cgroup.controllers", &offered)) {
+    return needed ? e : SysError::none();
+  }
   const unsigned want = offered & (kLimitMemory | kLimitPids | needed) & ~g->controllers;
   if (!want) return SysError::none();
-  if (SysError e = enable_controllers(g->dir.dir_fd(), g->dir.path(), want)) return e;
+  if (SysError e = enable_controllers(g->dir.dir_fd(), g->dir.path(), want)) {
+    // The counters are a bonus where no limit needs them: calls run without.
+    return (want & needed) ? e : SysError::none();
+  }
   g->controllers |= want;
   return SysError::none();
 }

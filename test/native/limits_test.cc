@@ -440,6 +440,10 @@ TEST(subtrees_go_beside_a_harness_that_sits_in_a_leaf) {
   CgroupLocation unit = loc;
   unit.own_path = loc.mount + "/app.slice/term.scope";
   CHECK_EQ(proctree::subtree_parent(unit), unit.own_path);
+  // A harness run as a tool call of another harness: inside that call.
+  CgroupLocation nested = loc;
+  nested.own_path = loc.mount + "/harness/proctree-1-0123456789ab-agent/c5";
+  CHECK_EQ(proctree::subtree_parent(nested), nested.own_path);
   CgroupLocation top = loc;
   top.own_path = loc.mount + "/harness";
   CHECK_EQ(proctree::subtree_parent(top), top.own_path);
