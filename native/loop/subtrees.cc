@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include "kernel/guardian_launch.h"
+#include "loop/errno_name.h"
 
 namespace proctree {
 
@@ -30,17 +31,17 @@ SysError Subtrees::reach_controllers(unsigned needed) {
   if (const unsigned enable = needed & reach.enableable) {
     Fd dir(open(parent_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     SysError e = dir ? enable_controllers(dir.get(), parent_, enable) : SysError::from_errno("open", parent_);
-    if (e.err == EBUSY) {
-      // Threaded controllers beside processes: the kernel allows them only
-      // while the cgroup has no populated children (our running calls).
+    if (e.err == EBUSY || e.err == EOPNOTSUPP) {
+      // A cgroup namespace's root looks exempt from the "no internal
+      // processes" rule (the real root is), but the kernel holds it to it.
       std::string names;
       for (LimitController c : {kLimitMemory, kLimitPids, kLimitCpu}) {
         if (enable & c) names += std::string(names.empty() ? "" : ",") + limit_controller_name(c);
       }
       return SysError::of(ENOTSUP, "limits",
-                          names + ": the kernel refused to enable them in " + parent_ +
-                              "/cgroup.subtree_control (EBUSY: it holds processes, and calls are running below it); "
-                              "enable them there before the first call, or move the harness into a leaf of its own");
+                          names + ": the kernel refused to enable them in " + parent_ + "/cgroup.subtree_control (" +
+                              errno_name(e.err) +
+                              ": it holds processes of its own); move them into a leaf of their own first");
     }
     if (e) return e;
   }
