@@ -8,6 +8,7 @@ import path from 'node:path';
 import { ConfinementUnavailableError } from './errors';
 import { binding, embeddedHelper, nativePath, portable } from './binding';
 import type { NativeErrorShape, NativeLocation, PortableMode } from './binding/contract';
+import { type LimitsCapability, probeLimits } from './limits';
 import { needs, pickTier, type Probe, type Probes, tierRejection, tiers } from './tiers';
 import type { Confinement } from './types';
 
@@ -35,6 +36,13 @@ export interface Capabilities {
    * `verified: 'none'`. null with the addon.
    */
   portable: PortableMode | null;
+  /**
+   * Which `limits` a call of the `cgroup` tier can have here (memory, pids,
+   * cpu: the controllers enabled for the harness's subtrees, or that
+   * proctree may enable itself), where its subtrees go, and why the others
+   * cannot, with the fix. All false when 'auto' does not pick `cgroup`.
+   */
+  limits: LimitsCapability;
 }
 
 let cached: Capabilities | null = null;
@@ -79,9 +87,18 @@ export function capabilities(): Capabilities {
     tier,
     rejected,
     portable,
+    limits: limitsFor(tier),
   };
   if (!Object.values(probes).some(shortOfDescriptors)) cached = caps;
   return caps;
+}
+
+/** capabilities().limits: the cgroup tier's, or none with the reason. */
+function limitsFor(tier: Confinement | null): LimitsCapability {
+  const probed = probeLimits();
+  if (tier === 'cgroup' || portable) return probed;
+  const why = `limits need the cgroup tier, and 'auto' picks ${tier === null ? 'none' : `the ${tier} tier`} here`;
+  return { memory: false, pids: false, cpu: false, cgroup: probed.cgroup, reason: probed.reason ? `${why}; ${probed.reason}` : why };
 }
 
 /**

@@ -6,12 +6,14 @@ export { Job, type JobInfo, type JobOutput, type JobState } from './jobs';
 export type { LinesOptions } from './output';
 export type { Listener, ListenerProtocol, ReadyOptions, ReadyState } from './types';
 export { capabilities, type Capabilities } from './capabilities';
+export type { LimitsCapability } from './limits';
 export { AbortError, LeftoversError, ConfinementUnavailableError, type SpawnError } from './errors';
 export type {
   CleanupReason,
   CleanupReport,
   Confinement,
   JobOptions,
+  Limits,
   OutputOptions,
   ProcessInfo,
   PtyOptions,

@@ -26,6 +26,8 @@ export interface JobInfo {
   /** When the call started, in ms since the epoch. */
   startedAt: number;
   state: JobState;
+  /** Whether the tree is paused (Job#pause()): frozen, as cgroup.events showed. */
+  paused: boolean;
   /** The main process (it may have exited, leaving the rest of the tree). */
   pid: number | null;
   /** The main process's exit code and signal; null while it runs. */
@@ -89,6 +91,9 @@ export interface JobCall {
   members(): number[];
   ports(): Promise<Listener[]>;
   terminate(options?: { grace?: number }): Promise<CleanupReport>;
+  pause(): Promise<void>;
+  resume(): Promise<void>;
+  readonly paused: boolean;
   once(event: 'close', listener: () => void): unknown;
 }
 
@@ -165,6 +170,7 @@ export class Job {
       argv: [...call.spawnargs],
       startedAt: this.#startedAt,
       state: this.state,
+      paused: call.paused,
       pid: call.pid ?? null,
       exitCode: call.exitCode,
       signal: call.signalCode,
@@ -223,6 +229,24 @@ export class Job {
     // A fresh read, also kept for info() (not one already on its way: it may have asked before a bind).
     this.#reading = null;
     return this.#refreshListeners();
+  }
+
+  /**
+   * Freezes the whole tree until resume() (see ToolCall#pause()): settles
+   * once cgroup.events shows `frozen 1`. stop() still works on a paused job.
+   */
+  pause(): Promise<void> {
+    return this.#call.pause();
+  }
+
+  /** Thaws what pause() froze; settles once cgroup.events shows `frozen 0`. */
+  resume(): Promise<void> {
+    return this.#call.resume();
+  }
+
+  /** Whether the tree is paused now. */
+  get paused(): boolean {
+    return this.#call.paused;
   }
 
   /** Stops the whole tree (the ladder); the job's report. Idempotent. */

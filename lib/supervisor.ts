@@ -6,6 +6,9 @@ import { threadId } from 'node:worker_threads';
 import { invalidArgType, invalidArgValue, outOfRange, proctreeError } from './errors';
 import { Job, type JobInfo, JobRegistry } from './jobs';
 import { binding } from './binding';
+import type { NativeLimits } from './binding/contract';
+import { resolveLimits } from './limits';
+import type { Limits } from './types';
 import { checkBoolean, checkBytes, checkGrace, DEFAULT_JOB_BUFFER, resolveRun, resolveSpawn } from './options';
 import { callPhase, type CallOwner, callSlot, dropQueued, terminateMany } from './call/state';
 import { ToolCall } from './toolcall';
@@ -25,6 +28,13 @@ export interface SupervisorOptions {
   handleSignals?: boolean;
   /** Bytes of output each job keeps (its ring buffer), unless the call says otherwise. Default: 1 MiB. */
   jobBuffer?: number;
+  /**
+   * What all of its calls together may use at most (`{ memoryBytes?, pids?,
+   * cpu? }`, kept by its cgroup subtree: memory.max, pids.max, cpu.max), on
+   * top of each call's own `limits`. Where they cannot be enforced its calls
+   * do not run (ERR_PROCTREE_LIMITS_UNAVAILABLE). Default: none.
+   */
+  limits?: Limits;
 }
 
 export interface SupervisorEvents {
@@ -59,6 +69,7 @@ export class Supervisor extends EventEmitter {
   readonly #maxConcurrent: number;
   readonly #name: string;
   readonly #jobBuffer: number;
+  readonly #limits: NativeLimits | null;
   readonly #jobs = new JobRegistry();
   #closed = false;
   #signalHandlers: Array<[NodeJS.Signals, () => void]> = [];
@@ -81,6 +92,7 @@ export class Supervisor extends EventEmitter {
     }
     this.#maxConcurrent = max;
     this.#jobBuffer = checkBytes(options.jobBuffer, 'options.jobBuffer', DEFAULT_JOB_BUFFER);
+    this.#limits = resolveLimits(options.limits);
     const handleSignals = checkBoolean(options.handleSignals, 'options.handleSignals');
     this.#name = name;
     usedNames.add(name);
@@ -187,6 +199,7 @@ export class Supervisor extends EventEmitter {
   #makeOwner(): CallOwner<ToolCall> {
     return {
       group: this.group,
+      limits: this.#limits,
       admit: (call, start, background) => {
         if (this.#closed) {
           call[dropQueued](proctreeError('ERR_PROCTREE_SUPERVISOR_CLOSED', 'The supervisor was shut down'));

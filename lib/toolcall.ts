@@ -11,7 +11,7 @@ import { binding } from './binding';
 import type { NativeErrorShape } from './binding/contract';
 import { knowStart } from './call/exec';
 import { ports, watchReady as watchReadyOf } from './call/job';
-import { ladderFor, terminateMany as terminateAll } from './call/ladder';
+import { ladderFor, pauseControl, terminateMany as terminateAll } from './call/ladder';
 import { donePromise, flushOutput, jobOutcome as outcomeOf, maybeClose, output } from './call/result';
 import { admitCall, applyRef, prepareCall } from './call/start';
 import {
@@ -179,6 +179,39 @@ export class ToolCall extends EventEmitter {
   terminate(options: { grace?: number } = {}): Promise<CleanupReport> {
     const grace = checkGrace(options?.grace, this.#s.opts.grace);
     return ladderFor(this.#s, 'terminate', grace);
+  }
+
+  /**
+   * Freezes the whole tree (its cgroup leaf's cgroup.freeze): no member
+   * runs, forks or exits until resume(). Settles once cgroup.events shows
+   * `frozen 1`. `idleTimeout` does not run while paused; `timeout` (wall
+   * time) does. terminate() still works (the ladder thaws the tree after
+   * its signals). Rejects with ERR_PROCTREE_PAUSE_UNSUPPORTED outside the
+   * cgroup and systemd tiers, ERR_PROCTREE_NOT_RUNNING when the tree is not
+   * running (queued, gone, being stopped).
+   */
+  pause(): Promise<void> {
+    return pauseControl(this.#s).request(true);
+  }
+
+  /** Thaws what pause() froze; settles once cgroup.events shows `frozen 0`. */
+  resume(): Promise<void> {
+    return pauseControl(this.#s).request(false);
+  }
+
+  /** Whether the tree is paused: pause() settled, and neither resume() nor a ladder thawed it since. */
+  get paused(): boolean {
+    return this.#s.x?.pause?.paused ?? false;
+  }
+
+  /** The kernel's OOM killer killed a process of the tree (see RunResult#oomKilled); known at 'empty'. */
+  get oomKilled(): boolean {
+    return this.#s.x?.oomKilled ?? false;
+  }
+
+  /** A fork of the tree was refused at a pids limit (see RunResult#pidsLimited); known at 'empty'. */
+  get pidsLimited(): boolean {
+    return this.#s.x?.pidsLimited ?? false;
   }
 
   /**

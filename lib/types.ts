@@ -99,6 +99,17 @@ export interface SpawnOptions {
    * name fds 3 and above. Default: no terminal.
    */
   pty?: boolean | PtyOptions;
+  /**
+   * What the call's whole tree may use at most: `{ memoryBytes?, pids?, cpu? }`
+   * (memory.max with memory.swap.max 0, pids.max, cpu.max of its cgroup
+   * leaf, set before the command runs). The verdicts are `result.oomKilled`
+   * and `result.pidsLimited`. Where a limit cannot be enforced (a tier
+   * other than `cgroup`, a controller not available to the harness's
+   * cgroup) the call does not run: 'error' (run() rejects) with
+   * ERR_PROCTREE_LIMITS_UNAVAILABLE naming the controller and the fix.
+   * Default: none (the supervisor's total still applies).
+   */
+  limits?: Limits;
 }
 
 export interface PtyOptions {
@@ -216,6 +227,19 @@ export interface RunResult<T extends string | Buffer = string> {
   /** With `leftovers: 'keep'`: the processes still running when the result came (they are the job); else []. */
   remaining: ProcessInfo[];
   /**
+   * The kernel's OOM killer killed a process of the tree (memory.events
+   * `oom_kill` of the call's leaf grew while it ran): past `limits.memoryBytes`,
+   * the supervisor's, or the machine's memory. False where the memory
+   * controller is not there to tell.
+   */
+  oomKilled: boolean;
+  /**
+   * A fork of the tree was refused at a pids limit (pids.events `max` of the
+   * call's leaf grew): `limits.pids`, or the supervisor's. False where the
+   * pids controller is not there to tell.
+   */
+  pidsLimited: boolean;
+  /**
    * With the `ready` option: what made the call ready (the listeners seen,
    * the output matched, when), or null when it never was (the tree ended
    * first, or `ready.timeout` stopped it: `cleanup.reason` is `'not-ready'`).
@@ -240,8 +264,14 @@ export interface ResourceUsage {
   systemMs: number;
   /** The most processes seen in the tree at once (by members(), jobs() and the ladder's reads). */
   peakProcesses: number;
-  /** memory.peak of the call's cgroup; only where the memory controller is delegated. */
+  /**
+   * memory.peak of the call's cgroup, bytes (Linux 5.19+); only where the
+   * memory controller is delegated, and — in a leaf an earlier call used —
+   * only when it grew past that call's (the kernel keeps one peak per cgroup).
+   */
   memoryPeakBytes?: number;
+  /** pids.peak of the call's cgroup (Linux 6.1+): the most processes at once, counted by the kernel; the same rules. */
+  pidsPeak?: number;
   source: 'cgroup' | 'rusage' | 'none';
 }
 
@@ -362,4 +392,18 @@ export interface ToolCallEvents {
   error: [err: Error];
   /** options.ready held: what was seen (also `result.ready`). */
   ready: [state: ReadyState];
+}
+
+/** What a call's tree (or, on a Supervisor, all of its calls together) may use at most. */
+export interface Limits {
+  /**
+   * Bytes of memory (memory.max, with memory.swap.max 0 so that it is not
+   * dodged by swapping): past it the kernel reclaims, then OOM-kills a
+   * member (`result.oomKilled`). At least 1 MiB.
+   */
+  memoryBytes?: number;
+  /** Processes and threads at once (pids.max): a fork past it fails with EAGAIN (`result.pidsLimited`). At least 1. */
+  pids?: number;
+  /** CPUs' worth of time (cpu.max over a 100 ms period): 0.5 is half a CPU, 2 two CPUs. At least 0.01. */
+  cpu?: number;
 }

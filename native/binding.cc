@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "kernel/guardian_launch.h"
+#include "kernel/limits.h"
 #include "kernel/probe.h"
 #include "kernel/procfs.h"
 #include "kernel/pty.h"
@@ -113,6 +114,29 @@ Napi::Object report_object(Napi::Env env, const CleanupReport& report) {
   return r;
 }
 
+// { memoryBytes?, pids?, cpu? } (validated by the facade): absent or 0 is no limit.
+bool read_limits(Napi::Value v, Limits* out) {
+  *out = Limits{};
+  if (v.IsUndefined() || v.IsNull()) return true;
+  if (!v.IsObject()) return false;
+  Napi::Object o = v.As<Napi::Object>();
+  Napi::Value mem = o.Get("memoryBytes");
+  Napi::Value pids = o.Get("pids");
+  Napi::Value cpu = o.Get("cpu");
+  if (mem.IsNumber()) out->memory_bytes = static_cast<uint64_t>(std::max(0.0, mem.As<Napi::Number>().DoubleValue()));
+  if (pids.IsNumber()) out->pids = static_cast<uint64_t>(std::max(0.0, pids.As<Napi::Number>().DoubleValue()));
+  if (cpu.IsNumber()) out->cpu = cpu.As<Napi::Number>().DoubleValue();
+  return true;
+}
+
+Napi::Object controllers_object(Napi::Env env, unsigned bits) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("memory", (bits & kLimitMemory) != 0);
+  o.Set("pids", (bits & kLimitPids) != 0);
+  o.Set("cpu", (bits & kLimitCpu) != 0);
+  return o;
+}
+
 // What a call of the thread-safe function asks for.
 void* const kTurn = reinterpret_cast<void*>(1);
 void* const kDeliver = reinterpret_cast<void*>(2);
@@ -148,6 +172,9 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
                              InstanceMethod("ptyForeground", &Addon::PtyForeground),
                              InstanceMethod("subtreePrefix", &Addon::SubtreePrefix),
                              InstanceMethod("probe", &Addon::ProbeHost),
+                             // Pause and resume; limits (kernel/limits.h).
+                             InstanceMethod("pause", &Addon::Pause),
+                             InstanceMethod("limitsProbe", &Addon::LimitsProbe),
                          });
     napi_value resource_name = Napi::String::New(env, "proctree:call");
     napi_async_init(env, nullptr, resource_name, &async_context_);
@@ -223,10 +250,16 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
           u.Set("systemMs", ev.usage.system_ms);
           u.Set("source", ev.usage.source);
           if (ev.usage.memory_peak >= 0) u.Set("memoryPeakBytes", static_cast<double>(ev.usage.memory_peak));
+          if (ev.usage.pids_peak >= 0) u.Set("pidsPeak", static_cast<double>(ev.usage.pids_peak));
+          if (ev.usage.oom_killed) u.Set("oomKilled", true);
+          if (ev.usage.pids_limited) u.Set("pidsLimited", true);
         }
         args.push_back(u);
         break;
       }
+      case CallEvent::kFrozen:
+        args.push_back(Napi::Boolean::New(env_, ev.frozen));
+        break;
       case CallEvent::kOutput:
       case CallEvent::kOutputEnd:
       case CallEvent::kWritten:
@@ -423,10 +456,24 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
       return ThrowType(env, "spec.tier");
     }
     if (spec.Get("helper").IsString()) opts.helper = spec.Get("helper").As<Napi::String>().Utf8Value();
+    if (!read_limits(spec.Get("limits"), &opts.limits.call)) return ThrowType(env, "spec.limits");
+    if (!read_limits(spec.Get("groupLimits"), &opts.limits.group)) return ThrowType(env, "spec.groupLimits");
 
     Napi::Object out = Napi::Object::New(env);
     if (!env_state_) {
       out.Set("error", make_error(env, SysError::of(ECANCELED, "spawn")));
+      return out;
+    }
+    // Limits live in a cgroup leaf of ours: never silently unlimited elsewhere.
+    if (const unsigned needed = opts.limits.controllers(); needed && opts.tier != Tier::kCgroup) {
+      std::string names;
+      for (LimitController c : {kLimitMemory, kLimitPids, kLimitCpu}) {
+        if (needed & c) names += std::string(names.empty() ? "" : ",") + limit_controller_name(c);
+      }
+      out.Set("error", make_error(env, SysError::of(ENOTSUP, "limits",
+                                                    names + ": the " + tier_name(opts.tier) +
+                                                        " tier has no cgroup leaf of ours to hold them; they need "
+                                                        "the cgroup tier (see capabilities().limits)")));
       return out;
     }
     PreparedStdio stdio;
@@ -698,9 +745,12 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
     if (env_state_ && info.Length() > 0 && info[0].IsNumber()) {
       env_state_->retire(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()), &base);
     }
-    Napi::Array out = Napi::Array::New(env, 2);
+    Napi::Array out = Napi::Array::New(env, 3);
     out.Set(0u, Napi::Number::New(env, base.user_usec));
     out.Set(1u, Napi::Number::New(env, base.system_usec));
+    // memory.peak when the call began (-1: a new leaf, or none): a reused
+    // leaf's peak is this call's only once it grew past it.
+    out.Set(2u, Napi::Number::New(env, base.limits.has_memory_peak ? static_cast<double>(base.limits.memory_peak) : -1));
     return out;
   }
 
@@ -829,6 +879,43 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
     probes.Set("helper", probe_object(env, h.helper));
     probes.Set("userManager", probe_object(env, h.user_manager));
     out.Set("probes", probes);
+    return out;
+  }
+
+  // --- pause and resume; limits --------------------------------------------
+
+  // pause(id, paused) -> undefined, or the error (ENOTSUP: the tier or the
+  // host cannot freeze; ESRCH: the tree is gone or being stopped). A Frozen
+  // event follows once cgroup.events shows the state asked for.
+  Napi::Value Pause(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsBoolean()) return ThrowType(env, "pause(id, paused)");
+    Call* c = CallArg(info);
+    if (!c) return make_error(env, SysError::of(ESRCH, "cgroup.freeze"));
+    if (SysError e = c->set_paused(info[1].As<Napi::Boolean>().Value())) return make_error(env, e);
+    return env.Undefined();
+  }
+
+  // limitsProbe() -> { parent, available: { memory, pids, cpu }, reason }
+  // | { error }: where this harness's subtrees go (its cgroup, or the one
+  // its leaf sits in) and which limits their leaves can have there (enabled,
+  // or ours to enable); reason: why the others cannot, and the fix. File
+  // reads only (a few, cached by the facade).
+  Napi::Value LimitsProbe(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Napi::Object out = Napi::Object::New(env);
+    CgroupLocation loc;
+    LimitsReach reach;
+    SysError e = locate_cgroup2(&loc);
+    std::string parent = e ? std::string() : subtree_parent(loc);
+    if (!e) e = limits_reach(loc.mount, parent, &reach);
+    if (e) {
+      out.Set("error", make_error(env, e));
+      return out;
+    }
+    out.Set("parent", parent);
+    out.Set("available", controllers_object(env, reach.available));
+    out.Set("reason", reach.reason);
     return out;
   }
 

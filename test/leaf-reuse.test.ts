@@ -5,9 +5,8 @@
 // it, or still the target of a ladder's writes; a usage figure that counts an
 // earlier call; two jobs with one id. Each is proved from the kernel
 // (cgroup.procs, cgroup.events, the directory itself), not from our
-// bookkeeping. (On a host where memory.peak exists, leaves are not reused:
-// its peak would carry the earlier calls'. These hosts have no memory
-// controller on cgroup v2, so every test here sees reuse.)
+// bookkeeping. (Where memory.peak exists, a reused leaf reports a call's
+// peak only when it grew past the earlier calls': test/limits-vm.test.ts.)
 import { once } from 'node:events';
 import fs from 'node:fs';
 import path from 'node:path';

@@ -65,6 +65,7 @@ describe('clients/python: python3 -m unittest against a real server', () => {
       ],
     ],
     ['test_package', ['test_pip_installs_the_source_directory_offline', 'test_the_client_inside_the_npm_package_finds_its_own_server']],
+    ['test_limits', ['test_a_bad_limit_is_refused_before_it_is_sent', 'test_every_result_carries_the_verdicts', 'test_a_job_pauses_through_the_blocking_api']],
   ];
   it.each(modules)(
     '%s',

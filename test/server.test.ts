@@ -238,7 +238,7 @@ describe('requests and events', () => {
   it('capabilities and list', async () => {
     const s = new Server();
     const caps = await s.request('capabilities');
-    expect(caps).toMatchObject({ ok: true, protocol: 3 });
+    expect(caps).toMatchObject({ ok: true, protocol: 4 });
     expect((caps.capabilities as { tier: string }).tier).toBeTypeOf('string');
     expect(await s.request('list')).toMatchObject({ ok: true, calls: [] });
   });

@@ -26,6 +26,13 @@ export interface PortablePipe {
  */
 export type NativeStdio = 'pipe' | 'ignore' | 'inherit' | 'close' | 'pty' | number | PortablePipe;
 
+/** Limits as the addon takes them (validated by lib/limits.ts): each field set is a limit. */
+export interface NativeLimits {
+  memoryBytes?: number;
+  pids?: number;
+  cpu?: number;
+}
+
 export interface NativeSpawnSpec {
   group: string;
   candidates: string[];
@@ -44,6 +51,10 @@ export interface NativeSpawnSpec {
   windowsVerbatimArguments?: boolean;
   /** The proctree-helper executable: the shim of pidns and subreaper, and the guardian. */
   helper: string;
+  /** The call's limits, on its leaf (the cgroup tier only; lib/limits.ts). */
+  limits?: NativeLimits;
+  /** Its supervisor's limits, on the subtree: the total of all its calls. */
+  groupLimits?: NativeLimits;
 }
 
 export interface NativeErrorShape extends Error {
@@ -97,8 +108,14 @@ export interface NativeUsage {
   systemMs?: number;
   /** 'cgroup': cpu.stat of the call's cgroup; 'rusage': what the main process (pgroup) or the shim (pidns, subreaper) reaped. */
   source?: 'cgroup' | 'rusage';
-  /** memory.peak, where the memory controller is delegated. */
+  /** memory.peak, where the memory controller is delegated (in a reused leaf: only when it grew past the earlier calls'). */
   memoryPeakBytes?: number;
+  /** pids.peak, where the pids controller is delegated (6.1+; the same rule). */
+  pidsPeak?: number;
+  /** memory.events oom_kill of the leaf grew during the call. */
+  oomKilled?: true;
+  /** pids.events max of the leaf grew during the call: a fork was refused at pids.max. */
+  pidsLimited?: true;
 }
 
 export const enum NativeEventKind {
@@ -110,12 +127,14 @@ export const enum NativeEventKind {
   Started = 4,
   /** The shim could not start the command: a = the error. */
   StartFailed = 5,
+  /** cgroup.events shows the state pause() (a = true) or resume() (a = false) asked for (10: the addon's CallEvent::kFrozen). */
+  Frozen = 10,
 }
 
 /** What the addon calls with a call's events, positionally (see NativeEventKind); nativeEvent() reads them. */
 export type NativeEventCallback = (
   kind: NativeEventKind,
-  a?: number | null | NativeReport | NativeErrorShape | NativeUsage,
+  a?: number | boolean | null | NativeReport | NativeErrorShape | NativeUsage,
   b?: number | string,
 ) => void;
 
@@ -126,12 +145,13 @@ export type NativeEvent =
   | { kind: NativeEventKind.Empty; usage: NativeUsage | undefined }
   | { kind: NativeEventKind.Error; error: NativeErrorShape }
   | { kind: NativeEventKind.Started; pid: number; cgroup: string | undefined }
-  | { kind: NativeEventKind.StartFailed; error: NativeErrorShape };
+  | { kind: NativeEventKind.StartFailed; error: NativeErrorShape }
+  | { kind: NativeEventKind.Frozen; frozen: boolean };
 
 /** The record of what a binding passed positionally. */
 export function nativeEvent(
   kind: NativeEventKind,
-  a?: number | null | NativeReport | NativeErrorShape | NativeUsage,
+  a?: number | boolean | null | NativeReport | NativeErrorShape | NativeUsage,
   b?: number | string,
 ): NativeEvent {
   switch (kind) {
@@ -143,6 +163,8 @@ export function nativeEvent(
       return { kind, usage: (a ?? undefined) as NativeUsage | undefined };
     case NativeEventKind.Started:
       return { kind, pid: a as number, cgroup: typeof b === 'string' ? b : undefined };
+    case NativeEventKind.Frozen:
+      return { kind, frozen: a === true };
     default:
       return { kind, error: a as NativeErrorShape };
   }
@@ -252,7 +274,7 @@ export interface NativeBinding {
    * leaf's cpu.stat user and system µs when the call began (a leaf a finished
    * call handed on carries that call's counters; 0 for a new one).
    */
-  retire(id: number): [number, number];
+  retire(id: number): [number, number, number?];
   /**
    * Waits for an `execPending` call's exec report, `waitMs` at most (default:
    * the addon's bound, past which the command counts as started): true once
@@ -270,6 +292,22 @@ export interface NativeBinding {
   ptyForeground(masterFd: number): number;
   /** `proctree-<pid>-<12 hex digits>`: drawn once per process, shared by its workers. */
   subtreePrefix(): string;
+  /**
+   * The call's leaf frozen (true) or thawed (false) through its
+   * cgroup.freeze; a Frozen event follows once cgroup.events shows it. The
+   * error: ENOTSUP (not a cgroup tier, no freezer, a tracer attached to the
+   * harness), ESRCH (the tree is gone or being stopped). The portable
+   * binding has none.
+   */
+  pause?(id: number, paused: boolean): NativeErrorShape | undefined;
+  /**
+   * Where this harness's subtrees go and which limits their leaves can have
+   * there (native/kernel/limits.h limits_reach); reason: why not the others,
+   * and the fix. The portable binding has none.
+   */
+  limitsProbe?():
+    | { parent: string; available: { memory: boolean; pids: boolean; cpu: boolean }; reason: string }
+    | { error: NativeErrorShape };
 }
 
 /** Why the portable binding runs instead of the addon, and how it reads the process table. */

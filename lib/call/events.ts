@@ -29,7 +29,7 @@ import { afterPipesPolled, CallLadder, type CallState, EMPTY, EXITED, KILLED_ALL
 export function onNativeEvent(
   this: CallState,
   kind: NativeEventKind,
-  a?: number | null | NativeReport | NativeErrorShape | NativeUsage,
+  a?: number | boolean | null | NativeReport | NativeErrorShape | NativeUsage,
   b?: number | string,
 ): void {
   dispatch(this, nativeEvent(kind, a, b));
@@ -56,6 +56,9 @@ function dispatch(s: CallState, ev: NativeEvent): void {
       break;
     case NativeEventKind.StartFailed:
       execFailed(s, ev.error);
+      break;
+    case NativeEventKind.Frozen:
+      s.x?.pause?.shown(ev.frozen);
       break;
   }
 }
@@ -131,6 +134,9 @@ function onEmpty(s: CallState, usage: NativeUsage | undefined): void {
   s.setFlag(EMPTY, true);
   s.x?.readyWait?.stop();
   s.extras().usage = finalUsage(usage);
+  if (usage?.oomKilled) s.extras().oomKilled = true;
+  if (usage?.pidsLimited) s.extras().pidsLimited = true;
+  s.x?.pause?.ended();
   const timers = s.x?.timers;
   if (timers?.idle) clearTimeout(timers.idle);
   if (timers) timers.idle = null;

@@ -10,7 +10,8 @@ import type { CleanupReason, CleanupReport } from '../types';
 import { knowStart } from './exec';
 import { emptyReport } from './report';
 import { drop, emitError, releaseReadable, removeAbortListener } from './result';
-import { ABORTED, CallLadder, type CallState, EMPTY, EXITED, STARTED, TIMED_OUT } from './state';
+import { PauseControl } from './pause';
+import { ABORTED, CallLadder, type CallState, EMPTY, EXITED, STARTED, TIMED_OUT, UNREF } from './state';
 
 /**
  * How long pipes may stay open once the tree is verified empty. Every
@@ -47,6 +48,8 @@ function prepareLadder(s: CallState, reason: CleanupReason, stopBy = performance
   // not hold a shutdown for long: the ladder stops its tree either way.
   knowStart(s, Math.max(0, Math.floor(stopBy - performance.now())));
   if (!s.live) return false;
+  // The ladder thaws a paused tree after its signals.
+  s.x?.pause?.ended();
   s.extras().ladder = new CallLadder(reason);
   return true;
 }
@@ -135,4 +138,37 @@ function abort(s: CallState, reason: unknown): void {
   s.setFlag(ABORTED, true);
   // As Node's abortChildProcess: 'error' only when the signal was delivered.
   if (startLadder(s, 'abort', s.opts.grace, true)) emitError(s, err);
+}
+
+/** The call's pause()/resume() control, made when first asked for. */
+export function pauseControl(s: CallState): PauseControl {
+  const x = s.extras();
+  x.pause ??= new PauseControl({
+    runningId: () => {
+      knowStart(s);
+      return s.live && !s.x?.ladder ? s.id : null;
+    },
+    confinement: s.call.confinement,
+    pausedChanged: (paused) => pausedChanged(s, paused),
+  });
+  return x.pause;
+}
+
+/** idleTimeout counts the command's silence, which a paused tree cannot help: its timer stops, and starts afresh on resume. */
+function pausedChanged(s: CallState, paused: boolean): void {
+  const x = s.extras();
+  if (paused) {
+    const idle = x.timers?.idle;
+    if (!idle || !x.timers) return;
+    clearTimeout(idle);
+    x.timers.idle = null;
+    x.idlePaused = true;
+    return;
+  }
+  if (!x.idlePaused) return;
+  x.idlePaused = false;
+  if (s.flag(EMPTY) || s.opts.idleTimeout <= 0) return;
+  const idle = setTimeout(onIdle, s.opts.idleTimeout, s);
+  if (s.flag(UNREF)) idle.unref();
+  s.timers().idle = idle;
 }

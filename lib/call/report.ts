@@ -53,6 +53,9 @@ export interface CallOutcome {
   usage: ResourceUsage;
   jobId: string | null;
   remaining: ProcessInfo[];
+  /** The verdicts of the addon's Empty event (false until then). */
+  oomKilled: boolean;
+  pidsLimited: boolean;
 }
 
 export function runResult(call: CallOutcome, output: CallOutput, encoding: BufferEncoding | 'buffer'): RunResult<string | Buffer> {
@@ -79,6 +82,8 @@ export function runResult(call: CallOutcome, output: CallOutput, encoding: Buffe
     usage: call.usage,
     jobId: call.jobId,
     remaining: call.remaining,
+    oomKilled: call.oomKilled,
+    pidsLimited: call.pidsLimited,
   };
 }
 
@@ -91,6 +96,7 @@ export function finalUsage(u: NativeUsage | null | undefined): ResourceUsage {
     source: u?.source ?? 'none',
   };
   if (u?.memoryPeakBytes !== undefined) out.memoryPeakBytes = u.memoryPeakBytes;
+  if (u?.pidsPeak !== undefined) out.pidsPeak = u.pidsPeak;
   return out;
 }
 
@@ -102,7 +108,7 @@ export function finalUsage(u: NativeUsage | null | undefined): ResourceUsage {
 export function usageSoFar(
   cgroup: string | null,
   peakProcesses: number,
-  base: readonly [number, number] = [0, 0],
+  base: readonly [number, number, number?] = [0, 0],
 ): ResourceUsage {
   const none: ResourceUsage = { userMs: 0, systemMs: 0, peakProcesses, source: 'none' };
   if (!cgroup) return none;
@@ -122,7 +128,9 @@ export function usageSoFar(
     source: 'cgroup',
   };
   try {
-    out.memoryPeakBytes = Number(fs.readFileSync(`${cgroup}/memory.peak`, 'utf8').trim());
+    const peak = Number(fs.readFileSync(`${cgroup}/memory.peak`, 'utf8').trim());
+    // A reused leaf's peak is this call's only once it grew past the earlier calls' (base[2]).
+    if (peak > (base[2] ?? -1)) out.memoryPeakBytes = peak;
   } catch {
     // the memory controller is not delegated here
   }

@@ -147,6 +147,8 @@ function buildResult(s: CallState): RunResult<string | Buffer> {
       confinement: c.confinement,
       ...jobOutcome(s),
       jobId: c.jobId,
+      oomKilled: s.x?.oomKilled ?? false,
+      pidsLimited: s.x?.pidsLimited ?? false,
     },
     out,
     s.x?.done?.encoding ?? 'utf8',

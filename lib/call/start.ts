@@ -12,6 +12,7 @@ import { binding } from '../binding';
 import type { NativeErrorShape, NativeSpawnSpec } from '../binding/contract';
 import { helperPath, warnNoGuardian } from '../capabilities';
 import { spawnError, spawnThrow } from '../errors';
+import { controllersOf, limitsRefusedHere, limitsUnavailable } from '../limits';
 import { isDefaultOutput, type ResolvedRun, type ResolvedSpawn } from '../options';
 import { ByteTail, tapLater } from '../output';
 import { attachMaster, setPtyRef, typeInput } from '../pty';
@@ -109,6 +110,16 @@ class SpawnSpec {
   ) {}
 }
 Object.setPrototypeOf(SpawnSpec.prototype, null);
+
+/** A refusal of limits before the addon is asked, in the shape of its own (syscall 'limits'). */
+function limitsRefusal(why: string): NativeErrorShape {
+  const err = new Error(why) as NativeErrorShape;
+  err.code = 'ENOTSUP';
+  err.errno = 95;
+  err.syscall = 'limits';
+  err.path = why;
+  return err;
+}
 
 // A start that Node reports by throwing from spawn() rather than by 'error':
 // the uid/gid steps (EPERM when not privileged, EINVAL for a bad id).
@@ -256,13 +267,17 @@ function startCall(s: CallState): void {
   let res;
   try {
     const spec = spawnSpec(s.owner.group, opts, takeForChild(s.child), c.confinement, c.pty);
-    res = binding.spawn(spec, onNativeEvent.bind(s));
+    if (opts.limits) spec.limits = opts.limits;
+    if (s.owner.limits) spec.groupLimits = s.owner.limits;
+    const refused = limitsRefusedHere([...controllersOf(opts.limits), ...controllersOf(s.owner.limits)]);
+    res = refused ? { error: limitsRefusal(refused) } : binding.spawn(spec, onNativeEvent.bind(s));
   } catch (err) {
     res = { error: err as NativeErrorShape };
   }
   closeChildEnds(s);
   if ('error' in res) {
     if (s.flag(CONSTRUCTING) && throwsLikeNode(res.error)) throwFromConstructor = spawnThrow(res.error);
+    else if (res.error.syscall === 'limits') fail(s, limitsUnavailable(res.error.path ?? ''));
     else fail(s, spawnError(res.error, opts.file, opts.argv));
     publishPid(s);
     return;

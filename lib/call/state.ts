@@ -6,6 +6,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Readable, Writable } from 'node:stream';
 
+import type { NativeLimits } from '../binding/contract';
 import type { ResolvedSpawn } from '../options';
 import type { ByteTail, CallOutput, outputNow } from '../output';
 import type { PtyStream } from '../pty';
@@ -23,6 +24,7 @@ import type {
   ToolCallEvents,
   Verification,
 } from '../types';
+import type { PauseControl } from './pause';
 import { emptyReport } from './report';
 
 // The bits of a call's flags.
@@ -95,6 +97,8 @@ export interface CallSurface {
  */
 export interface CallOwner<C = CallSurface> {
   readonly group: string;
+  /** The supervisor's limits: the total of all its calls, kept by its subtree. */
+  readonly limits: NativeLimits | null;
   /** Calls start() now or later (FIFO), never twice; a background call starts now and takes no slot. */
   admit(call: C, start: () => void, background: boolean): void;
   /** A queued call that will never start leaves the queue. */
@@ -129,7 +133,7 @@ export class CallExtras {
   /** What a job's command left running when it exited; null until then. */
   remaining: ProcessInfo[] | null = null;
   /** A job's leaf: its cpu.stat [user, system] µs when the call began (a reused leaf carries earlier calls'). */
-  cpuBase: readonly [number, number] | undefined = undefined;
+  cpuBase: readonly [number, number, number?] | undefined = undefined;
   /** When a call that can become a job started, in ms since the epoch: the job's startedAt, however much later it became one. */
   startedAtEpoch = 0;
   /** options.ready's wait, or null without the option. */
@@ -144,6 +148,13 @@ export class CallExtras {
   leafId: bigint | null = null;
   /** The ladder's report waits for the leaf's listeners ('cleanup' and 'close' wait for it). */
   heldCheck = false;
+  /** pause()/resume(), once either was asked for. */
+  pause: PauseControl | null = null;
+  /** idleTimeout's timer was stopped by pause(): resume() starts it again. */
+  idlePaused = false;
+  /** The kernel's verdicts, from the Empty event: the OOM killer killed a member; a fork was refused at pids.max. */
+  oomKilled = false;
+  pidsLimited = false;
 }
 
 /**

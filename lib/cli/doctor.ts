@@ -106,7 +106,19 @@ export function renderDoctor(caps: DoctorInput, host: Host = detectHost()): stri
     lines.push(`auto picks: ${caps.tier}`);
     for (const [tier, why] of Object.entries(caps.rejected)) lines.push(`  not ${tier}: ${why}`);
   }
+  if (!('addon' in caps) && caps.limits) lines.push(...limitsLines(caps));
   return `${lines.join('\n')}\n`;
+}
+
+/** What `limits` a call can have here, where its cgroups go, and the fix for the rest. */
+function limitsLines(caps: Capabilities): string[] {
+  const l = caps.limits;
+  const each = (['memory', 'pids', 'cpu'] as const).map((c) => `${c} ${l[c] ? 'ok' : 'no'}`).join(', ');
+  const own = caps.cgroup2?.ownPath;
+  const where = l.cgroup && own && l.cgroup !== own ? ` (subtrees in ${l.cgroup}, beside this process's leaf ${own})` : '';
+  const lines = ['', `limits: ${each}${where}`];
+  if (l.reason) lines.push(`  fix: ${l.reason}`);
+  return lines;
 }
 
 export async function doctorCommand(argv: string[]): Promise<number> {

@@ -9,11 +9,13 @@ import type { CleanupReport, Listener, ProcessInfo, ResourceUsage } from '../typ
 /**
  * Raised whenever the protocol gains something; version 2 (jobs, output
  * collection, terminals) only added to version 1, version 3 (ports,
- * jobPorts, options.ready and the ready event) to 2, so every exchange of
+ * jobPorts, options.ready and the ready event) to 2, version 4 (limits,
+ * oomKilled and pidsLimited in close, pauseTree, resumeTree, jobPause,
+ * jobResume) to 3, so every exchange of
  * version 1 means the same. A client checks `protocol >= ` the version whose
  * features it uses.
  */
-export const PROTOCOL_VERSION = 3;
+export const PROTOCOL_VERSION = 4;
 
 /** spawn's options.ready: a RegExp travels as its source (outputPattern). */
 export interface ReadyRequestOptions {
@@ -51,6 +53,7 @@ export interface SpawnRequestOptions {
   all?: boolean;
   encoding?: 'base64' | 'utf8';
   pty?: boolean | { cols?: number; rows?: number; term?: string };
+  limits?: { memoryBytes?: number; pids?: number; cpu?: number };
 }
 
 /** What `collect` gathered: the output as text (`encoding: "utf8"`) or base64. */
@@ -82,7 +85,9 @@ export type Request =
   | { rid: Rid; op: 'jobStop'; job: string; grace?: number }
   | { rid: Rid; op: 'jobWait'; job: string }
   | { rid: Rid; op: 'ports'; id: string }
-  | { rid: Rid; op: 'jobPorts'; job: string };
+  | { rid: Rid; op: 'jobPorts'; job: string }
+  | { rid: Rid; op: 'pauseTree' | 'resumeTree'; id: string }
+  | { rid: Rid; op: 'jobPause' | 'jobResume'; job: string };
 
 export interface ProtocolError {
   code: string;
@@ -108,6 +113,8 @@ export type Event =
       cleanup: CleanupReport | null;
       usage: ResourceUsage | null;
       jobId: string | null;
+      oomKilled: boolean;
+      pidsLimited: boolean;
       result?: CollectedOutput;
     }
   | { event: 'error'; id: string; error: ProtocolError };

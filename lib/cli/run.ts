@@ -6,9 +6,10 @@ import { spawn } from '../default-supervisor';
 import { tiers } from '../tiers';
 import { formatListener, resolveReady, type ResolvedReady } from '../ports';
 import { watchReady } from '../call/state';
+import type { Limits } from '../types';
 import type { ToolCall } from '../toolcall';
 import type { CleanupReport, ResourceUsage, RunResult, SpawnOptions } from '../types';
-import { flagString, parseDuration, parseFlags, parseSize, splitCommand, UsageError } from './args';
+import { type Flags, flagString, parseDuration, parseFlags, parseSize, splitCommand, UsageError } from './args';
 import { attachTerminal, terminalOptions } from './terminal';
 
 export const runHelp = `Usage: proctree run [options] [--] COMMAND [ARG...]
@@ -43,6 +44,13 @@ Options:
   --keep PART           with --max-output: head, tail, or both (default: both,
                         the start and the end, where errors and summaries are)
   --all                 stdout and stderr merged on stdout in arrival order
+  --memory SIZE         the whole tree's memory limit (memory.max, no swap):
+                        past it the kernel OOM-kills a process of the tree
+                        (SIZE: 512M, 2G, bytes)
+  --pids N              at most N processes and threads at once (pids.max):
+                        forks past it fail
+  --cpu CPUS            at most CPUS processors' worth of CPU time (cpu.max):
+                        0.5, 1.5, 4
   --report              print the cleanup report to stderr on one line
   --usage               print the CPU time and peak processes of the whole
                         tree to stderr on one line
@@ -51,6 +59,11 @@ Options:
   -h, --help            show this help
 
 DURATION is 500ms, 30s, 5m, 1h or a number of milliseconds.
+
+The limits need the cgroup tier with the memory, pids and cpu controllers
+(see 'proctree doctor'); where one is missing COMMAND is not run (status 125).
+When the tree hit one, a line on stderr says so ('proctree: out of memory:
+...', 'proctree: process limit: ...').
 
 Exit status: COMMAND's own; 128+N when signal N ended it; 124 on --timeout;
 125 when proctree itself failed (processes survived the ladder); 126 when
@@ -76,12 +89,15 @@ const runOptions = {
   usage: { type: 'boolean' },
   json: { type: 'boolean' },
   pty: { type: 'boolean' },
+  memory: { type: 'string' },
+  pids: { type: 'string' },
+  cpu: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
 const withValue = new Set([
   '--timeout', '--grace', '--signal', '--confinement', '--leftovers', '--idle-timeout', '--max-output', '--keep', '--ready-port',
-  '--ready-timeout',
+  '--ready-timeout', '--memory', '--pids', '--cpu',
 ]);
 
 export const EXIT_TIMEOUT = 124;
@@ -158,6 +174,8 @@ export function planRun(argv: string[]): RunPlan | 'help' {
   }
   const all = flags.all === true;
   if (all) options.all = true;
+  const limits = planLimits(flags);
+  if (limits) options.limits = limits;
   const confinement = flagString(flags, 'confinement');
   // Passed through unchecked: which tiers exist is the library's business,
   // and it rejects the ones it does not have with ERR_INVALID_ARG_VALUE.
@@ -192,6 +210,32 @@ export function planRun(argv: string[]): RunPlan | 'help' {
     printKept: !json && maxOutput !== undefined,
     ready,
   };
+}
+
+/** --memory, --pids, --cpu as `limits` (the library checks the ranges: a usage error then). */
+function planLimits(flags: Flags): Limits | null {
+  const limits: Limits = {};
+  const memory = flagString(flags, 'memory');
+  if (memory !== undefined) limits.memoryBytes = parseSize(memory, '--memory');
+  const pids = flagString(flags, 'pids');
+  if (pids !== undefined) {
+    if (!/^\d+$/.test(pids)) throw new UsageError(`--pids: '${pids}' is not a number of processes`);
+    limits.pids = Number(pids);
+  }
+  const cpu = flagString(flags, 'cpu');
+  if (cpu !== undefined) {
+    if (!/^(\d+(\.\d*)?|\.\d+)$/.test(cpu)) throw new UsageError(`--cpu: '${cpu}' is not a number of CPUs (examples: 0.5, 2)`);
+    limits.cpu = Number(cpu);
+  }
+  return Object.keys(limits).length > 0 ? limits : null;
+}
+
+/** What the kernel's verdicts say, for a person: one line each, or none. */
+export function verdictLines(r: Pick<RunResult, 'oomKilled' | 'pidsLimited'>): string[] {
+  const lines: string[] = [];
+  if (r.oomKilled) lines.push('proctree: out of memory: the kernel killed a process of the tree at its memory limit');
+  if (r.pidsLimited) lines.push('proctree: process limit: a fork of the tree was refused at its process limit');
+  return lines;
 }
 
 function startCall(plan: RunPlan): ToolCall {
@@ -261,6 +305,7 @@ export async function runCommand(argv: string[]): Promise<number> {
         process.stderr.write(r.stderr);
       }
     }
+    for (const line of verdictLines(r)) process.stderr.write(`${line}\n`);
     if (plan.report) process.stderr.write(`${reportLine(r.cleanup)}\n`);
     if (plan.usage) process.stderr.write(`${usageLine(r.usage)}\n`);
     if (plan.json) await writeOut(`${JSON.stringify(r)}\n`);

@@ -469,6 +469,16 @@ export class ProtocolServer {
         flow.apply();
         return {};
       }
+      case 'pauseTree':
+      case 'resumeTree': {
+        const call = this.#live(req.id).call;
+        return (req.op === 'pauseTree' ? call.pause() : call.resume()).then(() => ({ paused: call.paused }));
+      }
+      case 'jobPause':
+      case 'jobResume': {
+        const j = job(req.job);
+        return (req.op === 'jobPause' ? j.pause() : j.resume()).then(() => ({ paused: j.paused }));
+      }
       case 'list':
         return {
           calls: [...this.#calls].map(([id, { call }]) => ({
@@ -679,6 +689,8 @@ export class ProtocolServer {
         cleanup: live.report,
         usage: call.usage,
         jobId: call.jobId,
+        oomKilled: call.oomKilled,
+        pidsLimited: call.pidsLimited,
         ...(result ? { result } : {}),
       });
       live.closeSent = true;

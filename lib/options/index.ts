@@ -6,6 +6,8 @@ import { isMainThread } from 'node:worker_threads';
 
 import { binding, portable } from '../binding';
 import { invalidArgType, invalidArgValue, outOfRange, proctreeError } from '../errors';
+import { resolveLimits } from '../limits';
+import type { NativeLimits } from '../binding/contract';
 import { DEFAULT_MARKER, DEFAULT_MAX_BUFFER, type Keep, type OutputSettings, UNREAD_MAX_BUFFER } from '../output';
 import { type ResolvedReady, resolveReady } from '../ports';
 import { tiers } from '../tiers';
@@ -46,6 +48,8 @@ export interface ResolvedSpawn {
   windowsVerbatimArguments: boolean;
   /** A terminal for fds 0–2 (options.pty), or none. */
   pty: ResolvedPty | undefined;
+  /** What the call's tree may use at most (options.limits), or null. */
+  limits: NativeLimits | null;
 }
 
 /** What options.confinement accepts: 'auto' and every tier. */
@@ -58,7 +62,7 @@ const nodeOptions = [
 ];
 const proctreeOptions = [
   'grace', 'leftovers', 'confinement', 'background', 'ready', 'jobBuffer',
-  'maxBuffer', 'keep', 'marker', 'all', 'onOutput', 'idleTimeout', 'pty',
+  'maxBuffer', 'keep', 'marker', 'all', 'onOutput', 'idleTimeout', 'pty', 'limits',
 ];
 const runOptions = ['input', 'encoding'];
 const knownOptions = new Set([...nodeOptions, ...proctreeOptions, ...runOptions]);
@@ -107,6 +111,7 @@ class OwnOptions {
   onOutput: unknown = undefined;
   idleTimeout: unknown = undefined;
   pty: unknown = undefined;
+  limits: unknown = undefined;
   input: unknown = undefined;
   encoding: unknown = undefined;
   /** Own keys that are no option, in the caller's order (null: none). */
@@ -285,6 +290,7 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
   }
   const grace = checkMs(opts.grace, 'grace', defaults.grace ?? 2000);
   const pty = resolvePty(opts.pty);
+  const limits = resolveLimits(opts.limits);
   if (own.unknownKeys !== null) warnUnknownKeys(own.unknownKeys, defaults.where ?? 'spawn');
 
   return {
@@ -311,6 +317,7 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     detached,
     windowsVerbatimArguments,
     pty,
+    limits,
   };
 }
 

@@ -210,6 +210,8 @@ SysError read_limit_counters(int leaf_fd, const std::string& leaf_path, LimitCou
   out->has_oom_kill = exists && keyed_value(text, "oom_kill", &out->oom_kill);
   if (SysError e = read_at(leaf_fd, leaf_path, "pids.events", &text, &exists)) return e;
   out->has_pids_max = exists && keyed_value(text, "max", &out->pids_max);
+  if (SysError e = read_at(leaf_fd, leaf_path, "pids.events.local", &text, &exists)) return e;
+  out->has_pids_local_max = exists && keyed_value(text, "max", &out->pids_local_max);
   if (SysError e = read_number(leaf_fd, leaf_path, "memory.peak", &out->has_memory_peak, &out->memory_peak)) return e;
   return read_number(leaf_fd, leaf_path, "pids.peak", &out->has_pids_peak, &out->pids_peak);
 }
@@ -217,7 +219,9 @@ SysError read_limit_counters(int leaf_fd, const std::string& leaf_path, LimitCou
 LimitVerdict limit_verdict(const LimitCounters& before, const LimitCounters& after) {
   LimitVerdict v;
   v.oom_killed = after.has_oom_kill && after.oom_kill > (before.has_oom_kill ? before.oom_kill : 0);
-  v.pids_limited = after.has_pids_max && after.pids_max > (before.has_pids_max ? before.pids_max : 0);
+  v.pids_limited = (after.has_pids_max && after.pids_max > (before.has_pids_max ? before.pids_max : 0)) ||
+                   (after.has_pids_local_max &&
+                    after.pids_local_max > (before.has_pids_local_max ? before.pids_local_max : 0));
   return v;
 }
 
@@ -302,12 +306,61 @@ SysError controller_report(const std::string& mount, const std::string& dir, uns
   }
   // memory is a domain controller: the kernel refuses it (EBUSY) for the
   // children of a cgroup with processes of its own. pids and cpu are
-  // threaded controllers and may be enabled there.
-  if (busy && (out->missing & kLimitMemory)) {
+  // threaded controllers, which it does enable there, but that makes the
+  // cgroup a threaded root, whose domain children (our subtrees) can hold no
+  // process: no use for limits either.
+  if (busy) {
     out->reason += "; " + dir +
-                   " holds processes of its own, and the kernel enables memory only for the children of a cgroup "
-                   "that has none: move them into a leaf of their own first";
+                   " holds processes of its own, and the kernel gives controllers to the children of a cgroup only "
+                   "when it has none (memory refused, pids and cpu would leave the children unable to hold "
+                   "processes): move them into a leaf of their own first";
   }
+  return SysError::none();
+}
+
+std::string subtree_parent(const CgroupLocation& loc) {
+  const std::string& own = loc.own_path;
+  if (own.size() <= loc.mount.size()) return own;  // the root: exempt from the rule
+  const std::string up = parent_of(own);
+  // Never the hierarchy's root: what sits there is the host's.
+  if (up.size() <= loc.mount.size()) return own;
+  const std::string name = own.substr(own.find_last_of('/') + 1);
+  for (const char* unit : {".scope", ".service", ".slice"}) {
+    const size_t n = std::strlen(unit);
+    if (name.size() > n && name.compare(name.size() - n, n, unit) == 0) return own;
+  }
+  // A harness run as a tool call of another proctree harness: its leaf is
+  // that call's, and beside it would be outside the call (its ladder, its
+  // limits): never.
+  if (up.compare(up.find_last_of('/') + 1, 9, "proctree-") == 0) return own;
+  unsigned own_enabled = 0;
+  unsigned up_enabled = 0;
+  if (read_controllers_at(own, "cgroup.subtree_control", &own_enabled) ||
+      read_controllers_at(up, "cgroup.subtree_control", &up_enabled)) {
+    return own;
+  }
+  // Only where it brings what the harness's cgroup cannot have: memory.
+  if ((own_enabled & kLimitMemory) || !(up_enabled & kLimitMemory)) return own;
+  if (holds_processes(up)) return own;
+  if (access(up.c_str(), W_OK) != 0 || access(join(up, "cgroup.procs").c_str(), W_OK) != 0) return own;
+  return up;
+}
+
+SysError limits_reach(const std::string& mount, const std::string& parent, LimitsReach* out) {
+  *out = LimitsReach{};
+  unsigned enabled = 0;
+  unsigned here = 0;
+  if (SysError e = read_controllers_at(parent, "cgroup.subtree_control", &enabled)) return e;
+  if (SysError e = read_controllers_at(parent, "cgroup.controllers", &here)) return e;
+  const bool busy = parent != mount && holds_processes(parent);
+  // Nothing is ours to enable beside processes: memory the kernel refuses
+  // (EBUSY), and pids or cpu would make parent a threaded root, whose domain
+  // children — our subtrees — could hold no process (every call would fail).
+  out->enableable = busy ? 0u : here & ~enabled;
+  out->available = enabled | out->enableable;
+  ControllerReport r;
+  if (SysError e = controller_report(mount, parent, kAllLimitControllers & ~out->enableable, &r)) return e;
+  out->reason = r.reason;
   return SysError::none();
 }
 

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernel/cgroup.h"
 #include "kernel/sys_error.h"
 
 namespace proctree {
@@ -72,6 +73,10 @@ struct LimitCounters {
   uint64_t oom_kill = 0;         // memory.events oom_kill (this leaf and below)
   bool has_pids_max = false;
   uint64_t pids_max = 0;         // pids.events max: forks refused by pids.max
+  // pids.events.local max (6.13+, where pids.events counts only this
+  // cgroup's own limit): forks in this cgroup refused by any pids.max above.
+  bool has_pids_local_max = false;
+  uint64_t pids_local_max = 0;
   bool has_memory_peak = false;
   uint64_t memory_peak = 0;      // memory.peak, bytes (5.19+): since the leaf was made
   bool has_pids_peak = false;
@@ -104,8 +109,9 @@ SysError enable_controllers(int dir_fd, const std::string& dir_path, unsigned wh
 //    delegated here; boot with cgroup_no_v1=memory,pids,cpu (or
 //    systemd.unified_cgroup_hierarchy=1)"
 // The reason also says when `dir` holds processes of its own, which keeps
-// the kernel from enabling memory (a domain controller; pids and cpu are
-// threaded ones, which it allows there) until they move into a leaf.
+// the kernel from enabling memory (a domain controller; pids and cpu, threaded
+// ones, it allows there, but then the children cannot hold processes) until
+// they move into a leaf.
 struct ControllerReport {
   unsigned available = 0;  // in dir's cgroup.subtree_control
   unsigned missing = 0;    // needed & ~available
@@ -113,5 +119,30 @@ struct ControllerReport {
 };
 SysError controller_report(const std::string& mount, const std::string& dir, unsigned needed,
                            ControllerReport* out);
+
+// Where a harness's cgroup subtrees go: its own cgroup, or its parent when
+// the harness already sits in a leaf of its own beside them — the layout of
+// a measuring harness, or of a delegated service that moved itself out of
+// the way (systemd's DelegateSubgroup=): there the parent distributes the
+// memory controller (which a cgroup holding the harness cannot), holds no
+// process, is writable, and the harness's leaf is no systemd unit (whose
+// parent is systemd's slice, never ours) nor a proctree call's leaf (a
+// harness run as another's tool call stays inside that call). Reads files
+// only.
+std::string subtree_parent(const CgroupLocation& loc);
+
+// Which limits a leaf of a subtree made in `parent` can have: the
+// controllers enabled in parent's cgroup.subtree_control, and those it may
+// enable there itself (passed down to it, and parent holding no process of
+// its own: memory the kernel refuses beside processes, and pids or cpu there
+// would make parent a threaded root whose domain children cannot hold
+// processes). `reason`: for the others, controller_report's why and fix;
+// empty when all are reachable.
+struct LimitsReach {
+  unsigned available = 0;
+  unsigned enableable = 0;  // of available: not enabled yet, ours to enable
+  std::string reason;
+};
+SysError limits_reach(const std::string& mount, const std::string& parent, LimitsReach* out);
 
 }  // namespace proctree

@@ -5,20 +5,11 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 namespace proctree {
-namespace {
-
-// memory.peak exists only where the memory controller is delegated (and
-// Linux 5.19): once it is found missing, it is not looked for again. A leaf
-// that has it is never reused: its peak would carry the earlier calls'.
-std::atomic<bool> g_no_memory_peak{false};
-
-}  // namespace
 
 SysError CgroupConfinement::members(std::vector<pid_t>* out) const {
   if (!leaf_.valid()) {
@@ -107,19 +98,32 @@ void CgroupConfinement::read_usage(Usage* out) const {
   out->source = "cgroup";
   out->user_ms = (counters_.user_usec - base_.user_usec) / 1000.0;
   out->system_ms = (counters_.system_usec - base_.system_usec) / 1000.0;
-  if (g_no_memory_peak.load(std::memory_order_relaxed)) return;
-  std::string peak;
-  if (!leaf_.read_file("memory.peak", &peak)) {
-    out->memory_peak = std::strtoll(peak.c_str(), nullptr, 10);
-  } else {
-    g_no_memory_peak.store(true, std::memory_order_relaxed);
+  // The limit controllers' counters, where the leaf has them (memory.peak
+  // needs 5.19, pids.peak 6.1). A peak is since the leaf was made: in a
+  // reused leaf it is this call's only where it grew past the earlier calls'.
+  counters_.controllers = base_.controllers;
+  if (!base_.controllers) return;
+  LimitCounters now;
+  if (read_limit_counters(leaf_.dir_fd(), leaf_.path(), &now)) return;
+  counters_.limits = now;
+  const LimitCounters& was = base_.limits;
+  LimitVerdict v = limit_verdict(was, now);
+  out->oom_killed = v.oom_killed;
+  out->pids_limited = v.pids_limited;
+  out->memory_peak = -1;
+  if (now.has_memory_peak && (!was.has_memory_peak || now.memory_peak > was.memory_peak)) {
+    out->memory_peak = static_cast<long long>(now.memory_peak);
+  }
+  out->pids_peak = -1;
+  if (now.has_pids_peak && (!was.has_pids_peak || now.pids_peak > was.pids_peak)) {
+    out->pids_peak = static_cast<long long>(now.pids_peak);
   }
 }
 
 SysError CgroupConfinement::release() { return leaf_.remove(); }
 
 CgroupConfinement::Offer CgroupConfinement::offer_to_pool() {
-  if (!pool_ || retired_ || !counted_ || !leaf_.valid() || !g_no_memory_peak.load(std::memory_order_relaxed)) {
+  if (!pool_ || retired_ || !counted_ || !leaf_.valid()) {
     return Offer::kRefused;
   }
   // As good as a fresh leaf, or not reused: nothing in it (populated 0),

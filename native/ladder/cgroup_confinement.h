@@ -7,6 +7,7 @@
 #pragma once
 
 #include "kernel/cgroup.h"
+#include "kernel/limits.h"
 #include "ladder/confinement.h"
 
 namespace proctree {
@@ -16,6 +17,12 @@ namespace proctree {
 struct CpuCounters {
   double user_usec = 0;
   double system_usec = 0;
+  // The limit controllers the leaf has (kernel/limits.h bits; 0: none, and
+  // nothing of theirs is read), and their counters: a call's verdicts are
+  // what grew since it began, its peaks count only when they grew past the
+  // earlier calls' (memory.peak and pids.peak are since the leaf was made).
+  unsigned controllers = 0;
+  LimitCounters limits;
 };
 
 // Takes the leaf of a call that ended cleanly, for a later call of the same

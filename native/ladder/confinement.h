@@ -25,6 +25,11 @@ struct Usage {
   double user_ms = 0;
   double system_ms = 0;
   long long memory_peak = -1;  // bytes; -1 where the memory controller is not delegated
+  long long pids_peak = -1;    // pids.peak; -1 where the pids controller (or the file) is not there
+  // The call's verdicts (kernel/limits.h): memory.events oom_kill and
+  // pids.events max of its leaf grew while it ran.
+  bool oom_killed = false;
+  bool pids_limited = false;
   // Where the CPU times come from: "cgroup" (cpu.stat of the call's cgroup:
   // every process that was ever in it) or "rusage" (the processes reaped by
   // the main process, or by the shim: every process of its tree).

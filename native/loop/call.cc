@@ -282,8 +282,37 @@ void Call::on_members_exited(size_t n) {
 
 void Call::on_change() {
   if (!confinement_) return;
+  check_paused();
   if (ladder_.running()) ladder_.on_change();
   check_finished();
+}
+
+SysError Call::set_paused(bool paused) {
+  settle_exec();
+  if (finished_ || !confinement_ || ladder_.started()) return SysError::of(ESRCH, "cgroup.freeze");
+  if (tier() != Tier::kCgroup && tier() != Tier::kSystemd) return SysError::of(ENOTSUP, "cgroup.freeze");
+  // can_freeze() is false while a tracer is attached to the harness: the
+  // tracer may be a member, and freezing it would stop us at our next syscall.
+  if (!confinement_->can_freeze()) return SysError::of(ENOTSUP, "cgroup.freeze", leaf_path());
+  // The state shows in cgroup.events, which tells its changes through the
+  // reactor's inotify watch (or the poll where inotify had no room).
+  watch_emptiness();
+  // Written now, not through the slow writes: a leaf's freeze costs a
+  // signal per member, and the next ladder's writes must come after it.
+  if (SysError e = confinement_->set_frozen(paused, true)) return e;
+  paused_ = paused;
+  pause_wanted_ = paused ? 1 : 0;
+  check_paused();
+  return SysError::none();
+}
+
+void Call::check_paused() {
+  if (pause_wanted_ < 0 || !confinement_) return;
+  if (confinement_->frozen() != (pause_wanted_ == 1)) return;
+  CallEvent ev{CallEvent::kFrozen, id_, {}, {}, {}};
+  ev.frozen = pause_wanted_ == 1;
+  pause_wanted_ = -1;
+  env_->post(std::move(ev));
 }
 
 bool Call::terminate_frozen_by_group(int grace_ms, int sig, const std::string& reason) {
@@ -293,6 +322,11 @@ bool Call::terminate_frozen_by_group(int grace_ms, int sig, const std::string& r
     return terminate(grace_ms, sig, reason);
   }
   watch_emptiness();
+  // A paused leaf stays frozen under the subtree's freeze until the owner
+  // thaws the subtree: then it runs, and gets its signal, with the rest.
+  if (paused_) confinement_->set_frozen(false, true);
+  paused_ = false;
+  pause_wanted_ = -1;
   ladder_.start(reason, grace_ms, sig, command_, true);
   check_finished();
   return true;
@@ -348,6 +382,12 @@ bool Call::terminate(int grace_ms, int sig, const std::string& reason) {
     return true;
   }
   watch_emptiness();
+  // A paused tree: the ladder freezes it (it is) and thaws it after its
+  // signals. Where it will not freeze (a tracer attached to us since), the
+  // thaw comes first, so that the graceful signal is seen within grace.
+  if (paused_ && !confinement_->can_freeze()) confinement_->set_frozen(false, true);
+  paused_ = false;
+  pause_wanted_ = -1;
   ladder_.start(reason, grace_ms, sig, command_);
   check_finished();
   return true;
@@ -443,8 +483,11 @@ int Call::signal_all(int sig) {
   // Freeze, so that no member forks between our read and its signal; the
   // freeze takes effect asynchronously, so spin briefly for it, and signal
   // in re-read rounds whatever happens. Never touch a freeze the ladder holds.
+  // A paused tree is frozen already, and stays so: the signals land when it
+  // is resumed (SIGKILL, above, lands at once).
   bool froze = false;
-  if (confinement_->can_freeze() && !ladder_.holds_freeze() && !confinement_->set_frozen(true, true)) {
+  const bool held = paused_ && confinement_->frozen();
+  if (!held && confinement_->can_freeze() && !ladder_.holds_freeze() && !confinement_->set_frozen(true, true)) {
     froze = true;
     uint64_t until = now_ns() + kKillFreezeSpinNs;
     while (!confinement_->frozen() && now_ns() < until) sched_yield();
@@ -464,7 +507,7 @@ int Call::signal_all(int sig) {
           if (pidfd_signal(h.pidfd.get(), sig) == 0) ++n;
         });
     if (e) post_error(e);
-    if (froze && confinement_->frozen()) break;
+    if ((froze || held) && confinement_->frozen()) break;
   }
   if (froze) confinement_->set_frozen(false, true);
   return n;
@@ -571,8 +614,9 @@ void Call::on_timeout() {
   }
   if (polling_) {
     polling_ = false;
+    check_paused();
     check_finished();
-    if (!finished_ && main_exited_) watch_emptiness();
+    if (!finished_ && (main_exited_ || pause_wanted_ >= 0)) watch_emptiness();
   }
 }
 

@@ -33,7 +33,8 @@ struct CallEvent {
   // write is in the pipe, or error says why not): of a stream (streams.h),
   // call_id is the stream's id.
   // kPorts: the answer to Environment::ports(), call_id is its request id.
-  enum Kind { kExit, kCleanup, kEmpty, kError, kStarted, kStartFailed, kOutput, kOutputEnd, kWritten, kPorts };
+  // kFrozen: cgroup.events shows the state pause()/resume() asked for (frozen).
+  enum Kind { kExit, kCleanup, kEmpty, kError, kStarted, kStartFailed, kOutput, kOutputEnd, kWritten, kPorts, kFrozen };
   Kind kind;
   uint64_t call_id;
   ExitStatus exit;
@@ -47,6 +48,7 @@ struct CallEvent {
   int peak_processes = 0;
   std::string data;  // kOutput: the bytes read
   std::vector<Listener> listeners;  // kPorts
+  bool frozen = false;  // kFrozen
 };
 
 class Environment;
@@ -131,6 +133,12 @@ class Call : public LadderHost {
   std::string leaf_path() const;
   // One signal to every member now, no escalation; how many got it.
   int signal_all(int sig);
+  // pause()/resume(): the leaf's cgroup.freeze, written now (cgroup and
+  // systemd tiers only: ENOTSUP elsewhere, and where the freezer cannot be
+  // used: no cgroup.freeze, or a tracer attached to the harness, which a
+  // frozen member could be). A kFrozen event follows once cgroup.events
+  // shows the state. ESRCH: the tree is gone or being stopped.
+  SysError set_paused(bool paused);
   std::vector<pid_t> members();
 
   // The call's cgroup leaf must not serve a later call (a job is named
@@ -173,6 +181,8 @@ class Call : public LadderHost {
   // wait of kExecReportWaitMs or more (or `overdue`) that ends without it
   // makes the command count as started.
   void collect_exec(int wait_ms = kExecReportWaitMs, bool overdue = false);
+  // Posts kFrozen once cgroup.events shows what set_paused() asked for.
+  void check_paused();
 
   Environment* env_;
   uint64_t id_;
@@ -212,6 +222,8 @@ class Call : public LadderHost {
   std::vector<Fd> watched_members_;
   Usage usage_;
   size_t peak_processes_ = 1;
+  bool paused_ = false;  // set_paused(true) was the last asked, and no ladder ran since
+  int pause_wanted_ = -1;  // the frozen state a kFrozen event is due for (0, 1), or -1
   Timer timer_;
 };
 

@@ -286,7 +286,8 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   SysError e;
   for (int round = 0; round < 2; ++round) {
     bool kept = false;
-    e = subtrees_.make_leaf(opts.group, id, opts.helper, stack_, &leaf, &base, &kept, &out->guardian_error);
+    e = subtrees_.make_leaf(opts.group, id, opts.limits, opts.helper, stack_, &leaf, &base, &kept,
+                            &out->guardian_error);
     if (e) break;
     req.cgroup_dir = leaf.dir_fd();
     e = start_command(id, &req, &proc, &exec);

@@ -78,6 +78,7 @@ struct SpawnOptions {
   Tier tier = Tier::kCgroup;
   std::string group;   // the subtree's directory name (cgroup tier)
   std::string helper;  // the proctree-helper executable (shims, guardian)
+  LeafLimits limits;   // the cgroup tier only (kernel/limits.h)
 };
 
 class Environment {

@@ -22,10 +22,20 @@
 
 #include "kernel/cgroup.h"
 #include "kernel/clone.h"
+#include "kernel/limits.h"
 #include "ladder/cgroup_confinement.h"
 #include "loop/timers.h"
 
 namespace proctree {
+
+// What a call asks of the cgroups it runs in (kernel/limits.h): its own
+// limits on its leaf, and its supervisor's on the subtree (the total of all
+// its calls). Zero fields: no limit.
+struct LeafLimits {
+  Limits call;
+  Limits group;
+  unsigned controllers() const { return call.controllers() | group.controllers(); }
+};
 
 class Subtrees : public LeafPool {
  public:
@@ -33,15 +43,23 @@ class Subtrees : public LeafPool {
   Subtrees(const Subtrees&) = delete;
   Subtrees& operator=(const Subtrees&) = delete;
 
-  // Where call cgroups go (located once).
+  // Where the harness's cgroup is (located once).
   SysError location(CgroupLocation* out);
+  // Where the subtrees go: the harness's cgroup, or its parent when the
+  // harness sits in a leaf beside them (kernel/limits.h subtree_parent).
+  const std::string& parent() const { return parent_; }
 
   // A leaf for call `id` in subtree `group`: one kept from an earlier call
   // (*kept; *base: its counters), else a new one, c<id>. *guardian_error is set when the
   // guardian was found dead (or never started) and could not be started (the call
   // still runs; it is stopped on a normal exit, not on SIGKILL).
-  SysError make_leaf(const std::string& group, uint64_t id, const std::string& helper, ChildStack& stack,
-                     CgroupDir* out, CpuCounters* base, bool* kept, SysError* guardian_error);
+  // With limits: the controllers they need are enabled where they are
+  // missing and may be (the subtrees' parent, the subtree), the group's
+  // limits are written into a subtree it makes, the call's into its leaf
+  // (a kept leaf's earlier limits cleared). ENOTSUP with syscall "limits"
+  // (its path: which controllers, why and the fix) where one cannot be had.
+  SysError make_leaf(const std::string& group, uint64_t id, const LeafLimits& limits, const std::string& helper,
+                     ChildStack& stack, CgroupDir* out, CpuCounters* base, bool* kept, SysError* guardian_error);
   // Removes the leaves kept for `group`'s next calls.
   void drop_kept(const std::string& group);
 
@@ -75,8 +93,19 @@ class Subtrees : public LeafPool {
   struct Group {
     CgroupDir dir;
     std::vector<Pooled> pool;
+    // Limit controllers enabled in its cgroup.subtree_control: its leaves have them.
+    unsigned controllers = 0;
   };
+  // The controllers `needed` enabled in the subtrees' parent, or why not.
+  SysError reach_controllers(unsigned needed);
+  // The controllers the leaves of g get: memory and pids wherever g has
+  // them (their counters give every call its peaks and verdicts); cpu only
+  // once a call limits it (it changes how CPU is shared between calls).
+  SysError enable_for_leaves(Group* g, unsigned needed);
+
   CgroupLocation location_;
+  std::string parent_;
+  unsigned parent_controllers_ = 0;  // seen enabled in parent_'s cgroup.subtree_control
   SysError location_error_;
   bool located_ = false;
   std::map<std::string, Group> groups_;

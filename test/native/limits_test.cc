@@ -237,7 +237,13 @@ TEST(report_of_a_leaf_and_of_a_cgroup_with_processes) {
   CHECK(!proctree::controller_report(place().mount, path, proctree::kLimitMemory, &r));
   CHECK(r.reason.find(path + " holds processes of its own") != std::string::npos);
   CHECK(!proctree::controller_report(place().mount, path, proctree::kLimitCpu | proctree::kLimitPids, &r));
-  CHECK_EQ(r.reason, "pids,cpu: enable in " + path + "/cgroup.subtree_control");
+  CHECK_EQ(r.reason.rfind("pids,cpu: enable in " + path + "/cgroup.subtree_control; " + path + " holds processes of its own", 0), 0u);
+  // Nothing is ours to enable there: limits_reach says so.
+  proctree::LimitsReach reach;
+  CHECK(!proctree::limits_reach(place().mount, path, &reach));
+  CHECK_EQ(reach.enableable, 0u);
+  CHECK_EQ(reach.available, 0u);
+  CHECK(reach.reason.find("move them into a leaf of their own first") != std::string::npos);
   SysError e = proctree::enable_controllers(leaf.dir_fd(), path, proctree::kLimitMemory);
   CHECK_EQ(e.err, EBUSY);
   CHECK_EQ(e.path, path + "/cgroup.subtree_control");
@@ -402,6 +408,45 @@ TEST(limit_without_its_controller_is_enoent_naming_the_file) {
   CHECK(!c.has_memory_peak);
   CHECK(!c.has_pids_peak);
   CHECK(!inner.remove());
+}
+
+TEST(subtrees_go_beside_a_harness_that_sits_in_a_leaf) {
+  // This process's cgroup: where the subtrees go, and what they can have.
+  CgroupLocation loc;
+  if (proctree::locate_cgroup2(&loc)) SKIP("no cgroup2");
+  const std::string parent = proctree::subtree_parent(loc);
+  proctree::LimitsReach reach;
+  CHECK(!proctree::limits_reach(loc.mount, parent, &reach));
+  CHECK_EQ(reach.available & reach.enableable, reach.enableable);
+  for (proctree::LimitController c : {proctree::kLimitMemory, proctree::kLimitPids, proctree::kLimitCpu}) {
+    // Each controller is either reachable or named, with its fix.
+    CHECK((reach.available & c) != 0 || reach.reason.find(proctree::limit_controller_name(c)) != std::string::npos);
+  }
+  std::printf("  own %s: subtrees in %s, available %u, %s\n", loc.own_path.c_str(), parent.c_str(), reach.available,
+              reach.reason.empty() ? "nothing missing" : reach.reason.c_str());
+  const char* given = std::getenv("PROCTREE_LIMITS_CGROUP");
+  if (given && *given && loc.own_path.rfind(std::string(given) + "/", 0) == 0) {
+    // scripts/vm.sh --layout leaf: this process in harness/main, memory
+    // enabled in harness: the subtrees go in harness, with everything.
+    CHECK_EQ(parent, std::string(given));
+    CHECK_EQ(reach.available, static_cast<unsigned>(proctree::kAllLimitControllers));
+    CHECK_EQ(reach.reason, std::string());
+  } else if (loc.own_path == loc.mount) {
+    // The root cgroup: exempt from the rule, never left.
+    CHECK_EQ(parent, loc.own_path);
+  }
+  // A leaf that is a systemd unit, or the hierarchy's root as the parent:
+  // never beside them.
+  CgroupLocation unit = loc;
+  unit.own_path = loc.mount + "/app.slice/term.scope";
+  CHECK_EQ(proctree::subtree_parent(unit), unit.own_path);
+  // A harness run as a tool call of another harness: inside that call.
+  CgroupLocation nested = loc;
+  nested.own_path = loc.mount + "/harness/proctree-1-0123456789ab-agent/c5";
+  CHECK_EQ(proctree::subtree_parent(nested), nested.own_path);
+  CgroupLocation top = loc;
+  top.own_path = loc.mount + "/harness";
+  CHECK_EQ(proctree::subtree_parent(top), top.own_path);
 }
 
 CHECK_MAIN()

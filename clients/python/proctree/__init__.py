@@ -24,7 +24,7 @@ found as ``proctree._discovery`` describes. Standard library only.
 from . import blocking
 from ._client import DEFAULT_STREAM_LIMIT, Call, Leftovers, ProcTree, PtyOptions, Result, Signal
 from ._discovery import ServerCommand, find_server
-from ._errors import CleanupReport, JobInfo, JobOutput, Keep, Listener, ProcessInfo, ProcTreeError, Ready, ReadySpec, ResourceUsage, Terminal
+from ._errors import CleanupReport, JobInfo, JobOutput, Keep, Limits, Listener, ProcessInfo, ProcTreeError, Ready, ReadySpec, ResourceUsage, Terminal
 from ._jobs import Job
 
 __version__ = "0.1.0"
@@ -38,6 +38,7 @@ __all__ = [
     "JobOutput",
     "Keep",
     "Leftovers",
+    "Limits",
     "Listener",
     "ProcTree",
     "ProcTreeError",

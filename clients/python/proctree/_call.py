@@ -89,6 +89,11 @@ class Result(Generic[AnyStr_co]):
     #: With ``ready=``: what made the call ready, or None when it never was
     #: (the tree ended first, or ``ready["timeout"]`` stopped it: ``report["reason"]`` is ``not-ready``).
     ready: Optional[Ready] = None
+    #: The kernel's OOM killer killed a process of the tree (its ``limits``
+    #: memory, or the machine's): memory.events oom_kill of its cgroup grew.
+    oom_killed: bool = False
+    #: A fork of the tree was refused at its ``limits`` pids (pids.events max grew).
+    pids_limited: bool = False
 
 
 class _Flow(asyncio.ReadTransport):
@@ -158,6 +163,11 @@ class Call:
         self.remaining: List[ProcessInfo] = []
         #: What the whole tree used: so far at the job event, in full once closed.
         self.usage: Optional[ResourceUsage] = None
+        #: The kernel's verdicts, known at close (see ``Result``).
+        self.oom_killed = False
+        self.pids_limited = False
+        #: Frozen by ``pause()`` (cgroup.events showed it), until ``resume()`` or a ladder.
+        self.paused = False
         #: With ``ready=``: what made the call ready, once it was.
         self.ready: Optional[Ready] = None
         #: run() settles at the ready event (or close), not at the job event.
@@ -226,11 +236,16 @@ class Call:
             self.leftovers = msg["processes"]
         elif kind == "cleanup":
             self.report = msg["report"]
+            # A ladder thaws a paused tree after its signals.
+            self.paused = False
         elif kind == "error":
             self.errors.append(error_from(msg["error"]))
         elif kind == "close":
             self.exit_code, self.signal = msg["code"], msg["signal"]
             self.timed_out = bool(msg["timedOut"])
+            self.oom_killed = bool(msg.get("oomKilled", False))
+            self.pids_limited = bool(msg.get("pidsLimited", False))
+            self.paused = False
             self.report = msg["cleanup"]
             self.duration = float(msg["durationMs"]) / 1000.0
             self.usage, self.job_id = msg["usage"], msg["jobId"]
@@ -355,6 +370,18 @@ class Call:
         outside it): listening TCP, bound UDP and listening unix stream
         sockets, each with the member holding it; [] once the tree is gone."""
         return cast(List[Listener], (await self._tree._request("ports", id=self.id))["ports"])
+
+    async def pause(self) -> None:
+        """Freezes the whole tree (its cgroup leaf's cgroup.freeze); returns
+        once the kernel shows it frozen. ``timeout`` runs on, ``idle_timeout``
+        does not; ``terminate()`` still stops it. ``ProcTreeError``:
+        ``ERR_PROCTREE_PAUSE_UNSUPPORTED`` outside the cgroup and systemd
+        tiers, ``ERR_PROCTREE_NOT_RUNNING`` once the tree is gone."""
+        self.paused = bool((await self._tree._request("pauseTree", id=self.id))["paused"])
+
+    async def resume(self) -> None:
+        """Thaws what ``pause()`` froze; returns once the kernel shows it."""
+        self.paused = bool((await self._tree._request("resumeTree", id=self.id))["paused"])
 
     async def kill(self, signal: Signal = "SIGTERM") -> bool:
         """One signal to every process of the tree, no escalation; whether any got it."""

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, TypedD
 
 from ._call import DEFAULT_STREAM_LIMIT, Call, Result, Signal, _Flow, consume, ms
 from ._discovery import ADVICE, ServerCommand, ServerSpec, find_server
-from ._errors import KEEPS, JobInfo, Json, Keep, ProcTreeError, ReadySpec, error_from
+from ._errors import KEEPS, JobInfo, Json, Keep, Limits, ProcTreeError, ReadySpec, error_from
 from ._jobs import Job, job_list
 
 __all__ = ["ProcTree", "Call", "Result", "Signal", "DEFAULT_STREAM_LIMIT", "PtyOptions", "Leftovers"]
@@ -253,6 +253,7 @@ class ProcTree:
         argv0: Optional[str] = None,
         uid: Optional[int] = None,
         gid: Optional[int] = None,
+        limits: Optional[Limits] = None,
     ) -> Call:
         """Starts ``args`` (a list, or a string with ``shell=True``) in its own confinement.
 
@@ -272,6 +273,12 @@ class ProcTree:
         call a job from the start (its output goes to the job's ring buffer of
         ``job_buffer`` bytes, read with ``pt.job(call.job_id)``, and
         ``stdout``/``stderr`` are None).
+
+        ``limits={"memory_bytes": ..., "pids": ..., "cpu": ...}`` is what the
+        whole tree may use at most (see ``proctree.Limits``); where the server
+        cannot enforce one, nothing runs and ``ProcTreeError`` says why
+        (``ERR_PROCTREE_LIMITS_UNAVAILABLE``). ``call.pause()`` and
+        ``call.resume()`` freeze and thaw the whole tree.
         """
         if pty and not capture:
             raise ValueError("a terminal's output cannot be discarded: capture=False needs pty=False")
@@ -293,7 +300,7 @@ class ProcTree:
         options = _spawn_options(
             stdin=stdin, capture=capture, pty=pty, timeout=timeout, grace=grace, cwd=cwd, env=env, shell=shell,
             kill_signal=kill_signal, leftovers=leftovers, background=background, ready=ready, idle_timeout=idle_timeout,
-            job_buffer=job_buffer, confinement=confinement, argv0=argv0, uid=uid, gid=gid,
+            job_buffer=job_buffer, confinement=confinement, argv0=argv0, uid=uid, gid=gid, limits=limits,
         )
         call._wait_ready = ready is not None
         await self._start_call(call, options)
@@ -327,6 +334,7 @@ class ProcTree:
         argv0: Optional[str] = ...,
         uid: Optional[int] = ...,
         gid: Optional[int] = ...,
+        limits: Optional[Limits] = ...,
     ) -> Result[bytes]: ...
 
     @overload
@@ -357,6 +365,7 @@ class ProcTree:
         argv0: Optional[str] = ...,
         uid: Optional[int] = ...,
         gid: Optional[int] = ...,
+        limits: Optional[Limits] = ...,
     ) -> Result[str]: ...
 
     async def run(
@@ -386,6 +395,7 @@ class ProcTree:
         argv0: Optional[str] = None,
         uid: Optional[int] = None,
         gid: Optional[int] = None,
+        limits: Optional[Limits] = None,
     ) -> Union[Result[bytes], Result[str]]:
         """Runs ``args`` until its whole tree is gone; never raises for an exit status.
 
@@ -425,6 +435,7 @@ class ProcTree:
             stdin=input is not None, capture=capture, pty=pty, timeout=timeout, grace=grace, cwd=cwd, env=env,
             shell=shell, kill_signal=kill_signal, leftovers=leftovers, background=background, ready=ready,
             idle_timeout=idle_timeout, job_buffer=job_buffer, confinement=confinement, argv0=argv0, uid=uid, gid=gid,
+            limits=limits,
         )
         # The server keeps what run() returns: no output travels but that.
         options.update(collect=True, encoding="utf8" if text else "base64")
@@ -473,6 +484,8 @@ class ProcTree:
             remaining=call.remaining,
             usage=call.usage,
             ready=call.ready,
+            oom_killed=call.oom_killed,
+            pids_limited=call.pids_limited,
         )
         if text:
             return Result[str](stdout=cast(str, stdout), stderr=cast(str, stderr), **common)
@@ -598,6 +611,7 @@ def _spawn_options(
     argv0: Optional[str],
     uid: Optional[int],
     gid: Optional[int],
+    limits: Optional[Limits] = None,
 ) -> Json:
     """spawn's keyword arguments as the protocol's ``spawnOptions``."""
     options: Json = {}
@@ -630,4 +644,21 @@ def _spawn_options(
         options["ready"] = _ready_options(ready)
     if shell:
         options["shell"] = shell
+    if limits:
+        options["limits"] = _limits(limits)
     return options
+
+
+def _limits(limits: Limits) -> Json:
+    """``limits=`` as the protocol's ``limits`` (protocol 4)."""
+    unknown = set(limits) - {"memory_bytes", "pids", "cpu"}
+    if unknown:
+        raise ValueError(f"limits takes memory_bytes, pids and cpu, not {', '.join(sorted(unknown))}")
+    out: Json = {}
+    if "memory_bytes" in limits:
+        out["memoryBytes"] = limits["memory_bytes"]
+    if "pids" in limits:
+        out["pids"] = limits["pids"]
+    if "cpu" in limits:
+        out["cpu"] = limits["cpu"]
+    return out

@@ -38,6 +38,8 @@ class ResourceUsage(_ResourceUsage, total=False):
     only where the memory controller is delegated."""
 
     memoryPeakBytes: int
+    #: pids.peak: the most processes at once, as the kernel counted them (Linux 6.1+).
+    pidsPeak: int
 
 
 class Terminal(TypedDict):
@@ -117,6 +119,19 @@ class ReadySpec(TypedDict, total=False):
     timeout: float
 
 
+class Limits(TypedDict, total=False):
+    """What a call's whole tree may use at most (``limits``): ``memory_bytes``
+    (memory.max, no swap; past it the kernel OOM-kills a process of the tree:
+    ``result.oom_killed``), ``pids`` (processes and threads at once; forks past
+    it fail: ``result.pids_limited``), ``cpu`` (CPUs' worth of time: 0.5 is
+    half of one). Where one cannot be enforced the call does not run:
+    ``ProcTreeError`` with code ``ERR_PROCTREE_LIMITS_UNAVAILABLE``."""
+
+    memory_bytes: int
+    pids: int
+    cpu: float
+
+
 class _JobInfo(TypedDict):
     id: str
     command: str
@@ -124,6 +139,8 @@ class _JobInfo(TypedDict):
     #: When it started, in ms since the epoch.
     startedAt: float
     state: str
+    #: Frozen by ``job.pause()`` (cgroup.events showed it).
+    paused: bool
     pid: Optional[int]
     exitCode: Optional[int]
     signal: Optional[str]

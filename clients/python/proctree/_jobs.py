@@ -52,6 +52,15 @@ class Job:
             fields["grace"] = ms(grace)
         return cast(CleanupReport, (await self._tree._request("jobStop", **fields))["report"])
 
+    async def pause(self) -> bool:
+        """Freezes the job's whole tree until ``resume()``; returns once the
+        kernel shows it (True: paused). ``stop()`` still works."""
+        return bool((await self._tree._request("jobPause", job=self.id))["paused"])
+
+    async def resume(self) -> bool:
+        """Thaws what ``pause()`` froze; returns once the kernel shows it (False: running)."""
+        return bool((await self._tree._request("jobResume", job=self.id))["paused"])
+
     async def ports(self) -> List[Listener]:
         """What the job's tree listens on now; [] once it is gone."""
         return cast(List[Listener], (await self._tree._request("jobPorts", job=self.id))["ports"])

@@ -37,7 +37,7 @@ from typing import (
 from . import _client, _jobs
 from ._client import DEFAULT_STREAM_LIMIT, Leftovers, PtyOptions, Result, Signal
 from ._discovery import ServerSpec
-from ._errors import CleanupReport, JobInfo, JobOutput, Json, Keep, Listener, ProcessInfo, ProcTreeError, Ready, ReadySpec, ResourceUsage, Terminal
+from ._errors import CleanupReport, JobInfo, JobOutput, Json, Keep, Limits, Listener, ProcessInfo, ProcTreeError, Ready, ReadySpec, ResourceUsage, Terminal
 
 __all__ = ["ProcTree", "Call", "Job", "Output", "Result", "ProcTreeError"]
 
@@ -219,6 +219,28 @@ class Call:
         return self._core.terminal
 
     @property
+    def oom_killed(self) -> bool:
+        """The kernel's OOM killer killed a process of the tree (known once it closed)."""
+        return self._core.oom_killed
+
+    @property
+    def pids_limited(self) -> bool:
+        """A fork of the tree was refused at its pids limit (known once it closed)."""
+        return self._core.pids_limited
+
+    @property
+    def paused(self) -> bool:
+        return self._core.paused
+
+    def pause(self) -> None:
+        """Freezes the whole tree; returns once the kernel shows it (see ``proctree.Call.pause``)."""
+        self._loop.run(self._core.pause())
+
+    def resume(self) -> None:
+        """Thaws what ``pause()`` froze; returns once the kernel shows it."""
+        self._loop.run(self._core.resume())
+
+    @property
     def ready(self) -> Optional[Ready]:
         """With ``ready=``: what made the call ready, once it was."""
         return self._core.ready
@@ -301,6 +323,14 @@ class Job:
         """Stops its whole tree and returns the report."""
         return self._loop.run(self._core.stop(grace))
 
+    def pause(self) -> bool:
+        """Freezes the job's whole tree until ``resume()``; True once the kernel shows it."""
+        return self._loop.run(self._core.pause())
+
+    def resume(self) -> bool:
+        """Thaws what ``pause()`` froze; False (running) once the kernel shows it."""
+        return self._loop.run(self._core.resume())
+
     def ports(self) -> List[Listener]:
         """What the job's tree listens on now; [] once it is gone."""
         return self._loop.run(self._core.ports())
@@ -378,6 +408,7 @@ class ProcTree:
         argv0: Optional[str] = None,
         uid: Optional[int] = None,
         gid: Optional[int] = None,
+        limits: Optional[Limits] = None,
     ) -> Call:
         """Starts ``args`` in its own confinement; see ``proctree.ProcTree.spawn``."""
         core = self._loop.run(
@@ -385,7 +416,7 @@ class ProcTree:
                 args, stdin=stdin, merge=merge, capture=capture, limit=limit, timeout=timeout, grace=grace,
                 cwd=cwd, env=env, shell=shell, kill_signal=kill_signal, leftovers=leftovers,
                 background=background, ready=ready, idle_timeout=idle_timeout, job_buffer=job_buffer, pty=pty,
-                confinement=confinement, argv0=argv0, uid=uid, gid=gid,
+                confinement=confinement, argv0=argv0, uid=uid, gid=gid, limits=limits,
             )
         )
         return Call(self._loop, core)
@@ -418,6 +449,7 @@ class ProcTree:
         argv0: Optional[str] = ...,
         uid: Optional[int] = ...,
         gid: Optional[int] = ...,
+        limits: Optional[Limits] = ...,
     ) -> Result[bytes]: ...
 
     @overload
@@ -448,6 +480,7 @@ class ProcTree:
         argv0: Optional[str] = ...,
         uid: Optional[int] = ...,
         gid: Optional[int] = ...,
+        limits: Optional[Limits] = ...,
     ) -> Result[str]: ...
 
     def run(self, args: Union[Sequence[str], str], **options: Any) -> Union[Result[bytes], Result[str]]:
