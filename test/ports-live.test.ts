@@ -236,6 +236,23 @@ time.sleep(float(sys.argv[2]))
     }
   });
 
+  it("a job's report waits for its leaf's listeners, and 'close' still comes after terminate() resumed its caller", async () => {
+    const t = token();
+    tokens.push(t);
+    // A job keeps its leaf's id, so its report asks the kernel for what the
+    // leaf's sockets still listen on; the tree can be reported empty meanwhile.
+    const call = track(spawn('sh', ['-c', `echo up; exec sleep ${t}`], { background: true }));
+    await lineOf(call, /^up$/m);
+    const events: string[] = [];
+    for (const e of ['empty', 'cleanup', 'close'] as const) call.on(e, () => events.push(e));
+    await call.terminate({ grace: 0 });
+    events.push('terminate() resumed');
+    // A listener added now still hears 'close'.
+    await new Promise<void>((resolve) => (events.includes('close') ? resolve() : call.once('close', () => resolve())));
+    expect(events.indexOf('terminate() resumed')).toBeLessThan(events.indexOf('close'));
+    expect(events).toContain('cleanup');
+  });
+
   it('a call that listens on nothing has no ports', async () => {
     const t = token();
     tokens.push(t);

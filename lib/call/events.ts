@@ -112,9 +112,12 @@ function onCleanup(s: CallState, r: NativeReport): void {
   const ladder = (s.extras().ladder ??= new CallLadder(report.reason));
   ladder.report = report;
   // The report and 'close' wait for what the leaf's sockets still listen on.
+  // 'close' then comes in a later turn, as it does after a report that did
+  // not wait: `await call.terminate()` resumes before it (the tree may have
+  // been reported empty while the kernel was asked).
   const asked = checkHeldOutside(s, report, () => {
     reportReady(s, report);
-    maybeClose(s);
+    setImmediate(maybeClose, s);
   });
   if (!asked) reportReady(s, report);
 }
