@@ -1,4 +1,4 @@
-// `proctree serve`'s side of issue 27 (protocol 4), as a real process over
+// `proctree serve`'s side of limits and pauses (protocol 4), as a real process over
 // its stdin/stdout: spawn's `limits` (refused here, where the cgroup2 mount
 // has no controllers, with ERR_PROCTREE_LIMITS_UNAVAILABLE and no events;
 // bad values refused by the schema), the verdicts in `close`, and

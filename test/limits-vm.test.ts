@@ -1,4 +1,4 @@
-// Limits that hold (issue 27), proved where the controllers are: one boot of
+// Limits that hold, proved where the controllers are: one boot of
 // scripts/vm.sh's Debian 12 6.1 VM (pure cgroup v2, the harness in the leaf
 // harness/main, memory, pids and cpu enabled in harness/), running
 // test/fixtures/limits-vm.cjs with the packed package, which prints what the

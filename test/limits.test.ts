@@ -1,4 +1,4 @@
-// `limits` where they cannot be enforced (issue 27): never silently
+// `limits` where they cannot be enforced: never silently
 // unlimited. On hosts like these, whose cgroup2 mount has no memory, pids or
 // cpu controller (they are bound to cgroup v1), and in the pidns, subreaper
 // and pgroup tiers on any host, a call with limits fails with

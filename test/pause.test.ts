@@ -1,4 +1,4 @@
-// pause() and resume() (issue 27): the whole tree frozen through its cgroup
+// pause() and resume(): the whole tree frozen through its cgroup
 // leaf's cgroup.freeze, each settling when cgroup.events shows it. Proved
 // from the kernel: cgroup.events of the leaf, and /proc/<pid>/stat of busy
 // members (a frozen member sleeps, state S, and its CPU time stands still;
