@@ -17,7 +17,7 @@ export { ByteTail, type Keep, type Kept, OutputCollector, utf8End, utf8Start } f
 
 export type OutputStream = 'stdout' | 'stderr';
 
-/** The output options of a call, validated (resolveOutput in options.ts). */
+/** The output options of a call, validated (resolveOutput in options/index.ts). */
 export interface OutputSettings {
   maxBuffer: number;
   /**

@@ -20,7 +20,7 @@ export const WRITE: StreamKind = 2;
 export const DUPLEX: StreamKind = 3;
 
 /**
- * What a 'wrap' stdio entry (options.ts, stdio.ts's stopReading) reads of a
+ * What a 'wrap' stdio entry (options/stdio.ts, stdio.ts's stopReading) reads of a
  * stream handed to another call: its fd, and how to stop reading it.
  */
 interface PipeHandle {
