@@ -22,10 +22,12 @@ found as ``proctree._discovery`` describes. Standard library only.
 """
 
 from . import blocking
-from ._client import DEFAULT_STREAM_LIMIT, Call, Leftovers, ProcTree, PtyOptions, Result, Signal
+from ._call import DEFAULT_STREAM_LIMIT, Call, Result, Signal
+from ._client import ProcTree
 from ._discovery import ServerCommand, find_server
-from ._errors import CleanupReport, JobInfo, JobOutput, Keep, Limits, Listener, ProcessInfo, ProcTreeError, Ready, ReadySpec, ResourceUsage, Terminal
+from ._errors import ProcTreeError
 from ._jobs import Job
+from ._types import CleanupReport, JobInfo, JobOutput, Keep, Leftovers, Limits, Listener, ProcessInfo, PtyOptions, Ready, ReadySpec, ResourceUsage, Terminal
 
 __version__ = "0.1.0"
 

@@ -10,12 +10,12 @@ import base64
 import codecs
 import signal as _signal
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar, Union, cast
+from typing import Any, AsyncIterator, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar, Union, cast
 
-from ._errors import CleanupReport, Json, Listener, ProcessInfo, ProcTreeError, Ready, ResourceUsage, Terminal, empty_report, error_from
-
-if TYPE_CHECKING:
-    from ._client import ProcTree
+from ._connection import Connection
+from ._errors import ProcTreeError, empty_report, error_from
+from ._types import CleanupReport, Json, Listener, ProcessInfo, Ready, ResourceUsage, Terminal
+from ._util import consume, ms
 
 AnyStr_co = TypeVar("AnyStr_co", bytes, str)
 
@@ -30,10 +30,6 @@ UNKNOWN_CALL = "ERR_PROCTREE_UNKNOWN_CALL"
 Signal = Union[str, int]
 
 
-def ms(seconds: Optional[float]) -> Optional[int]:
-    return None if seconds is None else max(0, int(round(seconds * 1000)))
-
-
 def _signal_number(name: Optional[str]) -> Optional[int]:
     if name is None:
         return None
@@ -46,12 +42,6 @@ def _returncode(exit_code: Optional[int], signal: Optional[str]) -> Optional[int
         return exit_code
     num = _signal_number(signal)
     return -num if num is not None else None
-
-
-def consume(fut: "asyncio.Future[Any]") -> None:
-    """Marks a future's exception as seen: nobody awaits fire-and-forget requests."""
-    if not fut.cancelled():
-        fut.exception()
 
 
 @dataclass
@@ -137,8 +127,8 @@ class Call:
     whole tree first: wrap it in ``asyncio.shield`` to wait without that.
     """
 
-    def __init__(self, tree: "ProcTree", call_id: str, args: Sequence[str]) -> None:
-        self._tree = tree
+    def __init__(self, conn: Connection, call_id: str, args: Sequence[str]) -> None:
+        self._conn = conn
         self.id = call_id
         self.args = list(args)
         self.pid = 0
@@ -203,9 +193,9 @@ class Call:
         if self.closed:
             return
         if was == 0 and self._holds > 0:
-            self._tree._send_nowait("pause", id=self.id)
+            self._conn.send_nowait("pause", id=self.id)
         elif was > 0 and self._holds == 0:
-            self._tree._send_nowait("resume", id=self.id)
+            self._conn.send_nowait("resume", id=self.id)
 
     def _on_event(self, msg: Json) -> None:
         kind = msg["event"]
@@ -335,7 +325,7 @@ class Call:
         does); returns once it is with the kernel."""
         if isinstance(data, str):
             data = data.encode()
-        await self._tree._request("write", id=self.id, data=base64.b64encode(data).decode("ascii"))
+        await self._conn.request("write", id=self.id, data=base64.b64encode(data).decode("ascii"))
 
     async def close_stdin(self) -> None:
         """Ends the call's stdin; harmless once the call is over. On a
@@ -344,7 +334,7 @@ class Call:
         if self.closed:
             return
         try:
-            await self._tree._request("closeStdin", id=self.id)
+            await self._conn.request("closeStdin", id=self.id)
         except ProcTreeError as err:
             # The call closed while the request was on its way.
             if err.code != UNKNOWN_CALL:
@@ -354,7 +344,7 @@ class Call:
         """Sets the size of the call's terminal (``pty``): its foreground
         process group gets SIGWINCH. ``ERR_PROCTREE_NO_PTY`` without a terminal,
         ``ERR_OUT_OF_RANGE`` outside 1-65535."""
-        await self._tree._request("resize", id=self.id, cols=cols, rows=rows)
+        await self._conn.request("resize", id=self.id, cols=cols, rows=rows)
         if self.terminal is not None:
             self.terminal["cols"], self.terminal["rows"] = cols, rows
 
@@ -362,14 +352,14 @@ class Call:
         """The process in the foreground of the call's terminal (``comm``
         says what it is: "vim is in the foreground"); None when no process
         group is, or the terminal is gone."""
-        answer = await self._tree._request("foreground", id=self.id)
+        answer = await self._conn.request("foreground", id=self.id)
         return cast(Optional[ProcessInfo], answer["process"])
 
     async def ports(self) -> List[Listener]:
         """What the whole tree listens on now (escapees included, nothing
         outside it): listening TCP, bound UDP and listening unix stream
         sockets, each with the member holding it; [] once the tree is gone."""
-        return cast(List[Listener], (await self._tree._request("ports", id=self.id))["ports"])
+        return cast(List[Listener], (await self._conn.request("ports", id=self.id))["ports"])
 
     async def pause(self) -> None:
         """Freezes the whole tree (its cgroup leaf's cgroup.freeze); returns
@@ -377,18 +367,18 @@ class Call:
         does not; ``terminate()`` still stops it. ``ProcTreeError``:
         ``ERR_PROCTREE_PAUSE_UNSUPPORTED`` outside the cgroup and systemd
         tiers, ``ERR_PROCTREE_NOT_RUNNING`` once the tree is gone."""
-        self.paused = bool((await self._tree._request("pauseTree", id=self.id))["paused"])
+        self.paused = bool((await self._conn.request("pauseTree", id=self.id))["paused"])
 
     async def resume(self) -> None:
         """Thaws what ``pause()`` froze; returns once the kernel shows it."""
-        self.paused = bool((await self._tree._request("resumeTree", id=self.id))["paused"])
+        self.paused = bool((await self._conn.request("resumeTree", id=self.id))["paused"])
 
     async def kill(self, signal: Signal = "SIGTERM") -> bool:
         """One signal to every process of the tree, no escalation; whether any got it."""
         if self.closed:
             return False
         try:
-            answer = await self._tree._request("kill", id=self.id, signal=int(signal) if isinstance(signal, int) else signal)
+            answer = await self._conn.request("kill", id=self.id, signal=int(signal) if isinstance(signal, int) else signal)
         except ProcTreeError as err:
             if err.code == UNKNOWN_CALL:
                 return False
@@ -416,7 +406,7 @@ class Call:
         if grace is not None:
             fields["grace"] = ms(grace)
         try:
-            report = cast(CleanupReport, (await self._tree._request("terminate", **fields))["report"])
+            report = cast(CleanupReport, (await self._conn.request("terminate", **fields))["report"])
         except ProcTreeError as err:
             # It closed on its own while the request was on its way.
             if err.code != UNKNOWN_CALL:

@@ -1,5 +1,6 @@
-"""The asyncio client: one ``proctree serve`` process, the protocol spoken
-over its stdin/stdout (docs/protocol.md), and the calls made through it.
+"""The asyncio client: ``ProcTree``, the calls made through one
+``proctree serve`` process (its connection is ``_connection``), and their
+options as the protocol's (docs/protocol.md).
 
 Everything else in the package (the blocking API included) is built on
 ``ProcTree`` here and ``Call`` in ``_call``: there is one implementation of
@@ -11,38 +12,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import itertools
-import json
 import os
-import shlex
-from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, TypedDict, Union, cast, overload
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Union, cast, overload
 
-from ._call import DEFAULT_STREAM_LIMIT, Call, Result, Signal, _Flow, consume, ms
-from ._discovery import ADVICE, ServerCommand, ServerSpec, find_server
-from ._errors import KEEPS, JobInfo, Json, Keep, Limits, ProcTreeError, ReadySpec, error_from
+from ._call import DEFAULT_STREAM_LIMIT, Call, Result, Signal, _Flow
+from ._connection import Connection
+from ._discovery import ServerSpec
+from ._errors import ProcTreeError
 from ._jobs import Job, job_list
+from ._types import KEEPS, JobInfo, Json, Keep, Leftovers, Limits, PtyOptions, ReadySpec
+from ._util import ms
 
 __all__ = ["ProcTree", "Call", "Result", "Signal", "DEFAULT_STREAM_LIMIT", "PtyOptions", "Leftovers"]
-
-#: Longest line accepted from the server. An output event carries at most
-#: one pipe read (64 KiB, 88 KiB as base64); the result of a run() carries
-#: what it kept of each stream, up to ``max_output`` bytes each (64 MiB by
-#: default), as base64 or as JSON text.
-SERVER_LINE_LIMIT = 1024 * 1024 * 1024
-#: The protocol version this client needs (jobs, collection and terminals came with 2).
-_PROTOCOL = 2
-
-#: What happens to what a command leaves running when it exits: stopped
-#: (``kill``, the default), waited for (``wait``), or kept as a job (``keep``).
-Leftovers = Literal["kill", "wait", "keep"]
-
-
-class PtyOptions(TypedDict, total=False):
-    """A terminal's size and TERM (``pty={"cols": 120, "rows": 40}``); default 80x24, xterm-256color."""
-
-    cols: int
-    rows: int
-    term: str
-
 
 class ProcTree:
     """A ``proctree serve`` process and the calls made through it.
@@ -60,172 +41,34 @@ class ProcTree:
         env: Optional[Mapping[str, str]] = None,
         stream_limit: int = DEFAULT_STREAM_LIMIT,
     ) -> None:
-        self._server_spec = server
-        self._env = None if env is None else dict(env)
+        self._conn = Connection(server, env)
         self._stream_limit = stream_limit
-        self._command: Optional[ServerCommand] = None
-        self._proc: Optional[asyncio.subprocess.Process] = None
-        self._starting: "Optional[asyncio.Future[None]]" = None
-        self._reader: "Optional[asyncio.Task[None]]" = None
-        self._rids = itertools.count(1)
         self._ids = itertools.count(1)
-        self._pending: "Dict[int, asyncio.Future[Json]]" = {}
-        self._calls: Dict[str, Call] = {}
-        self._gone: Optional[ProcTreeError] = None
-        self._closing = False
-        #: ``version`` and ``capabilities`` from the server's answer at start.
-        self.server_info: Json = {}
 
     # -- the server process --------------------------------------------------
 
     @property
     def server_pid(self) -> int:
-        return self._proc.pid if self._proc is not None else 0
+        return self._conn.pid
 
     @property
     def server_command(self) -> List[str]:
-        return list(self._command.argv) if self._command else []
+        return self._conn.command
 
     @property
     def server_source(self) -> str:
         """How the server command was found (the discovery rule that applied)."""
-        return self._command.source if self._command else ""
+        return self._conn.source
 
     async def start(self) -> "ProcTree":
         """Starts the server and checks that it answers; idempotent."""
-        if self._starting is None:
-            self._starting = asyncio.ensure_future(self._start())
-        await asyncio.shield(self._starting)
+        await self._conn.start()
         return self
 
-    async def _start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._command = await loop.run_in_executor(None, lambda: find_server(self._server_spec, env=self._env))
-        argv = self._command.argv
-        try:
-            self._proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                env=self._env,
-                limit=SERVER_LINE_LIMIT,
-            )
-        except OSError as err:
-            raise self._start_error(f"could not run {argv[0]!r}: {err.strerror or err}") from None
-        self._reader = asyncio.ensure_future(self._read_server())
-        try:
-            answer = await self._send("capabilities", {})
-        except ProcTreeError as err:
-            if err.code != "ESERVER":
-                raise
-            status = self._proc.returncode
-            raise self._start_error(f"it exited{'' if status is None else f' with status {status}'} before answering") from None
-        protocol = answer.get("protocol")
-        if not isinstance(protocol, int) or protocol < _PROTOCOL:
-            await self.close()
-            raise self._start_error(f"it speaks protocol {protocol!r}, this client needs {_PROTOCOL} or later (update the proctree npm package)")
-        self.server_info = {"version": answer.get("version"), "capabilities": answer.get("capabilities")}
-
-    def _start_error(self, why: str) -> ProcTreeError:
-        assert self._command is not None
-        message = f"the proctree server `{shlex.join(self._command.argv)}` (from {self._command.source}) did not start: {why}"
-        if self._command.tried:
-            message += ". Tried before it: " + "; ".join(self._command.tried) + ". " + ADVICE
-        return ProcTreeError("ESERVER", message)
-
-    async def _read_server(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        stdout = self._proc.stdout
-        why = ""
-        try:
-            while True:
-                try:
-                    line = await stdout.readline()
-                except ValueError:
-                    why = f"it sent a line longer than {SERVER_LINE_LIMIT} bytes"
-                    break
-                if not line:
-                    break
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
-                self._dispatch(msg)
-        except asyncio.CancelledError:
-            # The event loop is going away without close(): the server sees
-            # its stdin close and stops every call.
-            if self._proc.stdin is not None:
-                self._proc.stdin.close()
-            self._fail_all(ProcTreeError("ESERVER", "the client's event loop stopped"))
-            raise
-        except Exception as err:  # a defect here must not leave awaitables hanging
-            why = f"the client failed reading it: {err!r}"
-        await self._server_gone(why)
-
-    def _dispatch(self, msg: Json) -> None:
-        if "rid" in msg:
-            fut = self._pending.pop(msg["rid"], None) if msg["rid"] is not None else None
-            if fut is None or fut.done():
-                return
-            if msg.get("ok"):
-                fut.set_result(msg)
-            else:
-                fut.set_exception(error_from(msg.get("error") or {}))
-        elif "event" in msg:
-            call = self._calls.get(msg.get("id", ""))
-            if call is None:
-                return
-            if msg["event"] == "close":
-                del self._calls[call.id]
-            call._on_event(msg)
-
-    async def _server_gone(self, why: str) -> None:
-        status: Optional[int] = None
-        if self._proc is not None:
-            try:
-                status = await asyncio.wait_for(self._proc.wait(), 2)
-            except asyncio.TimeoutError:
-                pass
-        if self._closing and not why:
-            message = "the proctree server was closed"
-        else:
-            message = "the proctree server exited" + ("" if status is None else f" with status {status}")
-            if why:
-                message += f": {why}"
-        self._fail_all(ProcTreeError("ESERVER", message))
-
-    def _fail_all(self, err: ProcTreeError) -> None:
-        self._gone = err
-        pending, self._pending = list(self._pending.values()), {}
-        calls, self._calls = list(self._calls.values()), {}
-        for fut in pending:
-            if not fut.done():
-                fut.set_exception(err)
-        for call in calls:
-            call._server_gone(err)
-
-    def _send(self, op: str, fields: Json) -> "asyncio.Future[Json]":
-        if self._gone is not None:
-            raise ProcTreeError("ESERVER", self._gone.message)
-        assert self._proc is not None and self._proc.stdin is not None
-        rid = next(self._rids)
-        fut: "asyncio.Future[Json]" = asyncio.get_running_loop().create_future()
-        self._pending[rid] = fut
-        line = json.dumps({"rid": rid, "op": op, **fields}, separators=(",", ":")) + "\n"
-        self._proc.stdin.write(line.encode())
-        return fut
-
-    async def _request(self, op: str, **fields: Any) -> Json:
-        """One request, answered: the primitive every operation is built on."""
-        await self.start()
-        return await self._send(op, fields)
-
-    def _send_nowait(self, op: str, **fields: Any) -> None:
-        """A request whose answer nobody waits for (flow control, ladders of orphans)."""
-        try:
-            self._send(op, fields).add_done_callback(consume)
-        except ProcTreeError:
-            pass
+    @property
+    def server_info(self) -> Json:
+        """``version`` and ``capabilities`` from the server's answer at start."""
+        return self._conn.server_info
 
     # -- calls ---------------------------------------------------------------
 
@@ -495,16 +338,16 @@ class ProcTree:
         argv = [args] if isinstance(args, str) else [str(a) for a in args]
         if not argv or not argv[0]:
             raise ValueError("args must name a command")
-        return Call(self, f"c{next(self._ids)}", argv)
+        return Call(self._conn, f"c{next(self._ids)}", argv)
 
     async def _start_call(self, call: Call, options: Json) -> None:
         await self.start()
         # Registered before the request: its events follow the answer at once.
-        self._calls[call.id] = call
+        self._conn.register(call)
         try:
-            fut = self._send("spawn", {"id": call.id, "file": call.args[0], "args": call.args[1:], "options": options})
+            fut = self._conn.send("spawn", {"id": call.id, "file": call.args[0], "args": call.args[1:], "options": options})
         except ProcTreeError:
-            del self._calls[call.id]
+            self._conn.unregister(call.id)
             raise
         try:
             answer = await asyncio.shield(fut)
@@ -513,7 +356,7 @@ class ProcTree:
             fut.add_done_callback(lambda f: self._stop_orphan(call, f))
             raise
         except ProcTreeError:
-            self._calls.pop(call.id, None)
+            self._conn.unregister(call.id)
             raise
         call.pid, call.cgroup, call.confinement = answer["pid"], answer["cgroup"], answer["confinement"]
         call.job_id = answer.get("jobId") or call.job_id
@@ -521,51 +364,33 @@ class ProcTree:
 
     def _stop_orphan(self, call: Call, fut: "asyncio.Future[Json]") -> None:
         if fut.cancelled() or fut.exception() is not None:
-            self._calls.pop(call.id, None)
+            self._conn.unregister(call.id)
         else:
-            self._send_nowait("terminate", id=call.id)
+            self._conn.send_nowait("terminate", id=call.id)
 
     # -- the rest of the protocol ----------------------------------------------
 
     async def list(self) -> List[Json]:
         """The server's open calls: id, pid, cgroup, members (pids), exitCode, signal, jobId."""
-        return cast(List[Json], (await self._request("list"))["calls"])
+        return cast(List[Json], (await self._conn.request("list"))["calls"])
 
     async def jobs(self) -> List[JobInfo]:
         """The jobs: running ones, and the last finished ones (with their
         output), in the order they became jobs; members read from the kernel now."""
-        return job_list(await self._request("jobs"))
+        return job_list(await self._conn.request("jobs"))
 
     def job(self, job_id: str) -> Job:
         """The job with this id (``result.job_id``, ``call.job_id``, ``jobs()[i]["id"]``):
         ``read()``, ``tail()``, ``stop()``, ``wait()``, ``info()``."""
-        return Job(self, job_id)
+        return Job(self._conn, job_id)
 
     async def capabilities(self) -> Json:
         """What this host allows (tiers, cgroup, pidfd, ...), as ``proctree doctor`` shows it."""
-        return cast(Json, (await self._request("capabilities"))["capabilities"])
+        return cast(Json, (await self._conn.request("capabilities"))["capabilities"])
 
     async def close(self, grace: Optional[float] = None, timeout: float = 30.0) -> None:
         """Stops every open call (``grace`` seconds between signal and SIGKILL), then the server."""
-        self._closing = True
-        proc = self._proc
-        if proc is None:
-            return
-        if self._gone is None:
-            fields: Json = {} if grace is None else {"grace": ms(grace)}
-            try:
-                await self._send("shutdown", fields)
-            except ProcTreeError:
-                pass
-        if proc.stdin is not None and not proc.stdin.is_closing():
-            proc.stdin.close()
-        try:
-            await asyncio.wait_for(proc.wait(), timeout)
-        except asyncio.TimeoutError:
-            proc.kill()
-            await proc.wait()
-        if self._reader is not None:
-            await self._reader
+        await self._conn.close(grace, timeout)
 
     async def __aenter__(self) -> "ProcTree":
         return await self.start()

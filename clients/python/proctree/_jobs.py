@@ -6,13 +6,12 @@ however it goes)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, cast
+from typing import Any, Dict, List, Optional, cast
 
-from ._call import ms
-from ._errors import CleanupReport, JobInfo, JobOutput, Listener, ProcTreeError
-
-if TYPE_CHECKING:
-    from ._client import ProcTree
+from ._connection import Connection
+from ._errors import ProcTreeError
+from ._types import CleanupReport, JobInfo, JobOutput, Listener
+from ._util import ms
 
 UNKNOWN_JOB = "ERR_PROCTREE_UNKNOWN_JOB"
 
@@ -27,8 +26,8 @@ class Job:
     one asks nothing of the server: a wrong id fails on use with
     ``ERR_PROCTREE_UNKNOWN_JOB``."""
 
-    def __init__(self, tree: "ProcTree", job_id: str) -> None:
-        self._tree = tree
+    def __init__(self, conn: Connection, job_id: str) -> None:
+        self._conn = conn
         self.id = job_id
 
     async def read(self, from_: int = 0, max_bytes: Optional[int] = None) -> JobOutput:
@@ -39,31 +38,31 @@ class Job:
         fields: Dict[str, Any] = {"job": self.id, "from": from_}
         if max_bytes is not None:
             fields["maxBytes"] = max_bytes
-        return _output(await self._tree._request("jobRead", **fields))
+        return _output(await self._conn.request("jobRead", **fields))
 
     async def tail(self, n: int = 4096) -> JobOutput:
         """The last ``n`` bytes of its output (fewer, to keep characters whole)."""
-        return _output(await self._tree._request("jobTail", job=self.id, bytes=n))
+        return _output(await self._conn.request("jobTail", job=self.id, bytes=n))
 
     async def stop(self, grace: Optional[float] = None) -> CleanupReport:
         """Stops its whole tree (signal, ``grace`` seconds, SIGKILL) and returns the report."""
         fields: Dict[str, Any] = {"job": self.id}
         if grace is not None:
             fields["grace"] = ms(grace)
-        return cast(CleanupReport, (await self._tree._request("jobStop", **fields))["report"])
+        return cast(CleanupReport, (await self._conn.request("jobStop", **fields))["report"])
 
     async def pause(self) -> bool:
         """Freezes the job's whole tree until ``resume()``; returns once the
         kernel shows it (True: paused). ``stop()`` still works."""
-        return bool((await self._tree._request("jobPause", job=self.id))["paused"])
+        return bool((await self._conn.request("jobPause", job=self.id))["paused"])
 
     async def resume(self) -> bool:
         """Thaws what ``pause()`` froze; returns once the kernel shows it (False: running)."""
-        return bool((await self._tree._request("jobResume", job=self.id))["paused"])
+        return bool((await self._conn.request("jobResume", job=self.id))["paused"])
 
     async def ports(self) -> List[Listener]:
         """What the job's tree listens on now; [] once it is gone."""
-        return cast(List[Listener], (await self._tree._request("jobPorts", job=self.id))["ports"])
+        return cast(List[Listener], (await self._conn.request("jobPorts", job=self.id))["ports"])
 
     async def wait(self) -> JobInfo:
         """Waits until its tree is gone and its output drained; returns its final info.
@@ -74,11 +73,11 @@ class Job:
         meant to outlive the command that started it, and waiting on it only
         watches. Stop it with ``stop()``.
         """
-        return cast(JobInfo, (await self._tree._request("jobWait", job=self.id))["job"])
+        return cast(JobInfo, (await self._conn.request("jobWait", job=self.id))["job"])
 
     async def info(self) -> JobInfo:
         """The job now: state, members read from the kernel, output counters."""
-        for info in await self._tree.jobs():
+        for info in job_list(await self._conn.request("jobs")):
             if info["id"] == self.id:
                 return info
         raise ProcTreeError(UNKNOWN_JOB, f"no job {self.id!r} in the server")

@@ -35,9 +35,10 @@ from typing import (
 )
 
 from . import _client, _jobs
-from ._client import DEFAULT_STREAM_LIMIT, Leftovers, PtyOptions, Result, Signal
+from ._call import DEFAULT_STREAM_LIMIT, Result, Signal
 from ._discovery import ServerSpec
-from ._errors import CleanupReport, JobInfo, JobOutput, Json, Keep, Limits, Listener, ProcessInfo, ProcTreeError, Ready, ReadySpec, ResourceUsage, Terminal
+from ._errors import ProcTreeError
+from ._types import CleanupReport, JobInfo, JobOutput, Json, Keep, Leftovers, Limits, Listener, ProcessInfo, PtyOptions, Ready, ReadySpec, ResourceUsage, Terminal
 
 __all__ = ["ProcTree", "Call", "Job", "Output", "Result", "ProcTreeError"]
 

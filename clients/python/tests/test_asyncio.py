@@ -40,7 +40,7 @@ class AsyncTest(unittest.IsolatedAsyncioTestCase):
 
     async def asyncTearDown(self) -> None:
         kill_tokens(self.tokens)
-        if self.pt._gone is None:
+        if self.pt._conn.gone is None:
             self.assertEqual(await self.pt.list(), [], "every call of the test closed")
         await self.pt.close()
 

@@ -72,7 +72,7 @@ class JobsTest(unittest.IsolatedAsyncioTestCase):
         for t in self.tokens:
             if t.startswith("proctree-py-job-"):
                 shutil.rmtree(Path(tempfile.gettempdir()) / t, ignore_errors=True)
-        if self.pt._gone is None:
+        if self.pt._conn.gone is None:
             self.assertEqual(await self.pt.list(), [], "every call of the test closed")
         await self.pt.close()
 

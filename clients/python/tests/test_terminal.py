@@ -38,7 +38,7 @@ class TerminalTest(unittest.IsolatedAsyncioTestCase):
         self.pt = await ProcTree(server_command()).start()
 
     async def asyncTearDown(self) -> None:
-        if self.pt._gone is None:
+        if self.pt._conn.gone is None:
             self.assertEqual(await self.pt.list(), [], "every call of the test closed")
         await self.pt.close()
 
