@@ -4,6 +4,13 @@
       "target_name": "proctree",
       "sources": [
         "native/binding.cc",
+        "native/binding/calls.cc",
+        "native/binding/descriptors.cc",
+        "native/binding/errors.cc",
+        "native/binding/events.cc",
+        "native/binding/queries.cc",
+        "native/binding/spec.cc",
+        "native/binding/values.cc",
         "native/compat/glibcxx_3_4_29.cc",
         "native/kernel/broker_client.cc",
         "native/kernel/broker_protocol.cc",
