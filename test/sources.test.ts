@@ -1,6 +1,6 @@
 // One list of native sources, and the layering the folders promise
 // (native/README.md). CMakeLists.txt globs native/binding.cc and
-// native/{compat,kernel,ladder,loop}/*.cc, and binding.gyp must name the same files,
+// native/{binding,compat,kernel,ladder,loop}/*.cc, and binding.gyp must name the same files,
 // or the node-gyp build (what users and prebuilds get) and the cmake build
 // (what the unit tests check) drift apart.
 import { execFileSync } from 'node:child_process';
@@ -38,7 +38,13 @@ function files(dir: string, ext: RegExp): string[] {
 }
 
 // The addon's layers; helper/ is the helper executable's.
-const addonDirs = ['native/compat', 'native/kernel', 'native/ladder', 'native/loop'];
+const addonDirs = ['native/binding', 'native/compat', 'native/kernel', 'native/ladder', 'native/loop'];
+
+// The N-API layer: the addon's entry and the folder of its parts.
+const isBinding = (file: string): boolean => file === 'native/binding.cc' || file.startsWith('native/binding/');
+
+// Every native source and header, the N-API layer's included.
+const allNative = (): string[] => [...[...addonDirs, 'native/helper'].flatMap((d) => files(d, /\.(cc|h)$/)), 'native/binding.cc'];
 
 function includes(file: string): string[] {
   return fs
@@ -52,7 +58,7 @@ describe('native sources', () => {
   const gyp = readGyp();
   const addon = gyp.targets.find((t) => t.target_name === 'proctree');
 
-  it('binding.gyp builds the addon from exactly native/binding.cc and native/{compat,kernel,ladder,loop}/*.cc', () => {
+  it('binding.gyp builds the addon from exactly native/binding.cc and native/{binding,compat,kernel,ladder,loop}/*.cc', () => {
     expect(addon, 'binding.gyp has no "proctree" target').toBeDefined();
     const expected = ['native/binding.cc', ...addonDirs.flatMap((d) => files(d, /\.cc$/))].sort();
     expect([...(addon?.sources ?? [])].sort()).toEqual(expected);
@@ -63,8 +69,9 @@ describe('native sources', () => {
     expect(cmake).toMatch(/file\(GLOB PROCTREE_PURE_SOURCES CONFIGURE_DEPENDS "\$\{_native\}\/kernel\/\*\.cc" "\$\{_native\}\/ladder\/\*\.cc"\)/);
     expect(cmake).toMatch(/file\(GLOB PROCTREE_LOOP_SOURCES CONFIGURE_DEPENDS "\$\{_native\}\/loop\/\*\.cc"\)/);
     expect(cmake).toMatch(/file\(GLOB PROCTREE_COMPAT_SOURCES CONFIGURE_DEPENDS "\$\{_native\}\/compat\/\*\.cc"\)/);
+    expect(cmake).toMatch(/file\(GLOB PROCTREE_BINDING_SOURCES CONFIGURE_DEPENDS "\$\{_native\}\/binding\/\*\.cc"\)/);
     expect(cmake).toMatch(
-      /set\(PROCTREE_SOURCES "\$\{_native\}\/binding\.cc" \$\{PROCTREE_COMPAT_SOURCES\} \$\{PROCTREE_PURE_SOURCES\} \$\{PROCTREE_LOOP_SOURCES\}\)/,
+      /set\(PROCTREE_SOURCES "\$\{_native\}\/binding\.cc" \$\{PROCTREE_BINDING_SOURCES\} \$\{PROCTREE_COMPAT_SOURCES\} \$\{PROCTREE_PURE_SOURCES\} \$\{PROCTREE_LOOP_SOURCES\}\)/,
     );
     expect(cmake).toMatch(/add_library\(proctree SHARED \$\{PROCTREE_SOURCES\}/);
   });
@@ -79,11 +86,7 @@ describe('native sources', () => {
   });
 
   it('no libuv call anywhere in native/ (Bun and Deno have Node-API, not libuv)', () => {
-    const all = [
-      ...['native/compat', 'native/kernel', 'native/ladder', 'native/loop', 'native/helper'].flatMap((d) => files(d, /\.(cc|h)$/)),
-      'native/binding.cc',
-    ];
-    for (const file of all) {
+    for (const file of allNative()) {
       const code = fs
         .readFileSync(path.join(root, file), 'utf8')
         .replace(/\/\*[\s\S]*?\*\//g, '')
@@ -107,24 +110,33 @@ describe('native sources', () => {
   it('no native file outside the layer folders', () => {
     const top = fs.readdirSync(path.join(root, 'native')).filter((f) => /\.(cc|h)$/.test(f));
     expect(top).toEqual(['binding.cc']);
+    const folders = fs
+      .readdirSync(path.join(root, 'native'), { withFileTypes: true })
+      .filter((e) => e.isDirectory())
+      .map((e) => e.name)
+      .sort();
+    expect(folders).toEqual(['binding', 'compat', 'helper', 'kernel', 'ladder', 'loop']);
   });
 
-  it('the folder tells the layer: N-API only in binding.cc, libuv nowhere', () => {
-    const all = [
-      ...['native/compat', 'native/kernel', 'native/ladder', 'native/loop', 'native/helper'].flatMap((d) => files(d, /\.(cc|h)$/)),
-      'native/binding.cc',
-    ];
+  it('the folder tells the layer: N-API only in binding.cc and binding/, libuv nowhere', () => {
+    const all = allNative();
+    expect(all.filter(isBinding).length, 'the N-API layer has more than its entry').toBeGreaterThan(1);
     for (const file of all) {
       const inc = includes(file);
       const napi = inc.some((i) => /^<(napi|node_api)\.h>$/.test(i));
       const uv = inc.some((i) => i === '<uv.h>');
-      expect(napi, `${file} includes N-API`).toBe(file === 'native/binding.cc');
+      // Each file of the N-API layer says so by its own include.
+      expect(napi, `${file} includes N-API`).toBe(isBinding(file));
       // The addon runs its own loop (loop/waiter.h): Bun and Deno have
       // Node-API, not libuv.
       expect(uv, `${file} includes uv.h`).toBe(false);
+      const local = inc.filter((i) => i.startsWith('"')).map((i) => i.slice(1, -1));
+      // Nothing outside the N-API layer reaches into it.
+      if (!isBinding(file)) {
+        for (const i of local) expect(i, `${file} includes ${i}`).not.toMatch(/^binding\//);
+      }
       // Lower layers never reach up: kernel/ sees only kernel/ (and the
       // helper's protocol), ladder/ only kernel/ and ladder/.
-      const local = inc.filter((i) => i.startsWith('"')).map((i) => i.slice(1, -1));
       if (file.startsWith('native/kernel/')) {
         for (const i of local) expect(i, `${file} includes ${i}`).toMatch(/^(kernel\/|helper\/shim_protocol\.h$)/);
       }

@@ -1,4 +1,4 @@
-// The binding contract: what the addon (native/binding.cc) exports and the
+// The binding contract: what the addon (native/binding.cc and native/binding/) exports and the
 // portable binding (portable.ts) implements, type for type. It imports
 // neither: the loader (index.ts) picks one, and both implementations and
 // every caller read their shapes from here. The addon builds ProcessInfo

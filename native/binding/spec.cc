@@ -1,0 +1,140 @@
+// Reading spawn()'s spec (spec.h): strings, stdio entries, the tier, limits.
+#include "binding/spec.h"
+
+#include <napi.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kernel/limits.h"
+
+namespace proctree {
+namespace binding {
+namespace {
+
+bool read_strings(Napi::Value v, std::vector<std::string>* out) {
+  if (!v.IsArray()) return false;
+  Napi::Array a = v.As<Napi::Array>();
+  out->clear();
+  out->reserve(a.Length());
+  for (uint32_t i = 0; i < a.Length(); ++i) {
+    Napi::Value item = a.Get(i);
+    if (!item.IsString()) return false;
+    out->push_back(item.As<Napi::String>().Utf8Value());
+  }
+  return true;
+}
+
+// stdio: N >= 3 entries, each 'pipe' | 'ignore' | 'inherit' | 'close' |
+// 'pty' | a descriptor number.
+bool read_stdio(Napi::Value v, std::vector<StdioSpec>* spec) {
+  if (!v.IsArray() || v.As<Napi::Array>().Length() < 3) return false;
+  Napi::Array a = v.As<Napi::Array>();
+  spec->assign(a.Length(), StdioSpec{});
+  for (uint32_t i = 0; i < a.Length(); ++i) {
+    Napi::Value item = a.Get(i);
+    StdioSpec& one = (*spec)[i];
+    if (item.IsNumber()) {
+      one.kind = StdioSpec::kFd;
+      one.fd = item.As<Napi::Number>().Int32Value();
+      if (one.fd < 0) return false;
+      continue;
+    }
+    if (!item.IsString()) return false;
+    std::string s = item.As<Napi::String>().Utf8Value();
+    if (s == "pipe") {
+      one.kind = StdioSpec::kPipe;
+    } else if (s == "ignore") {
+      one.kind = StdioSpec::kIgnore;
+    } else if (s == "inherit") {
+      one.kind = StdioSpec::kInherit;
+    } else if (s == "close") {
+      one.kind = StdioSpec::kClose;
+    } else if (s == "pty") {
+      if (i > 2) return false;
+      one.kind = StdioSpec::kPty;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+// tier: 'cgroup' (also when absent) | 'systemd' | 'pidns' | 'subreaper' |
+// 'pgroup'.
+bool read_tier(Napi::Value v, Tier* tier) {
+  std::string t = v.IsString() ? v.As<Napi::String>().Utf8Value() : "cgroup";
+  if (t == "cgroup") {
+    *tier = Tier::kCgroup;
+  } else if (t == "systemd") {
+    *tier = Tier::kSystemd;
+  } else if (t == "pidns") {
+    *tier = Tier::kPidns;
+  } else if (t == "subreaper") {
+    *tier = Tier::kSubreaper;
+  } else if (t == "pgroup") {
+    *tier = Tier::kPgroup;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// { memoryBytes?, pids?, cpu? } (validated by the facade): absent or 0 is no limit.
+bool read_limits(Napi::Value v, Limits* out) {
+  *out = Limits{};
+  if (v.IsUndefined() || v.IsNull()) return true;
+  if (!v.IsObject()) return false;
+  Napi::Object o = v.As<Napi::Object>();
+  Napi::Value mem = o.Get("memoryBytes");
+  Napi::Value pids = o.Get("pids");
+  Napi::Value cpu = o.Get("cpu");
+  if (mem.IsNumber()) out->memory_bytes = static_cast<uint64_t>(std::max(0.0, mem.As<Napi::Number>().DoubleValue()));
+  if (pids.IsNumber()) out->pids = static_cast<uint64_t>(std::max(0.0, pids.As<Napi::Number>().DoubleValue()));
+  if (cpu.IsNumber()) out->cpu = cpu.As<Napi::Number>().DoubleValue();
+  return true;
+}
+
+}  // namespace
+
+const char* read_spawn_spec(Napi::Object spec, SpawnSpec* out) {
+  SpawnRequest& req = out->req;
+  SpawnOptions& opts = out->opts;
+  if (!spec.Get("group").IsString()) return "spec.group";
+  opts.group = spec.Get("group").As<Napi::String>().Utf8Value();
+  if (!read_strings(spec.Get("candidates"), &req.candidates)) return "spec.candidates";
+  if (!read_strings(spec.Get("argv"), &req.argv)) return "spec.argv";
+  Napi::Value envv = spec.Get("env");
+  if (envv.IsNull() || envv.IsUndefined()) {
+    req.inherit_env = true;
+  } else if (!read_strings(envv, &req.envp)) {
+    return "spec.env";
+  }
+  Napi::Value cwd = spec.Get("cwd");
+  if (cwd.IsString()) req.cwd = cwd.As<Napi::String>().Utf8Value();
+  Napi::Value uid = spec.Get("uid");
+  if (uid.IsNumber()) {
+    req.set_uid = true;
+    req.uid = uid.As<Napi::Number>().Uint32Value();
+  }
+  Napi::Value gid = spec.Get("gid");
+  if (gid.IsNumber()) {
+    req.set_gid = true;
+    req.gid = gid.As<Napi::Number>().Uint32Value();
+  }
+  if (!read_stdio(spec.Get("stdio"), &out->stdio)) return "spec.stdio";
+  Napi::Value ptyv = spec.Get("pty");
+  if (ptyv.IsObject()) {
+    Napi::Object p = ptyv.As<Napi::Object>();
+    out->pty.cols = static_cast<unsigned short>(p.Get("cols").As<Napi::Number>().Uint32Value());
+    out->pty.rows = static_cast<unsigned short>(p.Get("rows").As<Napi::Number>().Uint32Value());
+  }
+  if (!read_tier(spec.Get("tier"), &opts.tier)) return "spec.tier";
+  if (spec.Get("helper").IsString()) opts.helper = spec.Get("helper").As<Napi::String>().Utf8Value();
+  if (!read_limits(spec.Get("limits"), &opts.limits.call)) return "spec.limits";
+  if (!read_limits(spec.Get("groupLimits"), &opts.limits.group)) return "spec.groupLimits";
+  return nullptr;
+}
+
+}  // namespace binding
+}  // namespace proctree
