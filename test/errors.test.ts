@@ -7,7 +7,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
-import { killCgroup, leafReleased, waitUntil } from './helpers';
+import { killCgroup, leafReleased, token, waitUntil } from './helpers';
 
 const supervisors: Supervisor[] = [];
 const calls: ToolCall[] = [];
