@@ -320,7 +320,7 @@ describe('usage of the whole tree', () => {
 });
 
 describe('lines() validates its options', () => {
-  it("an unknown stream name is ERR_INVALID_ARG_VALUE (it used to end at once, with no line)", async () => {
+  it("an unknown stream name is ERR_INVALID_ARG_VALUE, not a stream that ends at once with no line", async () => {
     const sup = supervisor();
     const call = sup.spawn('sh', ['-c', 'echo one; echo two >&2']);
     calls.push(call);

@@ -1,5 +1,6 @@
 // `proctree serve` driven as a real process over its stdin/stdout, with real
-// spawns. Every line the server writes is checked against
+// spawns (one case drives its ProtocolServer in this process, over two
+// PassThrough streams, to read the close event of a pgroup call). Every line the server writes is checked against
 // docs/protocol.schema.json; survivors are found by a /proc scan.
 import { type ChildProcess, spawn as cpSpawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
