@@ -1,7 +1,8 @@
 // `proctree serve` driven as a real process over its stdin/stdout, with real
-// spawns (one case drives its ProtocolServer in this process, over two
-// PassThrough streams, to read the close event of a pgroup call). Every line the server writes is checked against
-// docs/protocol.schema.json; survivors are found by a /proc scan.
+// spawns. Every line the server writes is checked against
+// docs/protocol.schema.json; survivors are found by a /proc scan. (One case
+// drives its ProtocolServer in this process, over two PassThrough streams,
+// to read the close event of a pgroup call.)
 import { type ChildProcess, spawn as cpSpawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
