@@ -1,5 +1,5 @@
 // capabilities() measured for real, on this host and under the conditions
-// issue 4 names: a harness run as an unprivileged uid whose cgroup it cannot
+// that take a tier away: a harness run as an unprivileged uid whose cgroup it cannot
 // write, and a harness under a seccomp filter that answers clone3 with ENOSYS
 // (or EPERM). Each condition is created for real: setpriv drops to nobody, a
 // small C helper installs the filter and execs node.

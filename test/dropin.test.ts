@@ -1,6 +1,9 @@
-// proctree's spawn() where child_process.spawn was: each numbered point of
-// "Drop-in for child_process.spawn" checked against what Node does, with
-// real processes, and outcomes read from /proc and the cgroup.
+// proctree's spawn() where child_process.spawn was: each behaviour harness
+// code relies on (events, stdio, AbortSignal, dispose, how arguments and
+// options are read, errors, the duck-typed fields) checked against what Node
+// does, and what harness code can do wrong or unluckily (a pipe handed
+// outside the tree, a queued call aborted), with real processes, and
+// outcomes read from /proc and the cgroup.
 import { spawn as cpSpawn, spawnSync } from 'node:child_process';
 import { getEventListeners } from 'node:events';
 import fs from 'node:fs';
@@ -55,7 +58,7 @@ function readAll(stream: NodeJS.ReadableStream | null): Promise<string> {
   });
 }
 
-describe('1. unread stdout/stderr are flushed at exit, so close always comes', () => {
+describe('unread stdout/stderr are flushed at exit, so close always comes', () => {
   it('nobody reads stdout or stderr: close comes', async () => {
     const call = spawn('sh', ['-c', 'echo out; echo err >&2']);
     const [code] = await within(new Promise<[number | null]>((r) => call.on('close', (c) => r([c]))), 5000, 'close');
@@ -82,7 +85,7 @@ describe('1. unread stdout/stderr are flushed at exit, so close always comes', (
   });
 });
 
-describe('2. a call that cannot start: error, then close with the negative errno', () => {
+describe('a call that cannot start: error, then close with the negative errno', () => {
   it.each([
     ['ENOENT', () => spawn('proctree-no-such-command-xyz'), -2],
     ['bad cwd', () => spawn('true', [], { cwd: '/proctree-no-such-dir' }), -2],
@@ -167,7 +170,7 @@ describe('2. a call that cannot start: error, then close with the negative errno
   });
 });
 
-describe('3. AbortSignal as in Node', () => {
+describe('AbortSignal as in Node', () => {
   it('abort: AbortError with cause, killed, the tree stopped; listener removed at exit', async () => {
     const t = newToken();
     const controller = new AbortController();
@@ -218,7 +221,7 @@ describe('3. AbortSignal as in Node', () => {
   });
 });
 
-describe('4. stdio as in Node', () => {
+describe('stdio as in Node', () => {
   it('call.stdio is [stdin, stdout, stderr]', () => {
     const call = spawn('true');
     expect(call.stdio).toEqual([call.stdin, call.stdout, call.stderr]);
@@ -293,7 +296,7 @@ describe('4. stdio as in Node', () => {
   });
 });
 
-describe('4. (cont.) a stream handed to another call', () => {
+describe('stdio: a stream handed to another call', () => {
   it('is not read by us meanwhile, and can be read again once that call exited', async () => {
     const cat = spawn('cat', [], { stdio: ['pipe', 'pipe', 'inherit'] });
     const head = spawn('head', ['-n1'], { stdio: [cat.stdout as net.Socket, 'pipe', 'inherit'] });
@@ -308,7 +311,7 @@ describe('4. (cont.) a stream handed to another call', () => {
   });
 });
 
-describe('5. Symbol.dispose and Symbol.asyncDispose', () => {
+describe('Symbol.dispose and Symbol.asyncDispose', () => {
   it('asyncDispose stops the whole tree and waits for close', async () => {
     const t = newToken();
     const call = spawn('bash', ['-c', `setsid sleep ${t} & sleep ${t}`], { stdio: 'ignore' });
@@ -329,13 +332,13 @@ describe('5. Symbol.dispose and Symbol.asyncDispose', () => {
   });
 });
 
-describe('6-8. arguments and options read as Node reads them', () => {
-  it.each([undefined, null])('6. spawn(cmd, %s, options) keeps the options', async (args) => {
+describe('arguments and options read as Node reads them', () => {
+  it.each([undefined, null])('spawn(cmd, %s, options) keeps the options', async (args) => {
     const call = spawn('pwd', args as unknown as string[], { cwd: tmp, env: { PROCTREE_X: '1' }, timeout: 5000 });
     expect(await readAll(call.stdout)).toBe(`${fs.realpathSync(tmp)}\n`);
   });
 
-  it('7. numbers and other values become strings, holes become "undefined"', async () => {
+  it('numbers and other values become strings, holes become "undefined"', async () => {
     // eslint-disable-next-line no-sparse-arrays
     const args = [1, 2.5, true, null, , { toString: () => 'obj' }] as unknown as string[];
     const call = spawn('echo', args);
@@ -344,7 +347,7 @@ describe('6-8. arguments and options read as Node reads them', () => {
     expect(r.stdout).toBe('undefined a\n');
   });
 
-  it("8. env through for…in: inherited keys included, as Node", async () => {
+  it("env through for…in: inherited keys included, as Node", async () => {
     const env = Object.create({ PROCTREE_INHERITED: 'from-proto' }) as Record<string, string>;
     env.PROCTREE_OWN = 'own';
     env.PROCTREE_NULL = null as unknown as string;
@@ -357,7 +360,7 @@ describe('6-8. arguments and options read as Node reads them', () => {
     expect(r.stdout).not.toContain('PROCTREE_UNDEF');
   });
 
-  it('8. a polluted Object.prototype does not reach the spawn', async () => {
+  it('a polluted Object.prototype does not reach the spawn', async () => {
     const proto = Object.prototype as Record<string, unknown>;
     proto.cwd = '/proctree-polluted';
     proto.uid = 12345;
@@ -375,7 +378,7 @@ describe('6-8. arguments and options read as Node reads them', () => {
   });
 });
 
-describe("9. Node's codes, and uid/gid failures thrown as Node throws them", () => {
+describe("Node's codes, and uid/gid failures thrown as Node throws them", () => {
   it.each([
     ['timeout a string (Node 20: out of range)', { timeout: 'x' }, 'ERR_OUT_OF_RANGE'],
     ['timeout an object', { timeout: {} }, 'ERR_OUT_OF_RANGE'],
@@ -451,7 +454,7 @@ describe('a harness that dropped root with process.setuid()', () => {
   });
 });
 
-describe('10. options nobody reads are reported; Node-only options accepted', () => {
+describe('options nobody reads are reported; Node-only options accepted', () => {
   // process.emitWarning delivers on a later tick.
   async function warningsOf(fn: () => void): Promise<Array<{ code?: string; message: string }>> {
     const seen: Array<{ code?: string; message: string }> = [];
@@ -551,7 +554,7 @@ describe('10. options nobody reads are reported; Node-only options accepted', ()
   });
 });
 
-describe('11. the error of a failed start has the shape harness code matches', () => {
+describe('the error of a failed start has the shape harness code matches', () => {
   it("spawn <file> ENOENT, syscall 'spawn <file>', path, spawnargs without the file, negative errno", async () => {
     const call = spawn('proctree-no-such-tool-abc', ['x', 'y']);
     const err = await new Promise<Error & Record<string, unknown>>((r) => call.on('error', r));
@@ -567,7 +570,7 @@ describe('11. the error of a failed start has the shape harness code matches', (
   });
 });
 
-describe('12. a script without #! runs through /bin/sh, as execvp does', () => {
+describe('a script without #! runs through /bin/sh, as execvp does', () => {
   it('runs it (needs the addon)', async () => {
     const file = path.join(tmp, 'no-shebang');
     fs.writeFileSync(file, 'echo "from sh: $1"\n', { mode: 0o755 });
@@ -577,7 +580,7 @@ describe('12. a script without #! runs through /bin/sh, as execvp does', () => {
   });
 });
 
-describe('13. kill() and timeout keep reaching the whole tree', () => {
+describe('kill() and timeout keep reaching the whole tree', () => {
   it('kill(signal) reaches every process, escapees included; names in any case as Node', async () => {
     const t = newToken();
     const call = spawn('bash', ['-c', `setsid sleep ${t} & sleep ${t}`], { stdio: 'ignore' });
@@ -607,7 +610,7 @@ describe('13. kill() and timeout keep reaching the whole tree', () => {
   });
 });
 
-describe('14. the fields harness code duck-types', () => {
+describe('the fields harness code duck-types', () => {
   it('spawnfile, spawnargs, connected, stdio, pid, exitCode, signalCode, killed', async () => {
     const call = spawn('echo', ['a', 'b'], { argv0: 'say' });
     expect(call.spawnfile).toBe('echo');
@@ -650,8 +653,8 @@ describe('14. the fields harness code duck-types', () => {
   });
 });
 
-describe('hardening (issue 18, JS side)', () => {
-  it('9. stdout handed to a process outside the tree cannot hang close or run()', async () => {
+describe('harness code that misuses or races the API', () => {
+  it('stdout handed to a process outside the tree cannot hang close or run()', async () => {
     // A holder outside every call receives the call's fds 1 and 2 over a unix
     // socket and keeps them, as ssh's ControlMaster or systemd-run --pipe would.
     const sock = path.join(tmp, `holder-${token()}.sock`);
@@ -699,7 +702,7 @@ describe('hardening (issue 18, JS side)', () => {
   const escapedWait =
     'for i in $(seq 250); do read -r _ _ _ _ _ sid _ < /proc/$p/stat && [ "$sid" = "$p" ] && break; sleep 0.02; done;';
 
-  it('12. pgroup: an escaped daemon holding stdout cannot hang run(); pipes released after grace', async () => {
+  it('pgroup: an escaped daemon holding stdout cannot hang run(); pipes released after grace', async () => {
     const t = newToken();
     try {
       const started = Date.now();
@@ -725,7 +728,7 @@ describe('hardening (issue 18, JS side)', () => {
     }
   });
 
-  it('12. pgroup: the timeout still ends the wait when it comes before grace', async () => {
+  it('pgroup: the timeout still ends the wait when it comes before grace', async () => {
     const t = newToken();
     try {
       // bash says "started" only once the sleep has left its session (its
@@ -742,7 +745,7 @@ describe('hardening (issue 18, JS side)', () => {
     }
   });
 
-  it('23. an aborted queued call never starts; terminate() and shutdown() of queued calls raise no error', async () => {
+  it('an aborted queued call never starts; terminate() and shutdown() of queued calls raise no error', async () => {
     const sup = new Supervisor({ name: `queue-${process.pid}`, maxConcurrent: 1 });
     try {
       const supErrors: Error[] = [];
@@ -786,14 +789,14 @@ describe('hardening (issue 18, JS side)', () => {
     }
   });
 
-  it('24. the default supervisor is exported: errors of module-level calls can be listened to', async () => {
+  it('the default supervisor is exported: errors of module-level calls can be listened to', async () => {
     const sup = getDefaultSupervisor();
     const got = new Promise<Error>((resolve) => sup.once('error', resolve));
     spawn('proctree-no-such-command-for-default'); // no 'error' listener on the call
     await expect(within(got, 5000, 'error on the default supervisor')).resolves.toMatchObject({ code: 'ENOENT' });
   });
 
-  it('25. bad input: killSignal 0, a Symbol in env; sparse args are "undefined"', async () => {
+  it('bad input: killSignal 0, a Symbol in env; sparse args are "undefined"', async () => {
     expect(() => spawn('true', [], { killSignal: 0 })).toThrow(expect.objectContaining({ code: 'ERR_UNKNOWN_SIGNAL' }));
     expect(() => spawn('true', [], { env: { A: Symbol('s') as unknown as string } })).toThrow(
       expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }),

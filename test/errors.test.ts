@@ -4,10 +4,24 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 
-import { run, spawn } from '../dist/cjs/index.js';
-import { leafReleased, waitUntil } from './helpers';
+import { run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
+import { killCgroup, leafReleased, token, waitUntil } from './helpers';
+
+const supervisors: Supervisor[] = [];
+const calls: ToolCall[] = [];
+afterAll(async () => {
+  for (const c of calls) killCgroup(c.cgroup);
+  await Promise.all(supervisors.map((s) => s.shutdown({ grace: 0 })));
+});
+
+let named = 0;
+function supervisor(options: ConstructorParameters<typeof Supervisor>[0] = {}): Supervisor {
+  const s = new Supervisor({ name: `errors-${process.pid}-${++named}`, ...options });
+  supervisors.push(s);
+  return s;
+}
 
 describe('commands that cannot start', () => {
   it('ENOENT from the PATH search, through run() and through spawn()', async () => {
@@ -123,5 +137,88 @@ describe('invalid options throw synchronously', () => {
     const call = spawn('true', [], { stdio: 'ignore' });
     expect(() => call.kill('SIGBOGUS' as NodeJS.Signals)).toThrow(expect.objectContaining({ code: 'ERR_UNKNOWN_SIGNAL' }));
     await call.done;
+  });
+});
+
+describe("validation with Node's codes and wording", () => {
+  function thrown(fn: () => unknown): Error & { code?: string } {
+    try {
+      fn();
+    } catch (err) {
+      return err as Error & { code?: string };
+    }
+    throw new Error('did not throw');
+  }
+
+  it('maxConcurrent: ERR_INVALID_ARG_TYPE for a non-number, ERR_OUT_OF_RANGE for 0, 1.5, NaN', () => {
+    const name = `errors-${process.pid}-mc`;
+    expect(thrown(() => new Supervisor({ name, maxConcurrent: '2' as unknown as number }))).toMatchObject({
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: `The "options.maxConcurrent" property must be of type number. Received type string ('2')`,
+    });
+    for (const bad of [0, 1.5, NaN, -Infinity]) {
+      const err = thrown(() => new Supervisor({ name, maxConcurrent: bad }));
+      expect(err).toBeInstanceOf(RangeError);
+      expect(err.code).toBe('ERR_OUT_OF_RANGE');
+      expect(err.message).toMatch(/^The value of "options.maxConcurrent" is out of range\. It must be an integer >= 1 or Infinity\. Received /);
+    }
+    supervisor({ maxConcurrent: Infinity });
+    supervisor({ maxConcurrent: 3 });
+  });
+
+  it('handleSignals must be a boolean', () => {
+    const err = thrown(() => new Supervisor({ name: `errors-${process.pid}-hs`, handleSignals: 'yes' as unknown as boolean }));
+    expect(err).toBeInstanceOf(TypeError);
+    expect(err).toMatchObject({
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: `The "options.handleSignals" property must be of type boolean. Received type string ('yes')`,
+    });
+  });
+
+  it('an object where one is wanted reads as in Node: "of type object", "one of type boolean or object"', async () => {
+    const cp = await import('node:child_process');
+    // The same bad options object as Node's own spawn is given: the same message.
+    const nodeErr = thrown(() => cp.spawn('true', [], 5 as never));
+    const sup = supervisor();
+    const ours = thrown(() => sup.spawn('true', [], 5 as never));
+    expect(ours.code).toBe('ERR_INVALID_ARG_TYPE');
+    expect(ours.message).toBe(nodeErr.message);
+    expect(ours.message).toBe('The "options" argument must be of type object. Received type number (5)');
+    expect(thrown(() => new Supervisor(5 as never)).message).toBe('The "options" argument must be of type object. Received type number (5)');
+    expect(thrown(() => sup.spawn('true', [], { pty: 'x' as never })).message).toBe(
+      `The "options.pty" property must be one of type boolean or object. Received type string ('x')`,
+    );
+    expect(thrown(() => sup.spawn('true', [], { cwd: 5 as never })).message).toBe(
+      'The "options.cwd" property must be of type string or an instance of Buffer or URL. Received type number (5)',
+    );
+  });
+});
+
+describe("proctree's own errors are shaped as Node's", () => {
+  it('the code is in toString() and the first line of the stack', async () => {
+    const sup = supervisor();
+    let err: (Error & { code?: string }) | undefined;
+    try {
+      sup.job('c999999');
+    } catch (e) {
+      err = e as Error & { code?: string };
+    }
+    expect(err?.code).toBe('ERR_PROCTREE_UNKNOWN_JOB');
+    expect(String(err)).toMatch(/^Error \[ERR_PROCTREE_UNKNOWN_JOB\]: No job "c999999"/);
+    expect(err?.stack?.split('\n')[0]).toMatch(/^Error \[ERR_PROCTREE_UNKNOWN_JOB\]: /);
+    expect(Object.keys(err as object)).toContain('code');
+  });
+
+  it('a queued call stopped before it started rejects done with an AbortError', async () => {
+    const sup = supervisor({ maxConcurrent: 1 });
+    const t = token();
+    const first = sup.spawn('sleep', [t], { stdio: 'ignore' });
+    calls.push(first);
+    const queued = sup.spawn('sleep', [t], { stdio: 'ignore' });
+    expect(queued.started).toBe(false);
+    const done = queued.done.then(() => null, (e: Error) => e);
+    expect((await queued.terminate()).signaled).toBe(0);
+    expect(await done).toMatchObject({ name: 'AbortError', code: 'ABORT_ERR' });
+    await first.terminate({ grace: 0 });
   });
 });

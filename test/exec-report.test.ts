@@ -1,4 +1,4 @@
-// spawn() does not wait for the command's exec (issue 14: in a burst of
+// spawn() does not wait for the command's exec (in a burst of
 // spawns, each wait for a child's way to exec held the event loop, and on a
 // busy machine that way includes waiting for a CPU). The child is cloned and
 // spawn() returns; its exec report is read on the tick where Node emits

@@ -14,13 +14,24 @@ import { cgroupExists, cgroupMembers, httpGet as get, killCgroup, killTokens, li
 
 const root = path.resolve(__dirname, '..');
 const cgroups: string[] = [];
+const calls: ToolCall[] = [];
 const tokens: string[] = [];
 const dirs: string[] = [];
-afterAll(() => {
+afterAll(async () => {
   for (const c of cgroups) killCgroup(c);
+  for (const c of calls) killCgroup(c.cgroup);
   killTokens(tokens);
   for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
+  await Promise.all(supervisors.map((s) => s.shutdown({ grace: 0 })));
 });
+
+const supervisors: Supervisor[] = [];
+let named = 0;
+function supervisor(options: ConstructorParameters<typeof Supervisor>[0] = {}): Supervisor {
+  const s = new Supervisor({ name: `jobs-${process.pid}-${++named}`, ...options });
+  supervisors.push(s);
+  return s;
+}
 
 function serverDir(): { dir: string; needle: string } {
   const made = tokenDir('proctree-job');
@@ -361,3 +372,25 @@ afterAll(async () => {
 });
 
 export type { ToolCall };
+
+describe('a kept job started when its call did', () => {
+  it('startedAt is the start of the call, not the moment its leftovers made it a job', async () => {
+    const sup = supervisor();
+    const t = token();
+    tokens.push(t);
+    const before = Date.now();
+    const call = sup.spawn('sh', ['-c', `sleep ${t} & sleep 0.6`], { leftovers: 'keep', stdio: 'ignore' });
+    const after = Date.now();
+    calls.push(call);
+    const result = await call.done;
+    expect(result.jobId).not.toBeNull();
+    const job = sup.job(result.jobId as string);
+    try {
+      // The job was made 0.6 s after the start; its startedAt is the start.
+      expect(job.info().startedAt).toBeGreaterThanOrEqual(before);
+      expect(job.info().startedAt).toBeLessThanOrEqual(after);
+    } finally {
+      await job.stop({ grace: 0 });
+    }
+  });
+});

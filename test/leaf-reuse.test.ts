@@ -1,5 +1,5 @@
 // A cgroup leaf whose call ended on its own serves a later call of the same
-// subtree (issue 14: a mkdir and an rmdir are most of what the kernel spends
+// subtree (a mkdir and an rmdir are most of what the kernel spends
 // on a short call). What must never happen: a leaf given to a call while
 // anything of an earlier call is in it, frozen, with cgroups of its own below
 // it, or still the target of a ladder's writes; a usage figure that counts an

@@ -5,7 +5,7 @@ import { pathToFileURL } from 'node:url';
 
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { run, spawn, type ToolCall } from '../dist/cjs/index.js';
+import { run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
 import { killCgroup, liveWith, token, waitForLive, leafReleased } from './helpers';
 
 const calls: ToolCall[] = [];
@@ -13,9 +13,18 @@ function track(call: ToolCall): ToolCall {
   calls.push(call);
   return call;
 }
-afterAll(() => {
+afterAll(async () => {
   for (const c of calls) killCgroup(c.cgroup);
+  await Promise.all(supervisors.map((s) => s.shutdown({ grace: 0 })));
 });
+
+const supervisors: Supervisor[] = [];
+let named = 0;
+function supervisor(options: ConstructorParameters<typeof Supervisor>[0] = {}): Supervisor {
+  const s = new Supervisor({ name: `lifecycle-${process.pid}-${++named}`, ...options });
+  supervisors.push(s);
+  return s;
+}
 
 function recordEvents(call: ToolCall): string[] {
   const seen: string[] = [];
@@ -202,5 +211,17 @@ describe('events and results', () => {
     const cjs = path.resolve(__dirname, '../dist/cjs/index.js');
     const c = await run(process.execPath, ['-e', `require(${JSON.stringify(cjs)}).run('echo', ['cjs']).then(r => process.stdout.write(r.stdout))`]);
     expect(c.stdout).toBe('cjs\n');
+  });
+});
+
+describe('run(file, options) is run(file, [], options)', () => {
+  it('reads input and encoding from the options given in the place of args', async () => {
+    const sup = supervisor();
+    const text = await sup.run('cat', { input: 'hello\n' });
+    expect(text.stdout).toBe('hello\n');
+    const bytes = await sup.run('cat', { input: 'hi', encoding: 'buffer' });
+    expect(Buffer.isBuffer(bytes.stdout)).toBe(true);
+    expect(bytes.stdout.toString()).toBe('hi');
+    expect(await sup.run('cat', [], { input: 'same' })).toMatchObject({ stdout: 'same' });
   });
 });

@@ -6,15 +6,24 @@ import fs from 'node:fs';
 
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { type Confinement, run, spawn, type ToolCall } from '../dist/cjs/index.js';
+import { type Confinement, run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
 import { killCgroup, liveWith, token, leafReleased } from './helpers';
 
 const calls: ToolCall[] = [];
 const cgroups: string[] = [];
-afterAll(() => {
+afterAll(async () => {
   for (const c of calls) killCgroup(c.cgroup);
   for (const c of cgroups) killCgroup(c);
+  await Promise.all(supervisors.map((s) => s.shutdown({ grace: 0 })));
 });
+
+const supervisors: Supervisor[] = [];
+let named = 0;
+function supervisor(options: ConstructorParameters<typeof Supervisor>[0] = {}): Supervisor {
+  const s = new Supervisor({ name: `output-${process.pid}-${++named}`, ...options });
+  supervisors.push(s);
+  return s;
+}
 
 // 50 MiB of numbered lines of 1-, 2-, 3- and 4-byte characters: no two
 // lines alike, so an off-by-one anywhere shows. The test and the command
@@ -307,5 +316,20 @@ describe('usage of the whole tree', () => {
     }
     expect(r.usage.source).toBe(tier === 'cgroup' ? 'cgroup' : 'rusage');
     expect(r.usage.userMs + r.usage.systemMs).toBeGreaterThanOrEqual(sampled);
+  });
+});
+
+describe('lines() validates its options', () => {
+  it("an unknown stream name is ERR_INVALID_ARG_VALUE, not a stream that ends at once with no line", async () => {
+    const sup = supervisor();
+    const call = sup.spawn('sh', ['-c', 'echo one; echo two >&2']);
+    calls.push(call);
+    expect(() => call.lines({ stream: 'stdrr' as never })).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_ARG_VALUE', message: expect.stringContaining("must be one of: 'stdout', 'stderr', 'all'") }),
+    );
+    expect(() => call.lines(5 as never)).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }));
+    const lines: string[] = [];
+    for await (const line of call.lines({ stream: 'all' })) lines.push(line);
+    expect(lines.sort()).toEqual(['one', 'two']);
   });
 });

@@ -611,3 +611,32 @@ describe('other harnesses', () => {
     expect(res.stdout + res.stderr).not.toMatch(/gyp/);
   });
 });
+
+describe('the portable binding at an exit with leftovers', () => {
+  it('reads the process table once, not once for members() and again for the ladder', async () => {
+    const { spawnSync } = await import('node:child_process');
+    const path = await import('node:path');
+    const index = path.join(__dirname, '..', 'dist', 'cjs', 'index.js');
+    const t = tok(30);
+    // Counts whole-table reads (readdir of /proc) in the turn of the exit (the
+    // ladder's own polls read it again later, once the signalled leftover is gone).
+    const script = `
+      const fs = require('fs');
+      let reads = 0;
+      const readdir = fs.readdirSync;
+      fs.readdirSync = function (p, ...rest) { if (p === '/proc') reads++; return readdir.call(this, p, ...rest); };
+      const { spawn } = require(${JSON.stringify(index)});
+      // The leftover ignores SIGTERM: alive through the ladder's first look, which then reads nothing more.
+      const call = spawn('sh', ['-c', 'trap "" TERM; sleep ${t} & exit 0'], { stdio: 'ignore', confinement: 'pgroup', grace: 100 });
+      // The turn of the exit: members() and the ladder's start are synchronous in it.
+      call.on('exit', () => { reads = 0; queueMicrotask(() => console.log(JSON.stringify({ reads }))); });
+      call.on('close', () => console.log(JSON.stringify({ cleanup: call.cleanupReport })));
+    `;
+    const res = spawnSync(process.execPath, ['-e', script], { env: { ...process.env, PROCTREE_PORTABLE: '1' }, encoding: 'utf8', timeout: 20_000 });
+    const lines = res.stdout.trim().split('\n').map((l) => JSON.parse(l));
+    expect(lines.find((l) => 'reads' in l)).toEqual({ reads: 1 });
+    // The ladder still ran on the leftover and stopped it.
+    expect(lines.find((l) => 'cleanup' in l)?.cleanup).toMatchObject({ reason: 'leftovers', leftovers: [] });
+    expect(liveWith(t)).toEqual([]);
+  });
+});

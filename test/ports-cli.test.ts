@@ -1,4 +1,4 @@
-// The command line's side of issue 28: `proctree run --ready-port` says when
+// The command line's side of ports and readiness: `proctree run --ready-port` says when
 // the tree listens (and --ready-timeout stops a tree that never does, exit
 // 124, nothing left), and `proctree ps` shows what each call listens on.
 // Checked against the servers' own words and a /proc scan for unique tokens.

@@ -1,4 +1,4 @@
-// What a call listens on (issue 28), against real servers: call.ports() and
+// What a call listens on, against real servers: call.ports() and
 // job(id).ports() list the tree's listening TCP, bound UDP and listening unix
 // sockets, escapees included, with the member holding each; never the
 // harness's own sockets nor an unrelated process's; a stopped job's port is

@@ -1,4 +1,4 @@
-// lib/ports.ts: the pure half of issue 28 (what a call listens on): the
+// lib/ports.ts: the pure half of what a call listens on: the
 // addon's answer normalized, the `ready` option validated, and the checks a
 // ready-wait makes (listeners, output across chunk boundaries). The kernel
 // half is test/native/sockets_test.cc, on real sockets.

@@ -1,4 +1,4 @@
-// The `ready` option (issue 28): run() of a background job settles when the
+// The `ready` option: run() of a background job settles when the
 // tree listens (on anything, or on the port named) and/or its output matches;
 // the port named accepts a connection at that moment; past ready.timeout the
 // ladder stops the tree (cleanup.reason 'not-ready') and nothing survives —

@@ -1,4 +1,4 @@
-// `proctree serve`'s side of issue 28 (protocol 3), as a real process over
+// `proctree serve`'s side of ports and readiness (protocol 3), as a real process over
 // its stdin/stdout: options.ready and the ready event, the ports and
 // jobPorts requests, jobs with their ports, and a not-ready cleanup that
 // leaves nothing. Every line the server writes is checked against

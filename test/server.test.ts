@@ -1,6 +1,8 @@
 // `proctree serve` driven as a real process over its stdin/stdout, with real
 // spawns. Every line the server writes is checked against
-// docs/protocol.schema.json; survivors are found by a /proc scan.
+// docs/protocol.schema.json; survivors are found by a /proc scan. (One case
+// drives its ProtocolServer in this process, over two PassThrough streams,
+// to read the close event of a pgroup call.)
 import { type ChildProcess, spawn as cpSpawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
@@ -815,5 +817,49 @@ describe('terminals', () => {
     await s.request('spawn', { id: 'c', file: 'sh', args: ['-c', 'tty >/dev/null && echo on a terminal; echo err >&2'], options: { pty: true, collect: true, encoding: 'utf8' } });
     expect((await s.closed('c')).result).toEqual({ stdout: 'on a terminal\r\nerr\r\n', stderr: '', stdoutOmitted: 0, stderrOmitted: 0 });
     expect(s.events('c').map((m) => m.event)).toEqual(['spawn', 'exit', 'close']);
+  });
+});
+
+describe('proctree serve: the close event says what the call says', () => {
+  it('timedOut is true when the timeout ended the wait for the pipes (pgroup: no ladder, no report)', async () => {
+    const { PassThrough } = await import('node:stream');
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { ProtocolServer } = require('../dist/cjs/cli/serve.js') as typeof import('../lib/cli/serve');
+    const input = new PassThrough();
+    const output = new PassThrough();
+    const events: Array<Record<string, unknown>> = [];
+    let buffered = '';
+    output.on('data', (d: Buffer) => {
+      buffered += d.toString();
+      for (let nl = buffered.indexOf('\n'); nl >= 0; nl = buffered.indexOf('\n')) {
+        events.push(JSON.parse(buffered.slice(0, nl)));
+        buffered = buffered.slice(nl + 1);
+      }
+    });
+    const stopped = new Promise<number>((resolve) => new ProtocolServer({ input, output }, resolve).start());
+    const t = token(30);
+    tokens.push(t);
+    let escapee = 0;
+    try {
+      // The setsid'd sleep holds stdout and is invisible to the pgroup tier:
+      // the tree looks empty at once, and the timeout ends the wait for the pipe.
+      // sh exits only once the sleep leads its own session (field 6 of its stat):
+      // before its setsid() the ladder of the exit would still reach it.
+      const id = `c${process.pid}`;
+      const script = `setsid sleep ${t} & p=$!; i=0; until [ "$(cut -d' ' -f6 /proc/$p/stat)" = "$p" ] || [ $i -ge 500 ]; do sleep 0.01; i=$((i+1)); done; echo $p`;
+      input.write(
+        `${JSON.stringify({ rid: 1, op: 'spawn', id, file: 'sh', args: ['-c', script], options: { confinement: 'pgroup', timeout: 300, grace: 20_000 } })}\n`,
+      );
+      const start = Date.now();
+      while (!events.some((e) => e.event === 'close') && Date.now() - start < 10_000) await new Promise((r) => setTimeout(r, 20));
+      const out = events.find((e) => e.event === 'stdout');
+      escapee = Number(Buffer.from(String(out?.data), 'base64').toString().trim());
+      const close = events.find((e) => e.event === 'close');
+      expect(close).toMatchObject({ id, timedOut: true, cleanup: null });
+    } finally {
+      if (escapee > 0) process.kill(escapee, 'SIGKILL');
+      input.end();
+      await stopped;
+    }
   });
 });

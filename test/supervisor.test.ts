@@ -5,7 +5,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
 
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 
 import { Supervisor } from '../dist/cjs/index.js';
 import { cgroupMembers, killCgroup, liveWith, token, waitForLive } from './helpers';
@@ -16,6 +16,18 @@ async function until(check: () => boolean, timeoutMs: number): Promise<number> {
   const start = performance.now();
   while (!check() && performance.now() - start < timeoutMs) await new Promise((r) => setTimeout(r, 10));
   return performance.now() - start;
+}
+
+const supervisors: Supervisor[] = [];
+afterAll(async () => {
+  await Promise.all(supervisors.map((s) => s.shutdown({ grace: 0 })));
+});
+
+let named = 0;
+function supervisor(options: ConstructorParameters<typeof Supervisor>[0] = {}): Supervisor {
+  const s = new Supervisor({ name: `sup-${process.pid}-${++named}`, ...options });
+  supervisors.push(s);
+  return s;
 }
 
 function guardiansOf(pid: number): number[] {
@@ -176,5 +188,18 @@ describe('Supervisor', () => {
     expect(fs.existsSync(workerCgroup)).toBe(false);
     expect(mine.members()).toHaveLength(1);
     await main.shutdown();
+  });
+});
+
+describe("the report of a ladder that found nothing says why it was asked for", () => {
+  it.each(['subreaper', 'pidns'] as const)('%s: a shutdown while the start is pending, and the start fails', async (confinement) => {
+    const sup = supervisor();
+    const call = sup.spawn(`/nonexistent-${token()}`, [], { confinement, stdio: 'ignore' });
+    call.on('error', () => {});
+    // The shim has not confirmed the start yet: the ladder is asked for first.
+    expect(call.pid).toBeUndefined();
+    const [report] = await sup.shutdown();
+    expect(report.reason).toBe('shutdown');
+    expect(report.leftovers).toEqual([]);
   });
 });
