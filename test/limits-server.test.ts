@@ -4,84 +4,17 @@
 // bad values refused by the schema), the verdicts in `close`, and
 // pauseTree/resumeTree/jobPause/jobResume, proved by cgroup.events. Every
 // line the server writes is checked against docs/protocol.schema.json.
-import { type ChildProcess, spawn as cpSpawn } from 'node:child_process';
 import fs from 'node:fs';
-import path from 'node:path';
 
-import Ajv2020 from 'ajv/dist/2020';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
 import { capabilities } from '../dist/cjs/index.js';
+import { ServerProcess as Server, stopServers } from './protocol-server';
 import { killTokens, token } from './helpers';
 
-const root = path.resolve(__dirname, '..');
-const bin = path.join(root, 'bin', 'proctree.js');
-const schema = JSON.parse(fs.readFileSync(path.join(root, 'docs', 'protocol.schema.json'), 'utf8')) as object;
-const ajv = new Ajv2020({ strict: true, allowUnionTypes: true });
-ajv.addSchema(schema, 'protocol');
-const serverMessage = ajv.getSchema('protocol#/$defs/serverMessage');
-const requestSchema = ajv.getSchema('protocol#/$defs/request');
-
-type Message = Record<string, unknown> & { rid?: unknown; ok?: boolean; event?: string; id?: string; error?: { code: string; message: string } };
-
 const tokens: string[] = [];
-const servers: Server[] = [];
 const caps = capabilities();
 const noControllers = caps.tier === 'cgroup' && !caps.limits.memory && !caps.limits.pids && !caps.limits.cpu;
-
-class Server {
-  readonly child: ChildProcess;
-  readonly messages: Message[] = [];
-  readonly exited: Promise<unknown>;
-  stderr = '';
-  #buf = '';
-  #rid = 0;
-
-  constructor() {
-    this.child = cpSpawn(process.execPath, [bin, 'serve'], { stdio: ['pipe', 'pipe', 'pipe'] });
-    servers.push(this);
-    this.child.stdout?.on('data', (d: Buffer) => {
-      this.#buf += d.toString();
-      let nl: number;
-      while ((nl = this.#buf.indexOf('\n')) >= 0) {
-        const line = this.#buf.slice(0, nl);
-        this.#buf = this.#buf.slice(nl + 1);
-        const msg = JSON.parse(line) as Message;
-        if (!serverMessage?.(msg)) throw new Error(`off-schema message ${line}: ${ajv.errorsText(serverMessage?.errors)}`);
-        this.messages.push(msg);
-      }
-    });
-    this.child.stderr?.on('data', (d: Buffer) => (this.stderr += d.toString()));
-    this.exited = new Promise((resolve) => this.child.on('exit', resolve));
-  }
-
-  /** A request with a fresh rid (checked against the schema unless `raw`), and its response. */
-  request(op: string, fields: Record<string, unknown> = {}, raw = false): Promise<Message> {
-    const rid = ++this.#rid;
-    const req = { rid, op, ...fields };
-    if (!raw) expect(requestSchema?.(req), `our own request ${JSON.stringify(req)}`).toBe(true);
-    this.child.stdin?.write(`${JSON.stringify(req)}\n`);
-    return this.waitFor((m) => m.rid === rid);
-  }
-
-  async waitFor(pred: (m: Message) => boolean, timeoutMs = 10_000): Promise<Message> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const found = this.messages.find(pred);
-      if (found) return found;
-      if (Date.now() > deadline) throw new Error(`timed out; got ${JSON.stringify(this.messages)}; stderr ${this.stderr}`);
-      await new Promise((r) => setTimeout(r, 10));
-    }
-  }
-
-  events(id: string): Message[] {
-    return this.messages.filter((m) => m.event !== undefined && m.id === id);
-  }
-
-  closed(id: string): Promise<Message> {
-    return this.waitFor((m) => m.event === 'close' && m.id === id);
-  }
-}
 
 function events(cgroup: string): string {
   return fs.readFileSync(`${cgroup}/cgroup.events`, 'utf8');
@@ -89,8 +22,7 @@ function events(cgroup: string): string {
 
 afterEach(() => killTokens(tokens.splice(0)));
 afterAll(async () => {
-  for (const s of servers) s.child.stdin?.end();
-  await Promise.all(servers.map((s) => s.exited));
+  await stopServers();
 });
 
 describe('proctree serve: limits and pauses (protocol 4)', () => {

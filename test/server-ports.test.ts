@@ -3,82 +3,18 @@
 // jobPorts requests, jobs with their ports, and a not-ready cleanup that
 // leaves nothing. Every line the server writes is checked against
 // docs/protocol.schema.json; survivors are found by a /proc scan.
-import { type ChildProcess, spawn as cpSpawn } from 'node:child_process';
-import fs from 'node:fs';
 import net from 'node:net';
-import path from 'node:path';
 
-import Ajv2020 from 'ajv/dist/2020';
 import { afterAll, describe, expect, it } from 'vitest';
 
+import { ServerProcess as Server, stopServers } from './protocol-server';
 import { killTokens, liveWith, token, waitForLive } from './helpers';
 
-const root = path.resolve(__dirname, '..');
-const bin = path.join(root, 'bin', 'proctree.js');
-const schema = JSON.parse(fs.readFileSync(path.join(root, 'docs', 'protocol.schema.json'), 'utf8')) as object;
-const ajv = new Ajv2020({ strict: true, allowUnionTypes: true });
-ajv.addSchema(schema, 'protocol');
-const serverMessage = ajv.getSchema('protocol#/$defs/serverMessage');
-const requestSchema = ajv.getSchema('protocol#/$defs/request');
-
-type Message = Record<string, unknown> & { rid?: unknown; ok?: boolean; event?: string; id?: string };
-
 const tokens: string[] = [];
-const children: ChildProcess[] = [];
-afterAll(() => {
-  for (const c of children) c.kill('SIGKILL');
+afterAll(async () => {
+  await stopServers();
   killTokens(tokens);
 });
-
-class Server {
-  readonly child: ChildProcess;
-  readonly messages: Message[] = [];
-  #buf = '';
-  #rid = 0;
-  #waiters: (() => void)[] = [];
-
-  constructor() {
-    this.child = cpSpawn(process.execPath, [bin, 'serve'], { stdio: ['pipe', 'pipe', 'inherit'] });
-    children.push(this.child);
-    this.child.stdout?.on('data', (d: Buffer) => {
-      this.#buf += d.toString();
-      let nl: number;
-      while ((nl = this.#buf.indexOf('\n')) >= 0) {
-        const line = this.#buf.slice(0, nl);
-        this.#buf = this.#buf.slice(nl + 1);
-        const msg = JSON.parse(line) as Message;
-        if (!serverMessage?.(msg)) throw new Error(`off-schema message ${line}: ${ajv.errorsText(serverMessage?.errors)}`);
-        this.messages.push(msg);
-      }
-      for (const w of this.#waiters.splice(0)) w();
-    });
-  }
-
-  async request(op: string, fields: Record<string, unknown> = {}): Promise<Message> {
-    const rid = ++this.#rid;
-    const req = { rid, op, ...fields };
-    expect(requestSchema?.(req), `our own request ${JSON.stringify(req)}`).toBe(true);
-    this.child.stdin?.write(`${JSON.stringify(req)}\n`);
-    return this.waitFor((m) => m.rid === rid);
-  }
-
-  async waitFor(pred: (m: Message) => boolean, timeoutMs = 15_000): Promise<Message> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const found = this.messages.find(pred);
-      if (found) return found;
-      if (Date.now() > deadline) throw new Error(`timed out; got ${JSON.stringify(this.messages)}`);
-      await new Promise<void>((resolve) => {
-        this.#waiters.push(resolve);
-        setTimeout(resolve, 50);
-      });
-    }
-  }
-
-  async close(): Promise<void> {
-    await this.request('shutdown');
-  }
-}
 
 const server = String.raw`
 import socket, sys, time
@@ -128,7 +64,7 @@ describe('proctree serve: ports and ready', () => {
 
     await s.request('jobStop', { job: answer.jobId });
     expect((await s.request('jobPorts', { job: answer.jobId })).ports).toEqual([]);
-    await s.close();
+    await s.request('shutdown');
   });
 
   it("ready.timeout: the cleanup's reason is not-ready and nothing is left", async () => {
@@ -146,7 +82,7 @@ describe('proctree serve: ports and ready', () => {
     await s.waitFor((m) => m.event === 'close' && m.id === 'slow');
     expect(s.messages.some((m) => m.event === 'ready')).toBe(false);
     expect(liveWith(t)).toEqual([]);
-    await s.close();
+    await s.request('shutdown');
   });
 
   it('refuses a ready with both output and outputPattern, and a bad pattern', async () => {
@@ -157,6 +93,6 @@ describe('proctree serve: ports and ready', () => {
     }
     const unknown = await s.request('ports', { id: 'nope' });
     expect(unknown).toMatchObject({ ok: false, error: { code: 'ERR_PROCTREE_UNKNOWN_CALL' } });
-    await s.close();
+    await s.request('shutdown');
   });
 });

@@ -3,28 +3,20 @@
 // docs/protocol.schema.json; survivors are found by a /proc scan. (One case
 // drives its ProtocolServer in this process, over two PassThrough streams,
 // to read the close event of a pgroup call.)
-import { type ChildProcess, spawn as cpSpawn } from 'node:child_process';
+import { spawn as cpSpawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 
-import Ajv2020 from 'ajv/dist/2020';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
+import { type Message, ServerProcess as Server, stopServers } from './protocol-server';
 import { blockedIn, cgroupMembers, drainedWriter, httpGet as get, killCgroup, killTokens, liveWith, serverDir as tokenDir, token, waitForLive, waitUntil, leafReleased } from './helpers';
 
 const root = path.resolve(__dirname, '..');
 const bin = path.join(root, 'bin', 'proctree.js');
-const schema = JSON.parse(fs.readFileSync(path.join(root, 'docs', 'protocol.schema.json'), 'utf8')) as object;
-const ajv = new Ajv2020({ strict: true, allowUnionTypes: true });
-ajv.addSchema(schema, 'protocol');
-const serverMessage = ajv.getSchema('protocol#/$defs/serverMessage');
-const requestSchema = ajv.getSchema('protocol#/$defs/request');
-
-type Message = Record<string, unknown> & { rid?: unknown; ok?: boolean; event?: string; id?: string; error?: { code: string; message: string } };
 
 const tokens: string[] = [];
-const servers: Server[] = [];
 const cgroups: string[] = [];
 const dirs: string[] = [];
 
@@ -34,84 +26,13 @@ function newToken(): string {
   return t;
 }
 
-class Server {
-  readonly child: ChildProcess;
-  readonly messages: Message[] = [];
-  stderr = '';
-  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  #buf = '';
-  #waiters: (() => void)[] = [];
-  #rid = 0;
-
-  constructor(flags: string[] = [], env: NodeJS.ProcessEnv = process.env) {
-    this.child = cpSpawn(process.execPath, [bin, 'serve', ...flags], { stdio: ['pipe', 'pipe', 'pipe'], env });
-    servers.push(this);
-    this.child.stdout?.on('data', (d: Buffer) => {
-      this.#buf += d.toString();
-      let nl: number;
-      while ((nl = this.#buf.indexOf('\n')) >= 0) {
-        const line = this.#buf.slice(0, nl);
-        this.#buf = this.#buf.slice(nl + 1);
-        const msg = JSON.parse(line) as Message;
-        // The protocol's own description must hold for everything we get.
-        if (!serverMessage?.(msg)) throw new Error(`off-schema message ${line}: ${ajv.errorsText(serverMessage?.errors)}`);
-        this.messages.push(msg);
-      }
-      for (const w of this.#waiters.splice(0)) w();
-    });
-    this.child.stderr?.on('data', (d: Buffer) => (this.stderr += d.toString()));
-    this.exited = new Promise((resolve) => this.child.on('exit', (code, signal) => resolve({ code, signal })));
-  }
-
-  /** Writes a raw line (no validation). */
-  line(text: string): void {
-    this.child.stdin?.write(`${text}\n`);
-  }
-
-  /** Sends a request with a fresh rid and resolves with its response. */
-  async request(op: string, fields: Record<string, unknown> = {}): Promise<Message> {
-    this.#rid += 1;
-    const rid = this.#rid;
-    const req = { rid, op, ...fields };
-    expect(requestSchema?.(req), `our own request ${JSON.stringify(req)}`).toBe(true);
-    this.line(JSON.stringify(req));
-    return this.waitFor((m) => m.rid === rid);
-  }
-
-  async waitFor(pred: (m: Message) => boolean, timeoutMs = 10_000): Promise<Message> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const found = this.messages.find(pred);
-      if (found) return found;
-      if (Date.now() > deadline) throw new Error(`timed out; got ${JSON.stringify(this.messages)}; stderr ${this.stderr}`);
-      await new Promise<void>((resolve) => {
-        this.#waiters.push(resolve);
-        setTimeout(resolve, 50);
-      });
-    }
-  }
-
-  events(id: string): Message[] {
-    return this.messages.filter((m) => m.event !== undefined && m.id === id);
-  }
-
-  output(id: string, stream: 'stdout' | 'stderr' | 'pty' = 'stdout'): string {
-    return Buffer.concat(this.events(id).filter((m) => m.event === stream).map((m) => Buffer.from(m.data as string, 'base64'))).toString();
-  }
-
-  closed(id: string): Promise<Message> {
-    return this.waitFor((m) => m.event === 'close' && m.id === id);
-  }
-}
-
 afterEach(() => {
   // Whatever still carries a token of ours was started by this file: by pid.
   killTokens(tokens.splice(0));
 });
 
 afterAll(async () => {
-  for (const s of servers) s.child.stdin?.end();
-  await Promise.all(servers.map((s) => s.exited));
+  await stopServers();
   for (const c of cgroups) killCgroup(c);
   for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
 });
