@@ -8,20 +8,14 @@ import { afterAll, describe, expect, it } from 'vitest';
 
 import { run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
 import { killCgroup, leafReleased, token, waitUntil } from './helpers';
+import { fileSupervisors } from './supervisors';
 
-const supervisors: Supervisor[] = [];
 const calls: ToolCall[] = [];
 afterAll(async () => {
   for (const c of calls) killCgroup(c.cgroup);
-  await Promise.all(supervisors.map((s) => s.shutdown({ grace: 0 })));
 });
 
-let named = 0;
-function supervisor(options: ConstructorParameters<typeof Supervisor>[0] = {}): Supervisor {
-  const s = new Supervisor({ name: `errors-${process.pid}-${++named}`, ...options });
-  supervisors.push(s);
-  return s;
-}
+const { supervisor } = fileSupervisors('errors');
 
 describe('commands that cannot start', () => {
   it('ENOENT from the PATH search, through run() and through spawn()', async () => {

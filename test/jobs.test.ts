@@ -11,6 +11,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 
 import { type Confinement, job, jobs, run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
 import { cgroupExists, cgroupMembers, httpGet as get, killCgroup, killTokens, liveWith, running, serverDir as tokenDir, token, waitForLive, waitUntil, leafReleased } from './helpers';
+import { fileSupervisors } from './supervisors';
 
 const root = path.resolve(__dirname, '..');
 const cgroups: string[] = [];
@@ -22,16 +23,9 @@ afterAll(async () => {
   for (const c of calls) killCgroup(c.cgroup);
   killTokens(tokens);
   for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
-  await Promise.all(supervisors.map((s) => s.shutdown({ grace: 0 })));
 });
 
-const supervisors: Supervisor[] = [];
-let named = 0;
-function supervisor(options: ConstructorParameters<typeof Supervisor>[0] = {}): Supervisor {
-  const s = new Supervisor({ name: `jobs-${process.pid}-${++named}`, ...options });
-  supervisors.push(s);
-  return s;
-}
+const { supervisor } = fileSupervisors('jobs');
 
 function serverDir(): { dir: string; needle: string } {
   const made = tokenDir('proctree-job');

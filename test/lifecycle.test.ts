@@ -5,8 +5,9 @@ import { pathToFileURL } from 'node:url';
 
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
+import { run, spawn, type ToolCall } from '../dist/cjs/index.js';
 import { killCgroup, liveWith, token, waitForLive, leafReleased } from './helpers';
+import { fileSupervisors } from './supervisors';
 
 const calls: ToolCall[] = [];
 function track(call: ToolCall): ToolCall {
@@ -15,16 +16,9 @@ function track(call: ToolCall): ToolCall {
 }
 afterAll(async () => {
   for (const c of calls) killCgroup(c.cgroup);
-  await Promise.all(supervisors.map((s) => s.shutdown({ grace: 0 })));
 });
 
-const supervisors: Supervisor[] = [];
-let named = 0;
-function supervisor(options: ConstructorParameters<typeof Supervisor>[0] = {}): Supervisor {
-  const s = new Supervisor({ name: `lifecycle-${process.pid}-${++named}`, ...options });
-  supervisors.push(s);
-  return s;
-}
+const { supervisor } = fileSupervisors('lifecycle');
 
 function recordEvents(call: ToolCall): string[] {
   const seen: string[] = [];

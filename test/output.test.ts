@@ -6,24 +6,18 @@ import fs from 'node:fs';
 
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { type Confinement, run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
+import { type Confinement, run, spawn, type ToolCall } from '../dist/cjs/index.js';
 import { killCgroup, liveWith, token, leafReleased } from './helpers';
+import { fileSupervisors } from './supervisors';
 
 const calls: ToolCall[] = [];
 const cgroups: string[] = [];
 afterAll(async () => {
   for (const c of calls) killCgroup(c.cgroup);
   for (const c of cgroups) killCgroup(c);
-  await Promise.all(supervisors.map((s) => s.shutdown({ grace: 0 })));
 });
 
-const supervisors: Supervisor[] = [];
-let named = 0;
-function supervisor(options: ConstructorParameters<typeof Supervisor>[0] = {}): Supervisor {
-  const s = new Supervisor({ name: `output-${process.pid}-${++named}`, ...options });
-  supervisors.push(s);
-  return s;
-}
+const { supervisor } = fileSupervisors('output');
 
 // 50 MiB of numbered lines of 1-, 2-, 3- and 4-byte characters: no two
 // lines alike, so an off-by-one anywhere shows. The test and the command

@@ -9,6 +9,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 
 import { Supervisor } from '../dist/cjs/index.js';
 import { cgroupMembers, killCgroup, liveWith, token, waitForLive } from './helpers';
+import { fileSupervisors } from './supervisors';
 
 const harness = path.join(__dirname, 'fixtures', 'harness.cjs');
 
@@ -18,17 +19,7 @@ async function until(check: () => boolean, timeoutMs: number): Promise<number> {
   return performance.now() - start;
 }
 
-const supervisors: Supervisor[] = [];
-afterAll(async () => {
-  await Promise.all(supervisors.map((s) => s.shutdown({ grace: 0 })));
-});
-
-let named = 0;
-function supervisor(options: ConstructorParameters<typeof Supervisor>[0] = {}): Supervisor {
-  const s = new Supervisor({ name: `sup-${process.pid}-${++named}`, ...options });
-  supervisors.push(s);
-  return s;
-}
+const { supervisor } = fileSupervisors('sup');
 
 function guardiansOf(pid: number): number[] {
   return liveWith(`proctree-${pid}`, 'proctree-guard');

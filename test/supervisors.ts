@@ -3,10 +3,10 @@
 // whatever is still in those cgroups is killed.
 import { afterAll } from 'vitest';
 
-import { Supervisor } from '../dist/cjs/index.js';
+import { Supervisor, type SupervisorOptions } from '../dist/cjs/index.js';
 import { killCgroup } from './helpers';
 
-export function fileSupervisors(prefix: string): { supervisor: () => Supervisor; cgroups: string[] } {
+export function fileSupervisors(prefix: string): { supervisor: (options?: SupervisorOptions) => Supervisor; cgroups: string[] } {
   const made: Supervisor[] = [];
   const cgroups: string[] = [];
   let n = 0;
@@ -14,8 +14,8 @@ export function fileSupervisors(prefix: string): { supervisor: () => Supervisor;
     for (const sup of made) await sup.shutdown({ grace: 0 }).catch(() => undefined);
     for (const cg of cgroups) killCgroup(cg);
   });
-  const supervisor = (): Supervisor => {
-    const sup = new Supervisor({ name: `${prefix}-${process.pid}-${++n}` });
+  const supervisor = (options: SupervisorOptions = {}): Supervisor => {
+    const sup = new Supervisor({ name: `${prefix}-${process.pid}-${++n}`, ...options });
     made.push(sup);
     return sup;
   };
