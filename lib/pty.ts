@@ -73,7 +73,10 @@ export class PtyStream extends Duplex {
   /** @internal created by the call; `onChange` runs when the output ends and when the master closes. */
   constructor(opts: ResolvedPty, onChange: () => void, members: () => number[]) {
     // allowHalfOpen false: once the terminal is gone, typing ends too.
-    super({ allowHalfOpen: false, decodeStrings: true });
+    // autoDestroy false: the end of the output does not close the master
+    // while the tree lives (see #hold); the stream is destroyed, and 'close'
+    // comes, once the master is closed.
+    super({ allowHalfOpen: false, decodeStrings: true, autoDestroy: false });
     this.cols = opts.cols;
     this.rows = opts.rows;
     this.term = opts.term;
@@ -87,6 +90,7 @@ export class PtyStream extends Duplex {
     };
     this.once('end', settle);
     this.once('close', settle);
+    this.once('end', () => this.#maybeDone());
   }
 
   /**
@@ -186,6 +190,13 @@ export class PtyStream extends Duplex {
     // Typing goes nowhere once nobody holds the terminal.
     p?.cb();
     this.#onChange();
+    this.#maybeDone();
+  }
+
+  // Done ('close') once the output was read to its end and the master is
+  // closed, in whichever order the two come.
+  #maybeDone(): void {
+    if (this.readableEnded && this.#master !== 'open' && !this.destroyed) this.destroy();
   }
 
   #outputDone(err: Error | null): void {

@@ -319,6 +319,16 @@ describe('output and its end', () => {
     expect(eof.exitCode).toBe(0);
   });
 
+  it('a command that closes its terminal fds before it exits (cat at EOF) is not hung up: the master stays open until the tree is empty', async () => {
+    // cat closes stdin, stdout and stderr, then exits: in between, no fd of
+    // the slave is open and reading the master gives EIO (the output's end).
+    // Closing the master then would SIGHUP cat; before the fix, 30-40 % of
+    // these runs ended with signal SIGHUP.
+    const results = [];
+    for (let i = 0; i < 25; i++) results.push(await run('cat', [], { pty: true, timeout: 10_000 }));
+    expect(results.map((r) => r.signal ?? r.exitCode)).toEqual(results.map(() => 0));
+  });
+
   it('pty.encoding gives text on call.pty while done still collects the bytes', async () => {
     const call = track(spawn('printf', ['h\\303\\251llo'], { pty: { encoding: 'utf8' } }));
     const chunks: Array<string | Buffer> = [];
