@@ -497,7 +497,9 @@ describe('other harnesses', () => {
         await call.done;
         // An escapee that ignores SIGTERM, orphaned when its parent dies of it: remembered, SIGKILLed after grace.
         const second = pt.spawn('bash', ['-c', 'setsid bash -c "trap \\'\\' TERM; exec sleep ${t2}" & sleep ${t2}'], { stdio: 'ignore' });
-        while (second.members().length < 2) await new Promise((r) => setTimeout(r, 20));
+        // Both must have exec'd sleep: the escapee's TERM is ignored only once its trap ran.
+        const sleeping = () => second.members().filter((pid) => { try { return require('fs').readFileSync('/proc/' + pid + '/comm', 'utf8').trim() === 'sleep'; } catch { return false; } });
+        while (sleeping().length < 2) await new Promise((r) => setTimeout(r, 20));
         const straggler = await second.terminate({ grace: 300 });
         await second.done;
         console.log(JSON.stringify({ portable: caps.portable, members, report, straggler }));
