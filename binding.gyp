@@ -8,6 +8,7 @@
         "native/binding/descriptors.cc",
         "native/binding/errors.cc",
         "native/binding/events.cc",
+        "native/binding/host_loop.cc",
         "native/binding/queries.cc",
         "native/binding/spec.cc",
         "native/binding/values.cc",

@@ -58,6 +58,11 @@ SysError Environment::ensure_open() {
     if (SysError e = reactor_.watch_loop(ports_.done_fd(), Reactor::LoopFd::kPorts)) return e;
     if (SysError e = spawner_.open()) return e;
     if (SysError e = reactor_.watch_loop(spawner_.event_fd(), Reactor::LoopFd::kSpawns)) return e;
+    if (host_->watch_reactor(
+            reactor_.fd(), [](void* self) { static_cast<Environment*>(self)->run_turn(false); }, this)) {
+      host_watches_ = true;
+      return SysError::none();
+    }
     return waiter_.start(reactor_.fd(), [](void* host) { static_cast<LoopHost*>(host)->wake(); }, host_);
   }();
   // What was asked for before the loop ran (a turn for a post) needs it.
@@ -78,7 +83,7 @@ void Environment::run_turn(bool again) {
   // queued while the previous ran, in a loop), and the milliseconds go on
   // counting: once spent, the turn yields (the Waiter wakes us a little
   // later, after the harness's timers and I/O have had the thread).
-  if (!again) begin_slice();
+  if (!again) begin_slice(host_watches_);
   yielded_ = false;
   continuing_ = false;
   dispatching_ = true;
@@ -94,11 +99,22 @@ void Environment::run_turn(bool again) {
     // through the Waiter's thread. It stays disarmed meanwhile.
     turn_again_ = true;
     continuing_ = true;
+    if (host_watches_) host_->arm_reactor(false);
     schedule_delivery();
     return;
   }
   end_slice();
-  waiter_.rearm(yielded_);
+  rearm_reactor();
+}
+
+void Environment::rearm_reactor() {
+  if (host_watches_) {
+    // A yielded turn needs no pause here: the runtime's loop runs the
+    // harness's timers and I/O before it calls us again.
+    host_->arm_reactor(true);
+  } else {
+    waiter_.rearm(yielded_);
+  }
 }
 
 void Environment::deliver_next() {
@@ -117,9 +133,9 @@ void Environment::deliver_next() {
   end_slice();
 }
 
-void Environment::begin_slice() {
+void Environment::begin_slice(bool fresh) {
   const uint64_t now = monotonic_ns();
-  turn_start_ns_ = now - last_end_ns_ < kTurnGapNs ? last_slice_start_ns_ : 0;
+  turn_start_ns_ = !fresh && now - last_end_ns_ < kTurnGapNs ? last_slice_start_ns_ : 0;
 }
 
 void Environment::end_slice() {
@@ -524,9 +540,14 @@ void Environment::kill_all_sync() {
 }
 
 void Environment::close() {
-  if (closing_ && !waiter_.running() && calls_.empty()) return;
+  if (closing_ && !waiter_.running() && !host_watches_ && calls_.empty()) return;
   closing_ = true;
-  // No turn after this: the Waiter is joined before anything it reads closes.
+  // No turn after this: the Waiter is joined (or the host's watch ended)
+  // before anything it reads closes.
+  if (host_watches_) {
+    host_watches_ = false;
+    host_->unwatch_reactor();
+  }
   waiter_.stop();
   std::vector<Call*> calls;
   for (auto& kv : calls_) calls.push_back(kv.second);

@@ -56,6 +56,15 @@ class LoopHost {
   // On the JavaScript thread: whether the runtime's loop must stay alive for
   // us (a referenced call, events to deliver, writes in flight).
   virtual void keep_alive(bool alive) = 0;
+  // On the JavaScript thread, once, when the reactor opens: whether the
+  // runtime's own event loop watches fd (Node's, see binding/host_loop.cc).
+  // If it does, no Waiter thread runs: the runtime calls ready(arg) on the
+  // JavaScript thread, in a task of its own, while fd is readable and the
+  // watch is armed (it is, after this), and arm_reactor() pauses and re-arms
+  // it. unwatch_reactor(): no ready() after it returns.
+  virtual bool watch_reactor(int /*fd*/, void (*/*ready*/)(void*), void* /*arg*/) { return false; }
+  virtual void arm_reactor(bool /*armed*/) {}
+  virtual void unwatch_reactor() {}
 };
 
 struct SpawnedCall {
@@ -195,6 +204,7 @@ class Environment {
   PortsWorker ports_;
   uint64_t next_ports_request_ = 0;
   Waiter waiter_;
+  bool host_watches_ = false;  // the runtime's loop watches the reactor, not waiter_
   Fd wake_;
   bool wake_signalled_ = false;
   bool kept_alive_ = false;
@@ -240,8 +250,13 @@ class Environment {
   // When our last callback into the runtime ended, and the slice it was in.
   uint64_t last_end_ns_ = 0;
   uint64_t last_slice_start_ns_ = 0;
-  void begin_slice();
+  // fresh: a task of the runtime's own loop (the host's watch), never the
+  // same task as the last callback.
+  void begin_slice(bool fresh = false);
   void end_slice();
+  // Waits for the reactor again after a turn: the host's watch, or the
+  // Waiter (yielded: a moment later).
+  void rearm_reactor();
   // again: the same turn goes on (turn_again_), its slice too.
   void run_turn(bool again);
   bool turn_again_ = false;

@@ -174,6 +174,7 @@ void Spawner::ensure_thread() {
 }
 
 void* Spawner::run(void* arg) {
+  name_this_thread("proctree-spawn");
   Ref<Shared> shared = std::move(*static_cast<Ref<Shared>*>(arg));
   delete static_cast<Ref<Shared>*>(arg);
   ChildStack stack;
