@@ -14,6 +14,7 @@
 // Node 0.12): a handle is opaque memory of uv_handle_size(UV_POLL) bytes
 // whose first field is `void* data`.
 #include <dlfcn.h>
+#include <napi.h>
 #include <stdlib.h>
 
 #include <cstring>
