@@ -58,8 +58,7 @@ SysError Environment::ensure_open() {
     if (SysError e = reactor_.watch_loop(ports_.done_fd(), Reactor::LoopFd::kPorts)) return e;
     if (SysError e = spawner_.open()) return e;
     if (SysError e = reactor_.watch_loop(spawner_.event_fd(), Reactor::LoopFd::kSpawns)) return e;
-    if (host_->watch_reactor(
-            reactor_.fd(), [](void* self) { static_cast<Environment*>(self)->run_turn(false); }, this)) {
+    if (host_->watch_reactor(reactor_.fd(), [](void* self) { static_cast<Environment*>(self)->host_turn(); }, this)) {
       host_watches_ = true;
       return SysError::none();
     }
@@ -74,6 +73,12 @@ SysError Environment::ensure_open() {
 }
 
 void Environment::turn() { run_turn(false); }
+
+void Environment::host_turn() {
+  host_turn_ = true;
+  run_turn(false);
+  host_turn_ = false;
+}
 
 void Environment::run_turn(bool again) {
   if (closing_) return;
@@ -93,7 +98,8 @@ void Environment::run_turn(bool again) {
   if (closing_) return;
   // Spent: whatever is ready next waits for the harness's own turn first.
   if (turn_start_ns_ != 0 && monotonic_ns() - turn_start_ns_ >= kTurnBudgetNs) yielded_ = true;
-  if (!yielded_ && !continuing_ && reactor_.ready_now()) {
+  // (The host's loop calls us again by itself while the reactor is ready.)
+  if (!yielded_ && !continuing_ && !host_watches_ && reactor_.ready_now()) {
     // More is ready already (a pipe still full) and the turn has time: on
     // in the same task, after this callback's microtasks, without a round
     // through the Waiter's thread. It stays disarmed meanwhile.
@@ -213,8 +219,14 @@ void Environment::watch_exec(uint64_t id) {
 
 void Environment::on_exec_timer() {
   const uint64_t now = monotonic_ns();
-  while (!exec_due_.empty() && exec_due_.front().deadline_ns <= now) {
-    if (Call* call = find(exec_due_.front().id)) call->on_exec_overdue();
+  // Calls whose report came in are dropped on the way, due or not: a timer
+  // that fired per spawn would cost a wake-up per call.
+  while (!exec_due_.empty()) {
+    Call* call = find(exec_due_.front().id);
+    if (call && call->exec_pending()) {
+      if (exec_due_.front().deadline_ns > now) break;
+      call->on_exec_overdue();
+    }
     exec_due_.pop_front();
   }
   if (!exec_due_.empty()) exec_timer_.start((exec_due_.front().deadline_ns - now) / 1000000ULL + 1);
@@ -454,11 +466,16 @@ void Environment::flush() {
   // not delivered on top. One event per callback into JavaScript: its
   // microtasks (a promise a listener resolved) run before the next event.
   if (turn_start_ns_ == 0) turn_start_ns_ = monotonic_ns();
-  if (!pending_.empty() && !closing_) {
+  // In a turn the host's own loop called (host_turn_), each delivery is a
+  // callback of its own already (napi_make_callback from the loop: its
+  // microtasks run when it returns), so the turn goes on delivering while it
+  // has time, without a round through the host per event.
+  do {
+    if (pending_.empty() || closing_) break;
     CallEvent ev = std::move(pending_.front());
     pending_.pop_front();
     sink_->deliver(ev);
-  }
+  } while (host_turn_ && monotonic_ns() - turn_start_ns_ < kTurnBudgetNs);
   if (closing_) pending_.clear();
   flushing_ = false;
   if (!pending_.empty()) {

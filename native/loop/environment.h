@@ -205,6 +205,8 @@ class Environment {
   uint64_t next_ports_request_ = 0;
   Waiter waiter_;
   bool host_watches_ = false;  // the runtime's loop watches the reactor, not waiter_
+  bool host_turn_ = false;     // inside a turn the runtime's loop called
+  void host_turn();
   Fd wake_;
   bool wake_signalled_ = false;
   bool kept_alive_ = false;

@@ -290,8 +290,9 @@ SysError Spawner::start_and_wait(uint64_t tag, SpawnRequest* req, SpawnResult* o
 std::vector<uint64_t> Spawner::take_done() {
   std::vector<uint64_t> out;
   if (!shared_) return out;
+  // One read takes the whole count (not a semaphore eventfd).
   uint64_t n;
-  while (read(shared_->event.get(), &n, sizeof n) > 0) {
+  while (read(shared_->event.get(), &n, sizeof n) < 0 && errno == EINTR) {
   }
   Locked lock(&shared_->mu);
   out.swap(shared_->done);
