@@ -6,7 +6,8 @@
 //
 // Its event loop is its own (no libuv: only Node-API, which Node, Bun and
 // Deno all have): a Waiter thread blocks in epoll_wait on the reactor and
-// asks the host (the binding) for a turn on the JavaScript thread; timers are
+// asks the host (the binding) for a turn on the JavaScript thread, unless the
+// host's own loop watches the reactor (LoopHost::watch_reactor); timers are
 // a timerfd in the reactor's set; slow cgroup writes go to a FileWriter
 // thread. Everything else runs on the JavaScript thread, in turn() and
 // deliver_next().
