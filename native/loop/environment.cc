@@ -271,7 +271,8 @@ SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedC
       SpawnResult proc;
       Ref<SpawnJob> exec;
       uint64_t id = next_call_id();
-      if (SysError e = start_command(id, &req, &proc, &exec)) return e;
+      // In the harness's own cgroup, which is not frozen while we run.
+      if (SysError e = start_command(id, &req, &proc, &exec, true)) return e;
       out->id = id;
       out->pid = proc.pid;
       out->method = proc.method;
@@ -290,19 +291,24 @@ SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedC
   }
 }
 
-// The command itself (cgroup and pgroup tiers), cloned on a spawner thread
-// (loop/spawner.h): this thread waits for the child to exist, never for its
-// exec, which reports later (on_spawns_done). A uid or gid that cannot be
-// taken is an error Node throws from spawn(), so that report is waited for,
-// but never for ever (a child frozen before its exec by whoever may write
-// its cgroup holds only its spawner thread). *req is left as it was if no
-// child was made.
+// The command itself (cgroup and pgroup tiers). Where nothing can hold it
+// before its exec (its cgroup is not frozen), it is cloned right here with
+// CLONE_VM|CLONE_VFORK: this thread waits the moment until the exec (as
+// Node's own spawn does, for less: until the exec starts, not until it
+// ends), and the report is in when this returns. Else it is cloned on a
+// spawner thread (loop/spawner.h): this thread waits for the child to
+// exist, never for its exec, which reports later (on_spawns_done); a child
+// frozen before its exec by whoever may write its cgroup holds only its
+// spawner thread. A uid or gid that cannot be taken is an error Node throws
+// from spawn(), so that report is waited for, but never for ever (those
+// children fork on a spawner thread: a copy of our memory takes time). *req
+// is left as it was if no child was made.
 SysError Environment::start_command(uint64_t id, SpawnRequest* req, SpawnResult* proc,
-                                    Ref<SpawnJob>* exec) {
+                                    Ref<SpawnJob>* exec, bool here) {
   // The environment is read here, on the thread that may setenv() it.
   if (req->inherit_env) snapshot_environ(req);
   if (req->set_uid || req->set_gid) return spawner_.start_and_wait(id, req, proc, exec, Call::kExecReportWaitMs);
-  return spawner_.start(id, req, proc, exec);
+  return spawner_.start(id, req, proc, exec, here ? &stack_ : nullptr);
 }
 
 SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
@@ -318,7 +324,12 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
                             &out->guardian_error);
     if (e) break;
     req.cgroup_dir = leaf.dir_fd();
-    e = start_command(id, &req, &proc, &exec);
+    // A leaf frozen from above (a subtree frozen by a ladder, or by whoever
+    // may write it) would hold the child before its exec, and this thread
+    // with it: such a child is cloned on a spawner thread.
+    CgroupEvents events;
+    const bool here = !leaf.read_events(&events) && !events.frozen;
+    e = start_command(id, &req, &proc, &exec, here);
     const bool missed_leaf = e && (e.syscall == std::string("clone3") || e.syscall == std::string("clone") ||
                                    e.path == "cgroup.procs");
     if (!kept || !missed_leaf) break;

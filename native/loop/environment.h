@@ -182,7 +182,8 @@ class Environment {
   SysError ask_ports(PortsQuery q, uint64_t* request);
   // Unique in the process: a call's id names its leaf (c<id>).
   static uint64_t next_call_id();
-  SysError start_command(uint64_t id, SpawnRequest* req, SpawnResult* proc, Ref<SpawnJob>* exec);
+  // here: nothing can hold the child before its exec (Spawner::start).
+  SysError start_command(uint64_t id, SpawnRequest* req, SpawnResult* proc, Ref<SpawnJob>* exec, bool here);
   SysError spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_brokered(const SpawnOptions& opts, const SpawnRequest& req, SpawnedCall* out);
