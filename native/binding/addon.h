@@ -35,7 +35,9 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
   bool watch_reactor(int fd, void (*ready)(void*), void* arg) override;
   void arm_reactor(bool armed) override;
   void unwatch_reactor() override;
+  bool turn_soon() override;
   void reactor_ready();
+  void idle_ready();
 
   // EventSink (events.cc).
   void deliver(const CallEvent& ev) override;
@@ -94,6 +96,8 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
   // host_loop.cc: Node's poll handle on the reactor, when it watches it.
   const void* host_uv_ = nullptr;
   void* reactor_poll_ = nullptr;
+  void* reactor_idle_ = nullptr;
+  bool idle_started_ = false;
   bool reactor_armed_ = false;
   void (*reactor_ready_)(void*) = nullptr;
   void* reactor_arg_ = nullptr;

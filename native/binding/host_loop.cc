@@ -36,10 +36,12 @@ namespace proctree {
 namespace binding {
 namespace {
 
-constexpr int kUvPoll = 8;      // UV_POLL in uv_handle_type
+constexpr int kUvIdle = 6;      // UV_IDLE in uv_handle_type
+constexpr int kUvPoll = 8;      // UV_POLL
 constexpr int kUvReadable = 1;  // UV_READABLE
 
 using PollCb = void (*)(void* handle, int status, int events);
+using IdleCb = void (*)(void* handle);
 using CloseCb = void (*)(void* handle);
 
 struct HostUv {
@@ -50,6 +52,9 @@ struct HostUv {
   int (*poll_stop)(void*) = nullptr;
   void (*unref)(void*) = nullptr;
   void (*close)(void*, CloseCb) = nullptr;
+  int (*idle_init)(void*, void*) = nullptr;
+  int (*idle_start)(void*, IdleCb) = nullptr;
+  int (*idle_stop)(void*) = nullptr;
 };
 
 template <typename F>
@@ -73,7 +78,9 @@ const HostUv* host_uv(Napi::Env env) {
   static const bool found = find("napi_get_uv_event_loop", &uv.get_loop) &&
                             find("uv_handle_size", &uv.handle_size) && find("uv_poll_init", &uv.poll_init) &&
                             find("uv_poll_start", &uv.poll_start) && find("uv_poll_stop", &uv.poll_stop) &&
-                            find("uv_unref", &uv.unref) && find("uv_close", &uv.close);
+                            find("uv_unref", &uv.unref) && find("uv_close", &uv.close) &&
+                            find("uv_idle_init", &uv.idle_init) && find("uv_idle_start", &uv.idle_start) &&
+                            find("uv_idle_stop", &uv.idle_stop);
   return found ? &uv : nullptr;
 }
 
@@ -84,6 +91,35 @@ void on_readable(void* handle, int /*status*/, int /*events*/) {
   if (self) self->reactor_ready();
 }
 
+void on_idle(void* handle) {
+  Addon* self = *static_cast<Addon**>(handle);
+  if (self) self->idle_ready();
+}
+
+void free_handle(void* handle) { free(handle); }
+
+// A handle of `type`, its `data` this addon, unreferenced; null on failure.
+template <typename Init>
+void* new_handle(const HostUv* uv, int type, Init init, Addon* self) {
+  void* handle = calloc(1, uv->handle_size(type));
+  if (handle == nullptr) return nullptr;
+  if (!init(handle)) {
+    free(handle);  // never initialised: not known to the loop
+    return nullptr;
+  }
+  *static_cast<Addon**>(handle) = self;  // its `data`
+  // Never what keeps the loop alive: keep_alive() says that.
+  uv->unref(handle);
+  return handle;
+}
+
+void close_handle(const HostUv* uv, void** handle) {
+  if (*handle == nullptr) return;
+  *static_cast<Addon**>(*handle) = nullptr;
+  uv->close(*handle, free_handle);
+  *handle = nullptr;
+}
+
 }  // namespace
 
 bool Addon::watch_reactor(int fd, void (*ready)(void*), void* arg) {
@@ -91,17 +127,16 @@ bool Addon::watch_reactor(int fd, void (*ready)(void*), void* arg) {
   if (uv == nullptr) return false;
   void* loop = nullptr;
   if (uv->get_loop(env_, &loop) != napi_ok || loop == nullptr) return false;
-  void* handle = calloc(1, uv->handle_size(kUvPoll));
+  void* handle = new_handle(uv, kUvPoll, [&](void* h) { return uv->poll_init(loop, h, fd) == 0; }, this);
   if (handle == nullptr) return false;
-  if (uv->poll_init(loop, handle, fd) != 0) {
-    free(handle);  // never started: not known to the loop
+  void* idle = new_handle(uv, kUvIdle, [&](void* h) { return uv->idle_init(loop, h) == 0; }, this);
+  if (idle == nullptr) {
+    close_handle(uv, &handle);
     return false;
   }
-  *static_cast<Addon**>(handle) = this;  // its `data`
-  // Never what keeps the loop alive: keep_alive() says that.
-  uv->unref(handle);
   host_uv_ = uv;
   reactor_poll_ = handle;
+  reactor_idle_ = idle;
   reactor_ready_ = ready;
   reactor_arg_ = arg;
   arm_reactor(true);
@@ -120,14 +155,32 @@ void Addon::unwatch_reactor() {
   if (!reactor_poll_) return;
   const HostUv* uv = static_cast<const HostUv*>(host_uv_);
   uv->poll_stop(reactor_poll_);
-  *static_cast<Addon**>(reactor_poll_) = nullptr;
-  uv->close(reactor_poll_, [](void* handle) { free(handle); });
-  reactor_poll_ = nullptr;
+  uv->idle_stop(reactor_idle_);
+  close_handle(uv, &reactor_poll_);
+  close_handle(uv, &reactor_idle_);
   reactor_armed_ = false;
+  idle_started_ = false;
+}
+
+bool Addon::turn_soon() {
+  if (!reactor_idle_) return false;
+  if (!idle_started_) {
+    const HostUv* uv = static_cast<const HostUv*>(host_uv_);
+    if (uv->idle_start(reactor_idle_, on_idle) != 0) return false;
+    idle_started_ = true;
+  }
+  return true;
 }
 
 void Addon::reactor_ready() {
   if (reactor_ready_) reactor_ready_(reactor_arg_);
+}
+
+void Addon::idle_ready() {
+  // Once: a turn_soon() asks for one turn.
+  static_cast<const HostUv*>(host_uv_)->idle_stop(reactor_idle_);
+  idle_started_ = false;
+  reactor_ready();
 }
 
 }  // namespace binding

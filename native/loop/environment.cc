@@ -90,6 +90,10 @@ void Environment::run_turn(bool again) {
   // later, after the harness's timers and I/O have had the thread).
   if (!again) begin_slice(host_watches_);
   yielded_ = false;
+  if (resume_pending_) {
+    resume_pending_ = false;
+    resume_waiting();
+  }
   continuing_ = false;
   dispatching_ = true;
   reactor_.dispatch();
@@ -242,6 +246,11 @@ void Environment::signal_wake() {
   if (closing_ || wake_signalled_) return;
   wake_signalled_ = true;
   if (!wake_) return;  // not open yet: ensure_open() signals it
+  // Through the host's loop when it can: no eventfd write and read.
+  if (host_watches_ && host_->turn_soon()) {
+    resume_pending_ = true;
+    return;
+  }
   uint64_t one = 1;
   while (write(wake_.get(), &one, sizeof one) < 0 && errno == EINTR) {
   }

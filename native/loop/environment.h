@@ -66,6 +66,11 @@ class LoopHost {
   virtual bool watch_reactor(int /*fd*/, void (*/*ready*/)(void*), void* /*arg*/) { return false; }
   virtual void arm_reactor(bool /*armed*/) {}
   virtual void unwatch_reactor() {}
+  // With the reactor watched: call ready(arg) once more in the loop's next
+  // iteration, after its timers, without waiting for a descriptor (libuv's
+  // idle phase, as setImmediate). false: not possible (the wake eventfd
+  // does it).
+  virtual bool turn_soon() { return false; }
 };
 
 struct SpawnedCall {
@@ -208,6 +213,10 @@ class Environment {
   Waiter waiter_;
   bool host_watches_ = false;  // the runtime's loop watches the reactor, not waiter_
   bool host_turn_ = false;     // inside a turn the runtime's loop called
+  bool resume_pending_ = false;  // signal_wake() through the host: on_wake's work is due
+  // What the wake eventfd resumes (on_wake after its read): deferred stops,
+  // ladders waiting for time.
+  void resume_waiting();
   void host_turn();
   Fd wake_;
   bool wake_signalled_ = false;
