@@ -43,6 +43,7 @@
         "native/loop/environment.cc",
         "native/loop/environment_broker.cc",
         "native/loop/environment_stops.cc",
+        "native/loop/environment_turns.cc",
         "native/loop/errno_name.cc",
         "native/loop/file_writer.cc",
         "native/loop/ports_worker.cc",
