@@ -112,10 +112,15 @@ export function end(s: CallState, err: Error, withError: boolean): void {
   process.nextTick(() => {
     s.owner.release(s.call);
     if (withError) emitError(s, err);
-    if (s.x?.ladder?.running) s.x.ladder.endEmpty(s.call.confinement, s.verified);
-    s.setFlag(EMPTY, true);
-    flushOutput(s);
-    maybeClose(s);
+    // 'close' a task later, as Node's comes once the stdio handles closed:
+    // code that awaits 'error' and then listens for 'close' gets it, in
+    // every runtime's order of ticks and microtasks.
+    setImmediate(() => {
+      if (s.x?.ladder?.running) s.x.ladder.endEmpty(s.call.confinement, s.verified);
+      s.setFlag(EMPTY, true);
+      flushOutput(s);
+      maybeClose(s);
+    });
   });
 }
 
