@@ -166,10 +166,10 @@ export class CallOutput {
   #allStream: ReadableStream | null = null;
   #alwaysFlow = false;
 
-  /** `canResume`: whether reading a stream is ours to start (not one handed to another call as its stdio). */
   /** Runs once, before the first chunk goes anywhere (the call's 'spawn' comes first). */
   #beforeFirst: (() => void) | null;
 
+  /** `canResume`: whether reading a stream is ours to start (not one handed to another call as its stdio). */
   constructor(
     sources: { stdout: Readable | null; stderr: Readable | null },
     settings: OutputSettings,
