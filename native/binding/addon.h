@@ -33,7 +33,6 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
   void keep_alive(bool alive) override;
   // The same, when Node's own loop watches the reactor (host_loop.cc).
   bool watch_reactor(int fd, void (*ready)(void*), void* arg) override;
-  void arm_reactor(bool armed) override;
   void unwatch_reactor() override;
   bool turn_soon() override;
   void reactor_ready();
@@ -98,7 +97,6 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
   void* reactor_poll_ = nullptr;
   void* reactor_idle_ = nullptr;
   bool idle_started_ = false;
-  bool reactor_armed_ = false;
   void (*reactor_ready_)(void*) = nullptr;
   void* reactor_arg_ = nullptr;
   std::unordered_map<uint64_t, Napi::FunctionReference> callbacks_;

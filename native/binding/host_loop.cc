@@ -139,16 +139,11 @@ bool Addon::watch_reactor(int fd, void (*ready)(void*), void* arg) {
   reactor_idle_ = idle;
   reactor_ready_ = ready;
   reactor_arg_ = arg;
-  arm_reactor(true);
+  if (uv->poll_start(reactor_poll_, kUvReadable, on_readable) != 0) {
+    unwatch_reactor();
+    return false;
+  }
   return true;
-}
-
-void Addon::arm_reactor(bool armed) {
-  if (!reactor_poll_ || armed == reactor_armed_) return;
-  const HostUv* uv = static_cast<const HostUv*>(host_uv_);
-  reactor_armed_ = (armed ? uv->poll_start(reactor_poll_, kUvReadable, on_readable) : uv->poll_stop(reactor_poll_)) == 0
-                       ? armed
-                       : reactor_armed_;
 }
 
 void Addon::unwatch_reactor() {
@@ -158,7 +153,6 @@ void Addon::unwatch_reactor() {
   uv->idle_stop(reactor_idle_);
   close_handle(uv, &reactor_poll_);
   close_handle(uv, &reactor_idle_);
-  reactor_armed_ = false;
   idle_started_ = false;
 }
 

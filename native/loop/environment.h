@@ -60,11 +60,9 @@ class LoopHost {
   // On the JavaScript thread, once, when the reactor opens: whether the
   // runtime's own event loop watches fd (Node's, see binding/host_loop.cc).
   // If it does, no Waiter thread runs: the runtime calls ready(arg) on the
-  // JavaScript thread, in a task of its own, while fd is readable and the
-  // watch is armed (it is, after this), and arm_reactor() pauses and re-arms
-  // it. unwatch_reactor(): no ready() after it returns.
+  // JavaScript thread, in a task of its own, whenever fd is readable.
+  // unwatch_reactor(): no ready() after it returns.
   virtual bool watch_reactor(int /*fd*/, void (*/*ready*/)(void*), void* /*arg*/) { return false; }
-  virtual void arm_reactor(bool /*armed*/) {}
   virtual void unwatch_reactor() {}
   // With the reactor watched: call ready(arg) once more in the loop's next
   // iteration, after its timers, without waiting for a descriptor (libuv's
@@ -267,9 +265,6 @@ class Environment {
   // same task as the last callback.
   void begin_slice(bool fresh = false);
   void end_slice();
-  // Waits for the reactor again after a turn: the host's watch, or the
-  // Waiter (yielded: a moment later).
-  void rearm_reactor();
   // again: the same turn goes on (turn_again_), its slice too.
   void run_turn(bool again);
   bool turn_again_ = false;

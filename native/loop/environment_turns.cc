@@ -43,22 +43,14 @@ void Environment::run_turn(bool again) {
     // through the Waiter's thread. It stays disarmed meanwhile.
     turn_again_ = true;
     continuing_ = true;
-    if (host_watches_) host_->arm_reactor(false);
     schedule_delivery();
     return;
   }
   end_slice();
-  rearm_reactor();
-}
-
-void Environment::rearm_reactor() {
-  if (host_watches_) {
-    // A yielded turn needs no pause here: the runtime's loop runs the
-    // harness's timers and I/O before it calls us again.
-    host_->arm_reactor(true);
-  } else {
-    waiter_.rearm(yielded_);
-  }
+  // The host's watch stays armed (level-triggered): its loop runs the
+  // harness's timers and I/O before it calls us again. The Waiter is
+  // one-shot, re-armed here (a moment later if the turn yielded).
+  if (!host_watches_) waiter_.rearm(yielded_);
 }
 
 void Environment::deliver_next() {
