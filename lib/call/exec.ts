@@ -7,7 +7,7 @@ import { binding } from '../binding';
 import type { NativeErrorShape } from '../binding/contract';
 import { spawnError } from '../errors';
 import { fail } from './result';
-import { type CallState, EXEC_PENDING, SPAWN_EMITTED } from './state';
+import { type CallState, EXEC_PENDING, SEALING, SPAWN_EMITTED } from './state';
 
 /**
  * `pid` as Node has it once known: an own, enumerable data property
@@ -51,6 +51,8 @@ export function execStarted(s: CallState, pid: number): void {
   // A pending exec that `pid` already settled keeps what it found.
   if (s.flag(EXEC_PENDING) || s.pid === undefined) s.pid = pid;
   s.setFlag(EXEC_PENDING, false);
+  // The shim sealed its namespaces, then the command exec'd without a capability.
+  if (s.flag(SEALING)) s.call.sealed = true;
   publishPid(s);
   emitSpawn(s);
 }
