@@ -299,7 +299,8 @@ function startCall(s: CallState): void {
   }
   s.id = res.id;
   s.flags = withVerified(s.flags, res.verified);
-  if (opts.seal) s.setFlag(SEALING, true);
+  // The shim reports the sealed command's start (a pending pid).
+  if (opts.seal && res.pending) s.setFlag(SEALING, true);
   if (res.ptyMaster !== undefined) c.pty?.[attachMaster](res.ptyMaster);
   c.cgroup = res.cgroup === '' ? null : res.cgroup;
   if (res.guardianError) warnNoGuardian(res.guardianError);

@@ -1,0 +1,378 @@
+// Sealed calls (`seal: true`, README "Sealed calls"): the command runs in its
+// cgroup leaf inside new user, PID, mount and cgroup namespaces, without a
+// capability. Each "cannot" is proved from outside the call (the leaf's
+// cgroup.procs, /proc of the harness, the harness and a sibling call alive
+// and not frozen), and each assertion is one an unsealed call would fail:
+// with `seal` ignored, the command would see the host's cgroups and
+// processes, hold root's capabilities, and its writes would move it out.
+// Every hostile step (`kill -9 -1`, umount, writes to cgroup.procs) runs only
+// after the same shell proved from inside that it is sealed (its PID 1 is the
+// shim, the harness's pid is not there, its cgroup namespace is rooted at its
+// leaf), and refuses otherwise: with `seal` ignored, those steps would act
+// on the host as root.
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+
+import { afterAll, describe, expect, it } from 'vitest';
+
+import { capabilities, run, type ToolCall } from '../dist/cjs/index.js';
+import { cgroupMembers, httpGet, killCgroup, killTokens, leafReleased, liveWith, running, startCanary, token, waitForLive, waitUntil } from './helpers';
+import { fileSupervisors } from './supervisors';
+
+const caps = capabilities();
+const available = caps.seal.available;
+if (!available) console.warn(`seal tests skipped: ${caps.seal.why}`);
+
+const { supervisor } = fileSupervisors('seal');
+const tokens: string[] = [];
+const leaves: Array<string | null> = [];
+const dirs: string[] = [];
+
+afterAll(() => {
+  killTokens(tokens);
+  for (const leaf of leaves) killCgroup(leaf);
+  for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+function tok(): string {
+  const t = token();
+  tokens.push(t);
+  return t;
+}
+
+function track(call: ToolCall): ToolCall {
+  call.on('error', () => {});
+  call.once('spawn', () => leaves.push(call.cgroup));
+  return call;
+}
+
+function spawned(call: ToolCall): Promise<void> {
+  return new Promise((resolve, reject) => {
+    call.once('spawn', () => resolve());
+    call.once('error', reject);
+  });
+}
+
+/** The unified (v2) line of /proc/<pid>/cgroup, read by the harness: the path below the cgroup2 mount. */
+function cgroupOf(pid: number): string | null {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cgroup`, 'utf8').match(/^0::(.*)$/m)?.[1] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+/** A leaf's path as /proc/<pid>/cgroup names it (relative to the cgroup2 mount). */
+function relative(leaf: string): string {
+  const mount = caps.cgroup2?.mount ?? '/sys/fs/cgroup';
+  return leaf.slice(mount.length);
+}
+
+/** The state letter of /proc/<pid>/stat (R, S, T for stopped, ...). */
+function state(pid: number): string {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return stat[stat.lastIndexOf(')') + 2];
+}
+
+// What a shell checks before anything hostile: refuses (exit 90..92) unless
+// its PID 1 is the seal shim, the harness's pid is not visible, and its
+// cgroup namespace is rooted at its leaf.
+const PROVE_SEALED = `
+init=$(tr '\\0' ' ' < /proc/1/cmdline)
+case "$init" in *proctree-helper\\ seal\\ *) ;; *) echo "REFUSED init=$init"; exit 90 ;; esac
+if [ -e "/proc/$HARNESS_PID" ]; then echo REFUSED-harness-visible; exit 91; fi
+grep -qx '0::/' /proc/self/cgroup || { echo REFUSED-cgroup; exit 92; }
+echo PROVED
+`;
+
+describe.skipIf(!available)('sealed calls (root harness)', () => {
+  it('sees only its own cgroup (0::/, its leaf files) and only its own processes', async () => {
+    const sup = supervisor({ seal: true });
+    const script = `
+cat /proc/self/cgroup; echo ---
+ls /sys/fs/cgroup; echo ---
+for d in /proc/[0-9]*; do echo "\${d#/proc/}"; done; echo ---
+tr '\\0' ' ' < /proc/1/cmdline | grep -q '^[^ ]*/proctree-helper seal ' && echo init-is-shim || echo init-other; echo ---
+[ -e "/proc/$HARNESS_PID" ] && echo harness-visible || echo harness-invisible
+`;
+    const call = track(sup.spawn('sh', ['-c', script], { env: { ...process.env, HARNESS_PID: String(process.pid) } }));
+    let out = '';
+    call.stdout!.on('data', (d: Buffer) => (out += d));
+    await spawned(call);
+    const leaf = call.cgroup!;
+    // Read from outside while it runs (its leaf, as the harness sees it).
+    const outsideFiles = fs.readdirSync(leaf).sort();
+    const code = await new Promise((r) => call.once('close', r));
+    expect(code).toBe(0);
+    expect(call.sealed).toBe(true);
+    const [cgroup, files, pids, init, harness] = out.split('---\n').map((s) => s.trim());
+    expect(cgroup.split('\n')).toContain('0::/');
+    expect(cgroup).not.toContain('proctree-');
+    expect(files.split('\n').sort()).toEqual(outsideFiles);
+    expect(files.split('\n')).not.toContain('unified');
+    // A glob in the shell itself: the shim (1) and the shell (2), nothing else.
+    expect(pids.split('\n').map(Number)).toEqual([1, 2]);
+    expect(init).toBe('init-is-shim');
+    expect(harness).toBe('harness-invisible');
+    await waitUntil(() => leafReleased(leaf), 5000);
+    expect(leafReleased(leaf)).toBe(true);
+  });
+
+  it('cannot move itself out of its leaf: every write fails, and from outside each of its processes is still in it', async () => {
+    const sup = supervisor({ seal: true });
+    const t = tok();
+    const mount = caps.cgroup2!.mount;
+    const call = track(sup.spawn('sh', ['-c', 'exec sh -s'], { env: { ...process.env, HARNESS_PID: String(process.pid) } }));
+    await spawned(call);
+    const leaf = call.cgroup!;
+    const parent = path.dirname(leaf);
+    // Every path to a cgroup.procs it may find: through the covered mount,
+    // by the host's paths (the leaf's parent, the root, each v1 hierarchy),
+    // through the shim's root, and whatever a search of /sys turns up.
+    const targets = [
+      '/sys/fs/cgroup/../cgroup.procs',
+      `${parent}/cgroup.procs`,
+      `${mount}/cgroup.procs`,
+      `${leaf}/../cgroup.procs`,
+      ...fs.readdirSync('/sys/fs/cgroup').map((d) => `/sys/fs/cgroup/${d}/cgroup.procs`),
+      `/proc/1/root${parent}/cgroup.procs`,
+      `/proc/1/root${mount}/cgroup.procs`,
+    ];
+    // The writes would move processes of the host's cgroups if it were not
+    // sealed: they run only once the shell proved its namespaces.
+    const script = `${PROVE_SEALED}
+sleep ${t} &
+for f in ${targets.map((f) => `'${f}'`).join(' ')} $(find /sys/fs /run /tmp /mnt -maxdepth 6 -name cgroup.procs 2>/dev/null | head -n 100); do
+  for p in $$ $!; do
+    if echo $p 2>/dev/null > "$f"; then echo "wrote $f"; fi
+  done
+done
+echo DONE
+`;
+    let out = '';
+    call.stdout!.on('data', (d: Buffer) => (out += d));
+    call.stdin!.end(`${script}\nexec sleep ${t}\n`);
+    await waitUntil(() => out.includes('DONE') || /REFUSED/.test(out), 10000);
+    expect(out).toContain('PROVED');
+    expect(out).toContain('DONE');
+    const sleepers = await waitForLive(t, 2, 'sleep');
+    expect(sleepers).toHaveLength(2);
+    // From outside: the leaf holds both, and each one's cgroup is the leaf.
+    const members = cgroupMembers(leaf);
+    for (const pid of sleepers) {
+      expect(members).toContain(pid);
+      expect(cgroupOf(pid)).toBe(relative(leaf));
+    }
+    // The only writes that can succeed are into its own namespace root, the leaf itself.
+    for (const line of out.split('\n').filter((l) => l.startsWith('wrote '))) {
+      expect(line).toBe('wrote /sys/fs/cgroup/cgroup.procs');
+    }
+    const report = await call.terminate();
+    expect(report.leftovers).toEqual([]);
+    expect(liveWith(t)).toEqual([]);
+    expect(cgroupMembers(leaf)).toEqual([]);
+  });
+
+  it('kill -9 -1 inside (after proving its PID namespace from inside) kills only its own processes', async () => {
+    const canary = startCanary();
+    try {
+      const sup = supervisor();
+      const sibT = tok();
+      const sibling = track(sup.spawn('sleep', [sibT]));
+      await spawned(sibling);
+      const sibLeaf = sibling.cgroup!;
+      const t = tok();
+      const sealed = supervisor({ seal: true });
+      const script = `${PROVE_SEALED}
+sleep ${t} & sleep ${t} & setsid sleep ${t} &
+n=0; while [ $(for d in /proc/[0-9]*; do cat $d/cmdline 2>/dev/null | tr '\\0' ' '; echo; done | grep -c "sleep ${t}") -lt 3 ] && [ $n -lt 500 ]; do n=$((n+1)); sleep 0.01; done
+echo ARMED
+kill -9 -1
+echo "survived-self"
+`;
+      const result = await sealed.run('sh', ['-c', script], { env: { ...process.env, HARNESS_PID: String(process.pid) } });
+      expect(result.stdout).toContain('PROVED');
+      expect(result.stdout).toContain('ARMED');
+      expect(result.exitCode).toBe(0);
+      // Its own sleepers are gone, the tree is empty...
+      expect(liveWith(t)).toEqual([]);
+      expect(leafReleased(result.cgroup)).toBe(true);
+      // ...and nothing outside it was touched: the harness, a process of the
+      // harness's own, and a sibling call, all running and not stopped or frozen.
+      expect(running(process.pid)).toBe(true);
+      expect(running(canary.child.pid!)).toBe(true);
+      expect(['T', 't']).not.toContain(state(canary.child.pid!));
+      expect(running(sibling.pid!)).toBe(true);
+      expect(['T', 't']).not.toContain(state(sibling.pid!));
+      expect(fs.readFileSync(`${sibLeaf}/cgroup.events`, 'utf8')).toMatch(/^frozen 0$/m);
+      expect(cgroupMembers(sibLeaf)).toContain(sibling.pid);
+      await sibling.terminate();
+      expect(liveWith(sibT)).toEqual([]);
+    } finally {
+      canary.child.kill('SIGKILL');
+    }
+  });
+
+  it('holds no capability, and cannot unmount what hides the host (also from a nested user namespace)', async () => {
+    const sup = supervisor({ seal: true });
+    // umount as root would take the host's mounts away if it were not
+    // sealed: it runs only once the shell proved its namespaces.
+    const script = `${PROVE_SEALED}
+grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status
+umount /sys/fs/cgroup 2>/dev/null; echo "umount-cgroup=$?"
+umount -l /sys/fs/cgroup 2>/dev/null; echo "umount-lazy-cgroup=$?"
+umount /proc 2>/dev/null; echo "umount-proc=$?"
+if command -v unshare >/dev/null && unshare -Urm true 2>/dev/null; then
+  unshare -Urm sh -c 'umount /sys/fs/cgroup 2>/dev/null; echo "nested-umount-cgroup=$?"; umount -l /proc 2>/dev/null; echo "nested-umount-proc=$?"'
+fi
+stat -f -c 'fs=%T' /sys/fs/cgroup
+[ -e /sys/fs/cgroup/unified ] && echo host-cgroups-visible || echo host-cgroups-hidden
+`;
+    const r = await sup.run('sh', ['-c', script], { env: { ...process.env, HARNESS_PID: String(process.pid) } });
+    expect(r.stdout).toContain('PROVED');
+    expect(r.exitCode).toBe(0);
+    for (const name of ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb']) {
+      expect(r.stdout).toMatch(new RegExp(`^${name}:\\s+0000000000000000$`, 'm'));
+    }
+    expect(r.stdout).toMatch(/^umount-cgroup=[1-9]\d*$/m);
+    expect(r.stdout).toMatch(/^umount-lazy-cgroup=[1-9]\d*$/m);
+    expect(r.stdout).toMatch(/^umount-proc=[1-9]\d*$/m);
+    // Mounts that came from a more privileged namespace are locked together.
+    if (r.stdout.includes('nested-umount')) {
+      expect(r.stdout).toMatch(/^nested-umount-cgroup=[1-9]\d*$/m);
+      expect(r.stdout).toMatch(/^nested-umount-proc=[1-9]\d*$/m);
+    }
+    expect(r.stdout).toMatch(/^fs=cgroup2fs$/m);
+    expect(r.stdout).toContain('host-cgroups-hidden');
+  });
+
+  it('exits and dies like an unsealed call: exit 7, SIGTERM from terminate(), a setsid escapee stopped', async () => {
+    const sup = supervisor({ seal: true });
+    const plain = supervisor();
+    const seven = await sup.run('sh', ['-c', 'exit 7']);
+    expect(seven.exitCode).toBe(7);
+    expect(seven.signal).toBeNull();
+
+    // terminate() of a sleeping command: the same report as unsealed.
+    const reports = [];
+    for (const s of [sup, plain]) {
+      const call = track(s.spawn('sleep', [tok()]));
+      await spawned(call);
+      const exit = new Promise<[number | null, string | null]>((r) => call.once('exit', (c, sig) => r([c, sig])));
+      // From outside: how many PID namespaces deep the command is (NSpid).
+      const depth = fs.readFileSync(`/proc/${call.pid}/status`, 'utf8').match(/^NSpid:\s+(.*)$/m)![1].split(/\s+/).length;
+      const report = await call.terminate();
+      reports.push({ exit: await exit, reason: report.reason, signaled: report.signaled, killed: report.killed, escaped: report.escaped, verified: report.verified, leftovers: report.leftovers, depth, sealed: call.sealed });
+    }
+    expect(reports[0]).toEqual({ ...reports[1], depth: 2, sealed: true });
+    expect(reports[1].depth).toBe(1);
+    expect(reports[0].exit).toEqual([null, 'SIGTERM']);
+    expect(reports[0].verified).toBe('cgroup.events');
+
+    // A tree with an escapee in a session of its own.
+    const t = tok();
+    const call = track(sup.spawn('sh', ['-c', `setsid sleep ${t} & sleep ${t}; wait`]));
+    await spawned(call);
+    const leaf = call.cgroup!;
+    const sleepers = await waitForLive(t, 2, 'sleep');
+    expect(sleepers).toHaveLength(2);
+    for (const pid of sleepers) expect(cgroupMembers(leaf)).toContain(pid);
+    const report = await call.terminate();
+    expect(call.sealed).toBe(true);
+    expect(report.leftovers).toEqual([]);
+    expect(report.escaped).toBeGreaterThanOrEqual(1);
+    expect(liveWith(t)).toEqual([]);
+    expect(cgroupMembers(leaf)).toEqual([]);
+  });
+
+  it("creates files owned by the harness's uid (its own id mapped to itself) and keeps the host network", async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-seal-'));
+    dirs.push(dir);
+    const sup = supervisor({ seal: true });
+    const r = await sup.run('sh', ['-c', 'touch made.txt; mkdir made.d; cat /proc/self/uid_map /proc/self/gid_map'], { cwd: dir });
+    expect(r.exitCode).toBe(0);
+    for (const f of ['made.txt', 'made.d']) {
+      const st = fs.statSync(path.join(dir, f));
+      expect(st.uid).toBe(process.getuid!());
+      expect(st.gid).toBe(process.getgid!());
+    }
+    // One id each, mapped to itself: a user namespace of its own.
+    const maps = r.stdout.trim().split('\n').map((l) => l.trim().split(/\s+/).map(Number));
+    expect(maps).toEqual([
+      [process.getuid!(), process.getuid!(), 1],
+      [process.getgid!(), process.getgid!(), 1],
+    ]);
+
+    // A Python HTTP server, sealed, answers the harness on the host's network.
+    const port = await freePort();
+    fs.writeFileSync(path.join(dir, 'hello.txt'), 'hello sealed\n');
+    const server = track(sup.spawn('python3', ['-m', 'http.server', String(port), '--bind', '127.0.0.1'], { cwd: dir }));
+    const serverOut: Buffer[] = [];
+    server.stderr!.on('data', (d: Buffer) => serverOut.push(d));
+    await spawned(server);
+    let answer: { status: number; body: string } | null = null;
+    const deadline = Date.now() + 15000;
+    while (answer === null && Date.now() < deadline) {
+      answer = await httpGet(port, 'hello.txt').catch(() => null);
+      if (answer === null) await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(answer).toEqual({ status: 200, body: 'hello sealed\n' });
+    // From outside: the server is in a PID namespace below ours (two NSpid numbers).
+    const nspid = fs.readFileSync(`/proc/${server.pid}/status`, 'utf8').match(/^NSpid:\s+(.*)$/m)![1].split(/\s+/);
+    expect(nspid).toHaveLength(2);
+    expect(server.sealed).toBe(true);
+    await server.terminate();
+    expect(cgroupMembers(server.cgroup ?? '/nonexistent')).toEqual([]);
+  });
+
+  it('is refused where it cannot be had: ERR_PROCTREE_SEAL_UNAVAILABLE, and nothing runs', async () => {
+    expect(caps.seal).toEqual({ available: true });
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-seal-'));
+    dirs.push(dir);
+    const marker = path.join(dir, 'ran');
+    const sup = supervisor();
+    const call = sup.spawn('sh', ['-c', `touch ${marker}`], { seal: true, confinement: 'pgroup' });
+    const err = await new Promise<NodeJS.ErrnoException>((resolve) => call.once('error', resolve));
+    expect(err.code).toBe('ERR_PROCTREE_SEAL_UNAVAILABLE');
+    expect(err.message).toMatch(/cgroup tier.*'pgroup'/);
+    expect(call.pid).toBeUndefined();
+    expect(call.sealed).toBe(false);
+    await expect(run('sh', ['-c', `touch ${marker}`], { seal: true, confinement: 'pidns' })).rejects.toMatchObject({
+      code: 'ERR_PROCTREE_SEAL_UNAVAILABLE',
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    expect(fs.existsSync(marker)).toBe(false);
+    // A supervisor's default: the same refusal for every call of a tier that cannot seal.
+    const sealedSup = supervisor({ seal: true });
+    await expect(sealedSup.run('sh', ['-c', `touch ${marker}`], { confinement: 'subreaper' })).rejects.toMatchObject({
+      code: 'ERR_PROCTREE_SEAL_UNAVAILABLE',
+    });
+    // A call's own `seal: false` wins over the supervisor's default.
+    const plain = await sealedSup.run('sh', ['-c', 'cat /proc/self/cgroup'], { seal: false });
+    expect(plain.stdout).not.toMatch(/^0::\/$/m);
+    expect(fs.existsSync(marker)).toBe(false);
+  });
+});
+
+describe('seal option', () => {
+  it('is a boolean (ERR_INVALID_ARG_TYPE otherwise), on calls and supervisors', () => {
+    const sup = supervisor();
+    expect(() => sup.spawn('true', [], { seal: 'yes' as unknown as boolean })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }));
+    expect(() => supervisor({ seal: 1 as unknown as boolean })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }));
+    expect(typeof caps.seal.available).toBe('boolean');
+    if (!caps.seal.available) expect(typeof caps.seal.why).toBe('string');
+  });
+});
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
+}
