@@ -130,6 +130,16 @@ export function sealRefusal(tier: Confinement): string | null {
   return capabilities().seal.why ?? null;
 }
 
+/**
+ * Whether a sealed call's start error means the seal could not be made (the
+ * namespaces, the id maps, the mounts, the capability drop: nothing of the
+ * command ran), rather than the command failing to start: `syscall` as the
+ * addon or the shim reports it.
+ */
+export function sealStepFailed(syscall: string | undefined): boolean {
+  return syscall === 'unshare' || syscall === 'mount' || syscall === 'capset' || syscall === 'uid_map' || syscall === 'clone3' || syscall === 'clone';
+}
+
 /** ERR_PROCTREE_SEAL_UNAVAILABLE: the call was not run, never run unsealed. */
 export function sealUnavailable(why: string): Error & { code: string } {
   return proctreeError('ERR_PROCTREE_SEAL_UNAVAILABLE', `the call cannot be sealed here, so it was not run: ${why}`);

@@ -10,6 +10,7 @@
 // shim, the harness's pid is not there, its cgroup namespace is rooted at its
 // leaf), and refuses otherwise: with `seal` ignored, those steps would act
 // on the host as root.
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -287,6 +288,37 @@ stat -f -c 'fs=%T' /sys/fs/cgroup
     expect(cgroupMembers(leaf)).toEqual([]);
   });
 
+  it('the ladder works on it from outside: timeout, pause and resume (cgroup.freeze), kill(SIGKILL) (cgroup.kill)', async () => {
+    const sup = supervisor({ seal: true });
+    const t = tok();
+    const timed = await sup.run('sh', ['-c', `setsid sleep ${t} & exec sleep ${t}`], { timeout: 300, grace: 200 });
+    expect(timed.timedOut).toBe(true);
+    expect(timed.signal).toBe('SIGTERM');
+    expect(timed.cleanup).toMatchObject({ reason: 'timeout', leftovers: [], verified: 'cgroup.events' });
+    expect(liveWith(t)).toEqual([]);
+    expect(leafReleased(timed.cgroup)).toBe(true);
+
+    const t2 = tok();
+    const call = track(sup.spawn('sh', ['-c', `sleep ${t2} & exec sleep ${t2}`]));
+    await spawned(call);
+    const leaf = call.cgroup!;
+    const sleepers = await waitForLive(t2, 2, 'sleep');
+    expect(sleepers).toHaveLength(2);
+    // Sealed, by the kernel's account: one PID namespace below the harness's.
+    const nspid = fs.readFileSync(`/proc/${call.pid}/status`, 'utf8').match(/^NSpid:\s+(.*)$/m)![1].split(/\s+/);
+    expect(nspid).toHaveLength(2);
+    await call.pause();
+    expect(fs.readFileSync(`${leaf}/cgroup.events`, 'utf8')).toMatch(/^frozen 1$/m);
+    await call.resume();
+    expect(fs.readFileSync(`${leaf}/cgroup.events`, 'utf8')).toMatch(/^frozen 0$/m);
+    const exit = new Promise<string | null>((r) => call.once('exit', (_c, sig) => r(sig)));
+    call.kill('SIGKILL');
+    expect(await exit).toBe('SIGKILL');
+    await new Promise((r) => call.once('close', r));
+    expect(liveWith(t2)).toEqual([]);
+    expect(cgroupMembers(leaf)).toEqual([]);
+  });
+
   it("creates files owned by the harness's uid (its own id mapped to itself) and keeps the host network", async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-seal-'));
     dirs.push(dir);
@@ -353,6 +385,45 @@ stat -f -c 'fs=%T' /sys/fs/cgroup
     const plain = await sealedSup.run('sh', ['-c', 'cat /proc/self/cgroup'], { seal: false });
     expect(plain.stdout).not.toMatch(/^0::\/$/m);
     expect(fs.existsSync(marker)).toBe(false);
+  });
+});
+
+// A harness whose /proc has a part covered (what a container runtime's
+// masked paths do): a user namespace may not mount a proc of its own there
+// (the kernel's mount_too_revealing), so sealing cannot be had. Made for
+// real in a private mount namespace of the harness's own: tmpfs over
+// /proc/sys. Needs root for the mount.
+const harnessScript = `
+const { capabilities, run } = require(${JSON.stringify(path.join(__dirname, '..', 'dist', 'cjs', 'index.js'))});
+const marker = process.argv[1];
+(async () => {
+  const seal = capabilities().seal;
+  let code = null, message = null;
+  try { await run('sh', ['-c', 'touch ' + marker], { seal: true }); } catch (e) { code = e.code; message = e.message; }
+  const plain = await run('sh', ['-c', 'echo plain-ran']);
+  process.stdout.write(JSON.stringify({ seal, code, message, plain: plain.stdout.trim() }));
+})();
+`;
+
+describe.skipIf(process.getuid?.() !== 0)('a harness where a user namespace cannot mount its own /proc', () => {
+  it('says so in capabilities().seal, refuses sealed calls (ERR_PROCTREE_SEAL_UNAVAILABLE), and nothing runs', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-seal-'));
+    dirs.push(dir);
+    const marker = path.join(dir, 'ran');
+    const r = spawnSync(
+      'unshare',
+      ['--mount', '--propagation', 'private', 'sh', '-c', 'mount -t tmpfs none /proc/sys && exec "$0" -e "$1" "$2"', process.execPath, harnessScript, marker],
+      { encoding: 'utf8', timeout: 60000 },
+    );
+    expect(r.status, r.stderr).toBe(0);
+    const out = JSON.parse(r.stdout) as { seal: { available: boolean; why?: string }; code: string | null; message: string | null; plain: string };
+    expect(out.seal.available).toBe(false);
+    expect(out.seal.why).toMatch(/mount\(proc, \/proc\)/);
+    expect(out.code).toBe('ERR_PROCTREE_SEAL_UNAVAILABLE');
+    expect(out.message).toMatch(/not run.*mount\(proc, \/proc\)/);
+    expect(fs.existsSync(marker)).toBe(false);
+    // The same harness runs unsealed calls as before.
+    expect(out.plain).toBe('plain-ran');
   });
 });
 

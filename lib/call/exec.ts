@@ -5,6 +5,7 @@
 // gets 'error' instead of 'spawn'.
 import { binding } from '../binding';
 import type { NativeErrorShape } from '../binding/contract';
+import { sealStepFailed, sealUnavailable } from '../capabilities';
 import { spawnError } from '../errors';
 import { fail } from './result';
 import { type CallState, EXEC_PENDING, SEALING, SPAWN_EMITTED } from './state';
@@ -64,5 +65,11 @@ export function execFailed(s: CallState, err: NativeErrorShape): void {
   s.setFlag(EXEC_PENDING, false);
   s.pid = undefined;
   publishPid(s);
+  // The shim could not seal (a mount refused, no cgroup namespace): the
+  // command never ran, and never runs unsealed.
+  if (s.flag(SEALING) && sealStepFailed(err.syscall)) {
+    fail(s, sealUnavailable(`${err.syscall}: ${err.code ?? 'failed'}${err.path ? ` (${err.path})` : ''}`));
+    return;
+  }
   fail(s, spawnError(err, s.call.spawnfile, s.call.spawnargs));
 }

@@ -10,7 +10,7 @@ import { performance } from 'node:perf_hooks';
 
 import { binding } from '../binding';
 import type { NativeErrorShape, NativeSpawnSpec } from '../binding/contract';
-import { helperPath, sealRefusal, sealUnavailable, warnNoGuardian } from '../capabilities';
+import { helperPath, sealRefusal, sealStepFailed, sealUnavailable, warnNoGuardian } from '../capabilities';
 import { spawnError, spawnThrow } from '../errors';
 import { controllersOf, limitsRefusedHere, limitsUnavailable } from '../limits';
 import { isDefaultOutput, type ResolvedRun, type ResolvedSpawn } from '../options';
@@ -293,6 +293,7 @@ function startCall(s: CallState): void {
     if (s.flag(CONSTRUCTING) && throwsLikeNode(res.error)) throwFromConstructor = spawnThrow(res.error);
     else if (res.error.syscall === 'limits') fail(s, limitsUnavailable(res.error.path ?? ''));
     else if (res.error.syscall === 'seal') fail(s, sealUnavailable(res.error.path ?? 'only the cgroup tier can seal a call'));
+    else if (opts.seal && sealStepFailed(res.error.syscall)) fail(s, sealUnavailable(`${res.error.syscall}: ${res.error.code}`));
     else fail(s, spawnError(res.error, opts.file, opts.argv));
     publishPid(s);
     return;
