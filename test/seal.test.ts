@@ -216,6 +216,42 @@ echo "survived-self"
     }
   });
 
+  it("cannot touch another call: freeze, kill or rmdir its leaf, read its environ, signal it or the harness", async () => {
+    const sup = supervisor();
+    const sibT = tok();
+    const secret = `secret-${sibT}`;
+    const sibling = track(sup.spawn('sleep', [sibT], { env: { ...process.env, SIBLING_SECRET: secret } }));
+    await spawned(sibling);
+    const sib = sibling.cgroup!;
+    const sealed = supervisor({ seal: true });
+    // Every one of these would act on the sibling (a call of this test's own) if it were not sealed.
+    const script = `${PROVE_SEALED}
+for f in "$SIB/cgroup.freeze" "/proc/1/root$SIB/cgroup.freeze" "$SIB/cgroup.kill" "/proc/1/root$SIB/cgroup.kill" "$SIB/cgroup.procs"; do
+  if echo 1 2>/dev/null > "$f"; then echo "wrote $f"; fi
+done
+rmdir "$SIB" 2>/dev/null && echo rmdir-worked
+cat "/proc/$SIB_PID/environ" 2>/dev/null | tr '\\0' '\\n' | grep SIBLING_SECRET
+kill -STOP "$SIB_PID" 2>/dev/null && echo stopped-sibling
+kill -9 "$SIB_PID" 2>/dev/null && echo killed-sibling
+kill -9 "$HARNESS_PID" 2>/dev/null && echo killed-harness
+echo DONE
+`;
+    const env = { ...process.env, HARNESS_PID: String(process.pid), SIB: sib, SIB_PID: String(sibling.pid) };
+    const r = await sealed.run('sh', ['-c', script], { env });
+    expect(r.stdout).toContain('PROVED');
+    expect(r.stdout).toContain('DONE');
+    expect(r.stdout).not.toContain(secret);
+    // From outside: the sibling runs, is not stopped or frozen, and its leaf is there with it in it.
+    expect(running(sibling.pid!)).toBe(true);
+    expect(['T', 't']).not.toContain(state(sibling.pid!));
+    expect(fs.existsSync(sib)).toBe(true);
+    expect(fs.readFileSync(`${sib}/cgroup.events`, 'utf8')).toMatch(/^frozen 0$/m);
+    expect(cgroupMembers(sib)).toEqual([sibling.pid]);
+    expect(running(process.pid)).toBe(true);
+    await sibling.terminate();
+    expect(liveWith(sibT)).toEqual([]);
+  });
+
   it('holds no capability, and cannot unmount what hides the host (also from a nested user namespace)', async () => {
     const sup = supervisor({ seal: true });
     // umount as root would take the host's mounts away if it were not
