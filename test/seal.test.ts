@@ -10,7 +10,7 @@
 // shim, the harness's pid is not there, its cgroup namespace is rooted at its
 // leaf), and refuses otherwise: with `seal` ignored, those steps would act
 // on the host as root.
-import { spawnSync } from 'node:child_process';
+import { spawn as spawnChild, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -462,6 +462,104 @@ describe.skipIf(process.getuid?.() !== 0)('a harness where a user namespace cann
     expect(out.plain).toBe('plain-ran');
   });
 });
+
+// A harness that is not root: nobody, in a cgroup of its own that the test
+// made and handed over (chowned: a delegated subtree, as a systemd user
+// session's). Unsealed, its calls run as nobody too and could write their
+// pid into that cgroup's cgroup.procs (nobody's own): that is the escape
+// sealing closes for an unprivileged harness.
+const nobodyScript = `
+const { capabilities, Supervisor } = require(${JSON.stringify(path.join(__dirname, '..', 'dist', 'cjs', 'index.js'))});
+const [t, own] = process.argv.slice(1);
+const prove = ${JSON.stringify(PROVE_SEALED)};
+(async () => {
+  const caps = capabilities();
+  const sup = new Supervisor({ name: 'nobody', seal: true });
+  const say = (o) => process.stdout.write(JSON.stringify(o) + '\\n');
+  const script = prove + 'for f in "$OWN/cgroup.procs" /sys/fs/cgroup/../cgroup.procs; do echo $$ 2>/dev/null > "$f" && echo "wrote $f"; done; echo DONE; exec sleep ' + t;
+  const call = sup.spawn('sh', ['-c', script], { env: { ...process.env, HARNESS_PID: String(process.pid), OWN: own } });
+  call.on('error', (e) => { say({ error: e.code, message: e.message }); process.exit(1); });
+  let out = '';
+  call.stdout.on('data', (d) => {
+    out += d;
+    if (out.includes('DONE')) say({ uid: process.getuid(), seal: caps.seal, pid: call.pid, sealed: call.sealed, cgroup: call.cgroup, out });
+  });
+  process.stdin.once('data', async () => {
+    const report = await call.terminate();
+    await sup.shutdown();
+    say({ report });
+    process.exit(0);
+  });
+})();
+`;
+
+describe.skipIf(!available || process.getuid?.() !== 0)('sealed calls of a non-root harness with a delegated subtree', () => {
+  it("run as the harness's user, cannot write the harness's own cgroup.procs, and are stopped", async () => {
+    const nobody = Number(spawnSync('id', ['-u', 'nobody'], { encoding: 'utf8' }).stdout.trim());
+    const own = path.join(caps.cgroup2!.ownPath, `proctree-seal-nobody-${process.pid}-${Date.now()}`);
+    fs.mkdirSync(own);
+    leaves.push(own);
+    for (const f of ['', 'cgroup.procs', 'cgroup.threads', 'cgroup.subtree_control']) fs.chownSync(path.join(own, f), nobody, nobody);
+    const t = tok();
+    const child = spawnChild('sh', ['-c', 'echo $$ > "$1/cgroup.procs" && exec setpriv --reuid=nobody --regid=nogroup --clear-groups "$2" -e "$3" "$4" "$1"', 'sh', own, process.execPath, nobodyScript, t], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    try {
+      const lines: string[] = [];
+      let buf = '';
+      let err = '';
+      child.stderr!.on('data', (d: Buffer) => (err += d));
+      child.stdout!.on('data', (d: Buffer) => {
+        buf += d;
+        let i;
+        while ((i = buf.indexOf('\n')) >= 0) {
+          lines.push(buf.slice(0, i));
+          buf = buf.slice(i + 1);
+        }
+      });
+      await waitUntil(() => lines.length >= 1 || child.exitCode !== null, 20000);
+      expect(lines.length, err).toBeGreaterThanOrEqual(1);
+      const first = JSON.parse(lines[0]) as { uid: number; seal: { available: boolean }; pid: number; sealed: boolean; cgroup: string; out: string };
+      expect(first.uid, lines[0]).toBe(nobody);
+      expect(first.seal).toEqual({ available: true });
+      expect(first.sealed).toBe(true);
+      expect(first.out).toContain('PROVED');
+      expect(first.out).not.toContain('wrote');
+      // From outside: its leaf is below the delegated cgroup, the command runs
+      // as nobody in a PID namespace below ours, and it is still in its leaf.
+      expect(first.cgroup.startsWith(`${own}/`)).toBe(true);
+      const [sleeper] = await waitForLive(t, 1, 'sleep');
+      expect(sleeper).toBe(first.pid);
+      const status = fs.readFileSync(`/proc/${sleeper}/status`, 'utf8');
+      expect(status).toMatch(new RegExp(`^Uid:\\s+${nobody}\\s`, 'm'));
+      expect(status.match(/^NSpid:\s+(.*)$/m)![1].split(/\s+/)).toHaveLength(2);
+      expect(cgroupOf(sleeper)).toBe(relative(first.cgroup));
+      expect(cgroupMembers(own).filter((p) => p !== child.pid)).toContain(sleeper);
+      expect(fs.readFileSync(`${own}/cgroup.procs`, 'utf8').split('\n').filter(Boolean).map(Number)).not.toContain(sleeper);
+      child.stdin!.write('stop\n');
+      await waitUntil(() => lines.length >= 2 || child.exitCode !== null, 20000);
+      const { report } = JSON.parse(lines[1]) as { report: { leftovers: unknown[]; verified: string } };
+      expect(report).toMatchObject({ leftovers: [], verified: 'cgroup.events' });
+      expect(liveWith(t)).toEqual([]);
+    } finally {
+      if (child.exitCode === null) child.kill('SIGKILL');
+      await new Promise((r) => (child.exitCode !== null ? r(null) : child.once('exit', r)));
+      killCgroup(own);
+      removeTree(own);
+    }
+  });
+});
+
+/** rmdir a cgroup the test made and everything below it, deepest first. */
+function removeTree(dir: string): void {
+  if (!fs.existsSync(dir)) return;
+  for (const e of fs.readdirSync(dir, { withFileTypes: true })) if (e.isDirectory()) removeTree(path.join(dir, e.name));
+  try {
+    fs.rmdirSync(dir);
+  } catch {
+    // still populated: killCgroup in afterAll
+  }
+}
 
 describe('seal option', () => {
   it('is a boolean (ERR_INVALID_ARG_TYPE otherwise), on calls and supervisors', () => {

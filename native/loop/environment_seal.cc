@@ -9,6 +9,7 @@
 // empty; the shim reports the command's start and exit as it does for the
 // pidns tier, and is itself no member of the tree (CgroupConfinement's init).
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -50,6 +51,11 @@ SysError Environment::spawn_sealed(const SpawnOptions& opts, SpawnRequest req, S
   // root), so files keep their owner. The cgroup namespace is the shim's own
   // unshare, once it is in the leaf.
   req.ns_flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS;
+  // A harness that is not root is not uid 0 in that namespace either: its
+  // shim would lose every capability at its exec. It keeps the two it seals
+  // with (mounts and the cgroup namespace; the bounding set it empties for
+  // the command), and the command drops them.
+  req.ambient_caps = (1U << CAP_SYS_ADMIN) | (1U << CAP_SETPCAP);
   if (req.inherit_env) snapshot_environ(&req);
 
   uint64_t id = next_call_id();
