@@ -395,6 +395,29 @@ stat -f -c 'fs=%T' /sys/fs/cgroup
     expect(cgroupMembers(server.cgroup ?? '/nonexistent')).toEqual([]);
   });
 
+  it('runs ordinary programs sealed: ps (its own processes only), node, git, bash job control, a terminal', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-seal-'));
+    dirs.push(dir);
+    const sup = supervisor({ seal: true });
+    const ps = await sup.run('sh', ['-c', 'ps -e -o pid=,comm='], { cwd: dir });
+    expect(ps.exitCode).toBe(0);
+    expect(ps.stdout.trim().split('\n').map((l) => l.trim().split(/\s+/))).toEqual([
+      ['1', 'proctree-helper'],
+      ['2', 'sh'],
+      ['3', 'ps'],
+    ]);
+    const node = await sup.run(process.execPath, ['-e', 'console.log(process.pid)'], { cwd: dir });
+    expect(node).toMatchObject({ exitCode: 0, stdout: '2\n' });
+    const git = await sup.run('sh', ['-c', 'command -v git >/dev/null || { echo no-git; exit 0; }; git init -q . && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m x && git log --oneline | wc -l'], { cwd: dir });
+    expect(git.exitCode).toBe(0);
+    expect(['1', 'no-git']).toContain(git.stdout.trim());
+    const jobs = await sup.run('bash', ['-c', 'set -m; sleep 0.1 & jobs; wait; echo done']);
+    expect(jobs).toMatchObject({ exitCode: 0, stdout: expect.stringMatching(/Running\s+sleep 0\.1 &\ndone\n$/) });
+    const tty = await sup.run('sh', ['-c', 'tty; echo pid=$$'], { pty: true });
+    expect(tty.exitCode).toBe(0);
+    expect(tty.stdout).toMatch(/^\/dev\/pts\/\d+\r\npid=2\r\n$/);
+  });
+
   it('is refused where it cannot be had: ERR_PROCTREE_SEAL_UNAVAILABLE, and nothing runs', async () => {
     expect(caps.seal).toEqual({ available: true });
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-seal-'));
