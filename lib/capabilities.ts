@@ -133,11 +133,15 @@ export function sealRefusal(tier: Confinement): string | null {
 /**
  * Whether a sealed call's start error means the seal could not be made (the
  * namespaces, the id maps, the mounts, the capability drop: nothing of the
- * command ran), rather than the command failing to start: `syscall` as the
- * addon or the shim reports it.
+ * command ran), rather than the command failing to start: `syscall` and
+ * `code` as the addon or the shim reports them.
  */
-export function sealStepFailed(syscall: string | undefined): boolean {
-  return syscall === 'unshare' || syscall === 'mount' || syscall === 'capset' || syscall === 'uid_map' || syscall === 'clone3' || syscall === 'clone';
+export function sealStepFailed(syscall: string | undefined, code: string | undefined): boolean {
+  if (syscall === 'unshare' || syscall === 'mount' || syscall === 'capset' || syscall === 'uid_map') return true;
+  // The namespaces refused (a filter, a limit on user namespaces), not a
+  // clone that failed for want of memory or processes.
+  const refused = code === 'EPERM' || code === 'EINVAL' || code === 'ENOSPC' || code === 'EUSERS';
+  return (syscall === 'clone3' || syscall === 'clone') && refused;
 }
 
 /** ERR_PROCTREE_SEAL_UNAVAILABLE: the call was not run, never run unsealed. */

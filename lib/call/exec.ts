@@ -67,7 +67,7 @@ export function execFailed(s: CallState, err: NativeErrorShape): void {
   publishPid(s);
   // The shim could not seal (a mount refused, no cgroup namespace): the
   // command never ran, and never runs unsealed.
-  if (s.flag(SEALING) && sealStepFailed(err.syscall)) {
+  if (s.flag(SEALING) && sealStepFailed(err.syscall, err.code)) {
     fail(s, sealUnavailable(`${err.syscall}: ${err.code ?? 'failed'}${err.path ? ` (${err.path})` : ''}`));
     return;
   }

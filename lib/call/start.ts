@@ -293,7 +293,7 @@ function startCall(s: CallState): void {
     if (s.flag(CONSTRUCTING) && throwsLikeNode(res.error)) throwFromConstructor = spawnThrow(res.error);
     else if (res.error.syscall === 'limits') fail(s, limitsUnavailable(res.error.path ?? ''));
     else if (res.error.syscall === 'seal') fail(s, sealUnavailable(res.error.path ?? 'only the cgroup tier can seal a call'));
-    else if (opts.seal && sealStepFailed(res.error.syscall)) fail(s, sealUnavailable(`${res.error.syscall}: ${res.error.code}`));
+    else if (opts.seal && sealStepFailed(res.error.syscall, res.error.code)) fail(s, sealUnavailable(`${res.error.syscall}: ${res.error.code}`));
     else fail(s, spawnError(res.error, opts.file, opts.argv));
     publishPid(s);
     return;
