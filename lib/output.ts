@@ -167,8 +167,17 @@ export class CallOutput {
   #alwaysFlow = false;
 
   /** `canResume`: whether reading a stream is ours to start (not one handed to another call as its stdio). */
-  constructor(sources: { stdout: Readable | null; stderr: Readable | null }, settings: OutputSettings, canResume: (s: Readable) => boolean) {
+  /** Runs once, before the first chunk goes anywhere (the call's 'spawn' comes first). */
+  #beforeFirst: (() => void) | null;
+
+  constructor(
+    sources: { stdout: Readable | null; stderr: Readable | null },
+    settings: OutputSettings,
+    canResume: (s: Readable) => boolean,
+    beforeFirst: (() => void) | null = null,
+  ) {
     this.#settings = settings;
+    this.#beforeFirst = beforeFirst;
     this.#canResume = canResume;
     this.#max = settings.unreadMax;
     this.#stdout = sources.stdout;
@@ -221,6 +230,11 @@ export class CallOutput {
       return push.call(stream, chunk, encoding);
     }
     if (chunk === undefined || (chunk as { length: number }).length === 0) return push.call(stream, chunk, encoding);
+    if (this.#beforeFirst !== null) {
+      const before = this.#beforeFirst;
+      this.#beforeFirst = null;
+      before();
+    }
     const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string, encoding);
     this.#arrived(buf, name);
     const more = push.call(stream, chunk, encoding);

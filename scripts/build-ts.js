@@ -8,6 +8,9 @@ const path = require('node:path');
 
 const root = path.resolve(__dirname, '..');
 const tsc = require.resolve('typescript/bin/tsc');
+// A file moved or removed in lib/ must not live on in dist/ (a stale
+// dist/cjs/options.js would shadow dist/cjs/options/index.js).
+fs.rmSync(path.join(root, 'dist', 'cjs'), { recursive: true, force: true });
 execFileSync(process.execPath, [tsc, '-p', path.join(root, 'tsconfig.json')], { stdio: 'inherit' });
 require('./build-protocol.js').buildProtocolValidators(root);
 

@@ -450,7 +450,7 @@ describe.each(['docs/cli.md', 'README.md'])('%s', (docPath) => {
     new Set(
       liveWith('sleep 100', 'sleep').filter((pid) => {
         try {
-          return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8') === 'sleep\0100\0';
+          return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8') === 'sleep\x00100\x00';
         } catch {
           return false;
         }

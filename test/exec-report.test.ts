@@ -135,6 +135,25 @@ describe('spawn does not wait for the exec', () => {
     expect(seen.out.join('')).toBe('after the thaw\n');
   });
 
+  it.skipIf(!cgroupTier)("children held before their exec and let go together: each call's 'spawn' comes before its output", async () => {
+    // Let go at once, the commands exec and write while their spawning
+    // threads still wait to be scheduled: the output is read before the
+    // exec report is in, and must still follow 'spawn'.
+    const seen: ReturnType<typeof record>[] = [];
+    await whileFrozen((sup) => {
+      for (let i = 0; i < 24; i++) {
+        const c = sup.spawn('echo', [`held ${i}`]);
+        cgroups.push(c.cgroup as string);
+        seen.push(record(c));
+      }
+    });
+    await Promise.all(seen.map((x) => x.closed));
+    seen.forEach((x, i) => {
+      expect(x.events).toEqual(['spawn', 'data', 'exit', 'close 0']);
+      expect(x.out.join('')).toBe(`held ${i}\n`);
+    });
+  });
+
   it.skipIf(!cgroupTier)('a child held before its exec by someone else (its subtree frozen) does not hang the harness; terminate() still ends it', async () => {
     // What a hostile command may do to the harness's cgroup that holds it
     // (here the test does it): freeze it, and never thaw it.

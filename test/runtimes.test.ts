@@ -129,7 +129,17 @@ function runScenario(command: string, args: string[], tag: string, limitMs: numb
   });
 }
 
-describe.each(['node', 'bun', 'deno'])('%s', (name) => {
+// Under Node, Node's own event loop watches the addon's reactor (a libuv poll
+// handle found at run time); Bun, Deno and PROCTREE_LOOP=thread use the
+// addon's waiter thread. Node runs the scenarios both ways.
+const variants: { label: string; name: string; env: NodeJS.ProcessEnv }[] = [
+  { label: 'node', name: 'node', env: {} },
+  { label: 'node, PROCTREE_LOOP=thread', name: 'node', env: { PROCTREE_LOOP: 'thread' } },
+  { label: 'bun', name: 'bun', env: {} },
+  { label: 'deno', name: 'deno', env: {} },
+];
+
+describe.each(variants)('$label', ({ label, name, env }) => {
   const rt = runtime(name);
   if (rt.missing !== undefined) {
     if (requireRuntimes) {
@@ -149,11 +159,11 @@ describe.each(['node', 'bun', 'deno'])('%s', (name) => {
       // Digits: every sleep the scenario starts is `<seconds>.<tag><n>`.
       const tag = String(randomInt(100_000_000, 999_999_999));
       const needle = `.${tag}`;
-      const out = await runScenario(command, args(path.join(scenarioDir, file)), tag, 100_000);
+      const out = await runScenario(command, args(path.join(scenarioDir, file)), tag, 100_000, env);
       const pids = [out.pid, ...(out.result?.harnessPid ? [out.result.harnessPid] : [])];
       try {
-        const why = `${name} ${file}: exit ${out.code ?? out.signal}, ${out.result?.reason?.split('\n')[0] ?? `no result line; stderr: ${lastLines(out.stderr)}`}`;
-        if (out.result?.ok !== true) console.error(`${name} ${file} (the whole reason is in its result line) stdout:\n${out.stdout.slice(-4000)}\nstderr:\n${out.stderr.slice(-4000)}`);
+        const why = `${label} ${file}: exit ${out.code ?? out.signal}, ${out.result?.reason?.split('\n')[0] ?? `no result line; stderr: ${lastLines(out.stderr)}`}`;
+        if (out.result?.ok !== true) console.error(`${label} ${file} (the whole reason is in its result line) stdout:\n${out.stdout.slice(-4000)}\nstderr:\n${out.stderr.slice(-4000)}`);
         expect(out.result?.ok, why).toBe(true);
         expect(out.code, why).toBe(0);
         expect(out.result?.runtime).toBe(name);
@@ -184,6 +194,31 @@ describe.each(['node', 'bun', 'deno'])('%s', (name) => {
     },
     120_000,
   );
+
+  it('runs its turns where it should: Node\'s own loop under Node, the addon\'s waiter thread elsewhere', async () => {
+    // The addon's threads carry their names (proctree-wait, proctree-spawn...):
+    // a spawn into a leaf nobody froze needs no thread of its own.
+    const script = path.join(os.tmpdir(), `proctree-loop-${process.pid}-${randomInt(1e9)}.cjs`);
+    fs.writeFileSync(
+      script,
+      `const pt = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+       const fs = require('fs');
+       pt.run('sh', ['-c', 'echo out']).then((r) => {
+         const names = fs.readdirSync('/proc/self/task').map((t) => fs.readFileSync('/proc/self/task/' + t + '/comm', 'utf8').trim());
+         console.log('{"scenario":"loop","stdout":' + JSON.stringify(r.stdout) + ',"threads":' + JSON.stringify(names) + '}');
+       });`,
+    );
+    try {
+      const out = await runScenario(command, args(script), 'loop', 60_000, env);
+      const line = JSON.parse(out.stdout.trim().split('\n').reverse().find((l) => l.startsWith('{"scenario"')) ?? 'null') as { stdout: string; threads: string[] } | null;
+      expect(line, lastLines(out.stderr)).not.toBeNull();
+      expect(line?.stdout).toBe('out\n');
+      const nodeLoop = name === 'node' && env.PROCTREE_LOOP !== 'thread';
+      expect(line?.threads.includes('proctree-wait')).toBe(!nodeLoop);
+    } finally {
+      fs.rmSync(script, { force: true });
+    }
+  }, 90_000);
 });
 
 /** Whether `cmd` is on PATH. */

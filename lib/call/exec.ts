@@ -7,8 +7,8 @@ import { binding } from '../binding';
 import type { NativeErrorShape } from '../binding/contract';
 import { sealStepFailed, sealUnavailable } from '../capabilities';
 import { spawnError } from '../errors';
-import { fail } from './result';
-import { type CallState, EXEC_PENDING, SEALING, SPAWN_EMITTED } from './state';
+import { emitSpawn, fail } from './result';
+import { type CallState, EXEC_PENDING, SEALING } from './state';
 
 /**
  * `pid` as Node has it once known: an own, enumerable data property
@@ -40,12 +40,6 @@ function settleExec(s: CallState, waitMs?: number): void {
   if (res !== true) fail(s, spawnError(res, s.call.spawnfile, s.call.spawnargs));
 }
 
-/** 'spawn', once. */
-export function emitSpawn(s: CallState): void {
-  if (s.flag(SPAWN_EMITTED)) return;
-  s.setFlag(SPAWN_EMITTED, true);
-  s.call.emit('spawn');
-}
 
 /** The exec report came as an event: the command runs as `pid`. */
 export function execStarted(s: CallState, pid: number): void {

@@ -9,7 +9,7 @@ import { flushPty, ptyPending, releasePty } from '../pty';
 import { closeChildEnds as closeChildSide, flushPipes, isUsedAsStdio, releaseReadable as releasePipes } from '../stdio';
 import type { ProcessInfo, ResourceUsage, RunResult } from '../types';
 import { runResult, usageSoFar } from './report';
-import { ABORTED, CLOSED, EMPTY, type CallState, STARTED, TIMED_OUT } from './state';
+import { ABORTED, CLOSED, EMPTY, type CallState, SPAWN_EMITTED, STARTED, TIMED_OUT } from './state';
 
 /** Whether reading a stream is ours to start (not one handed to another call as its stdio). */
 function canResume(s: Readable): boolean {
@@ -25,8 +25,27 @@ export function outputSources(s: CallState): { stdout: Readable | null; stderr: 
 /** The call's CallOutput, made now if it was not. */
 export function output(s: CallState): CallOutput {
   const x = s.extras();
-  x.output ??= new CallOutput(outputSources(s), s.opts.output, canResume);
+  x.output ??= new CallOutput(outputSources(s), s.opts.output, canResume, s.flag(SPAWN_EMITTED) ? null : () => spawnBeforeOutput(s));
   return x.output;
+}
+
+/** 'spawn', once. */
+export function emitSpawn(s: CallState): void {
+  if (s.flag(SPAWN_EMITTED)) return;
+  s.setFlag(SPAWN_EMITTED, true);
+  s.call.emit('spawn');
+}
+
+/**
+ * Before the first chunk of output: 'spawn', which in Node comes before any
+ * output. The exec report may still be on its way (a child held before its
+ * exec, let go a moment ago, writes before the spawning thread has said it
+ * exec'd): output proves the exec, so `pid` settles it at once (a short wait
+ * at most) and 'spawn' goes out here instead of with the report's event.
+ */
+function spawnBeforeOutput(s: CallState): void {
+  if (s.flag(SPAWN_EMITTED) || s.call.pid === undefined || s.failed) return;
+  emitSpawn(s);
 }
 
 /** Node's flushStdio: the output streams (pipes, or the terminal) nobody reads are resumed, so they reach their end. */

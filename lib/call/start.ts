@@ -18,11 +18,11 @@ import { ByteTail, tapLater } from '../output';
 import { attachMaster, setPtyRef, typeInput } from '../pty';
 import { destroyPipes, setPipesRef, takeForChild } from '../stdio';
 import type { Confinement } from '../types';
-import { emitSpawn, knowStart, publishPid } from './exec';
+import { knowStart, publishPid } from './exec';
 import { onNativeEvent } from './events';
 import { becomeJob, readyWait } from './job';
 import { startTimers, watchSignal } from './ladder';
-import { closeChildEnds, donePromise, fail, flushOutput, output, outputSources, removeAbortListener } from './result';
+import { closeChildEnds, donePromise, emitSpawn, fail, flushOutput, output, outputSources, removeAbortListener } from './result';
 import { type CallState, CONSTRUCTING, EMPTY, EXEC_PENDING, SEALING, type Settings, STARTED, UNREF, withVerified } from './state';
 
 /**

@@ -7,6 +7,7 @@
 //   calls.cc       spawn and what acts on a call (terminate, kill, settle...)
 //   descriptors.cc pipes, the addon's streams, terminals
 //   queries.cc     questions about trees and the host (members, ports, probe...)
+//   host_loop.cc   under Node, its event loop watches the reactor (no Waiter)
 // with what they share: spec.h (spawn()'s spec read), errors.h (errno ->
 // Node-style Error), values.h (JavaScript objects of native reports).
 #pragma once
@@ -30,6 +31,13 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
   void wake() override;
   void deliver_later() override;
   void keep_alive(bool alive) override;
+  // The same, when Node's own loop watches the reactor (host_loop.cc).
+  bool watch_reactor(int fd, void (*ready)(void*), void* arg) override;
+  void arm_reactor(bool armed) override;
+  void unwatch_reactor() override;
+  bool turn_soon() override;
+  void reactor_ready();
+  void idle_ready();
 
   // EventSink (events.cc).
   void deliver(const CallEvent& ev) override;
@@ -85,6 +93,14 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
   Environment* env_state_ = nullptr;
   napi_async_context async_context_ = nullptr;
   napi_threadsafe_function tsfn_ = nullptr;
+  // host_loop.cc: Node's poll handle on the reactor, when it watches it.
+  const void* host_uv_ = nullptr;
+  void* reactor_poll_ = nullptr;
+  void* reactor_idle_ = nullptr;
+  bool idle_started_ = false;
+  bool reactor_armed_ = false;
+  void (*reactor_ready_)(void*) = nullptr;
+  void* reactor_arg_ = nullptr;
   std::unordered_map<uint64_t, Napi::FunctionReference> callbacks_;
   // Streams ids (their own numbering) -> onEvent, until the stream is closed.
   std::unordered_map<uint64_t, Napi::FunctionReference> pipe_callbacks_;

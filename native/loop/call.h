@@ -82,6 +82,9 @@ class Call : public LadderHost {
   // kExecReportWaitMs have passed since the spawn: a report still not in
   // (a child held before its exec) makes the call count as started.
   void on_exec_overdue() { collect_exec(0, true); }
+  // Its exec report is still to come, and the call has not been taken as
+  // started without it.
+  bool exec_pending() const { return exec_ && !exec_unknown_; }
   // Waits for that report if it is not in yet, for wait_ms at most; past
   // kExecReportWaitMs the command counts as started. Returns the step that
   // failed, or none: it exec'd, counts as started, there was no pending

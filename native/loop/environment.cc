@@ -58,6 +58,10 @@ SysError Environment::ensure_open() {
     if (SysError e = reactor_.watch_loop(ports_.done_fd(), Reactor::LoopFd::kPorts)) return e;
     if (SysError e = spawner_.open()) return e;
     if (SysError e = reactor_.watch_loop(spawner_.event_fd(), Reactor::LoopFd::kSpawns)) return e;
+    if (host_->watch_reactor(reactor_.fd(), [](void* self) { static_cast<Environment*>(self)->host_turn(); }, this)) {
+      host_watches_ = true;
+      return SysError::none();
+    }
     return waiter_.start(reactor_.fd(), [](void* host) { static_cast<LoopHost*>(host)->wake(); }, host_);
   }();
   // What was asked for before the loop ran (a turn for a post) needs it.
@@ -66,68 +70,6 @@ SysError Environment::ensure_open() {
     signal_wake();
   }
   return open_error_;
-}
-
-void Environment::turn() { run_turn(false); }
-
-void Environment::run_turn(bool again) {
-  if (closing_) return;
-  // A new turn: ladders and deliveries get their milliseconds again, unless
-  // the last callback ended only a moment ago. Then the runtime may have run
-  // this one in the same task as that one (Node runs a thread-safe call
-  // queued while the previous ran, in a loop), and the milliseconds go on
-  // counting: once spent, the turn yields (the Waiter wakes us a little
-  // later, after the harness's timers and I/O have had the thread).
-  if (!again) begin_slice();
-  yielded_ = false;
-  continuing_ = false;
-  dispatching_ = true;
-  reactor_.dispatch();
-  dispatching_ = false;
-  flush();
-  if (closing_) return;
-  // Spent: whatever is ready next waits for the harness's own turn first.
-  if (turn_start_ns_ != 0 && monotonic_ns() - turn_start_ns_ >= kTurnBudgetNs) yielded_ = true;
-  if (!yielded_ && !continuing_ && reactor_.ready_now()) {
-    // More is ready already (a pipe still full) and the turn has time: on
-    // in the same task, after this callback's microtasks, without a round
-    // through the Waiter's thread. It stays disarmed meanwhile.
-    turn_again_ = true;
-    continuing_ = true;
-    schedule_delivery();
-    return;
-  }
-  end_slice();
-  waiter_.rearm(yielded_);
-}
-
-void Environment::deliver_next() {
-  delivery_scheduled_ = false;
-  if (closing_) return;
-  if (turn_again_) {
-    turn_again_ = false;
-    run_turn(true);
-    return;
-  }
-  // Not a continuation of a turn (events posted by a JavaScript call): a
-  // turn of its own.
-  if (!continuing_) begin_slice();
-  continuing_ = false;
-  flush();
-  end_slice();
-}
-
-void Environment::begin_slice() {
-  const uint64_t now = monotonic_ns();
-  turn_start_ns_ = now - last_end_ns_ < kTurnGapNs ? last_slice_start_ns_ : 0;
-}
-
-void Environment::end_slice() {
-  last_end_ns_ = monotonic_ns();
-  last_slice_start_ns_ = turn_start_ns_ != 0 ? turn_start_ns_ : last_end_ns_;
-  // A JavaScript call after this (terminate from a timer) starts a slice of
-  // its own; a delivery still due within this turn goes on with this one.
-  if (!continuing_) turn_start_ns_ = 0;
 }
 
 void Environment::on_timers() { timers_.run_due(); }
@@ -197,8 +139,14 @@ void Environment::watch_exec(uint64_t id) {
 
 void Environment::on_exec_timer() {
   const uint64_t now = monotonic_ns();
-  while (!exec_due_.empty() && exec_due_.front().deadline_ns <= now) {
-    if (Call* call = find(exec_due_.front().id)) call->on_exec_overdue();
+  // Calls whose report came in are dropped on the way, due or not: a timer
+  // that fired per spawn would cost a wake-up per call.
+  while (!exec_due_.empty()) {
+    Call* call = find(exec_due_.front().id);
+    if (call && call->exec_pending()) {
+      if (exec_due_.front().deadline_ns > now) break;
+      call->on_exec_overdue();
+    }
     exec_due_.pop_front();
   }
   if (!exec_due_.empty()) exec_timer_.start((exec_due_.front().deadline_ns - now) / 1000000ULL + 1);
@@ -214,6 +162,11 @@ void Environment::signal_wake() {
   if (closing_ || wake_signalled_) return;
   wake_signalled_ = true;
   if (!wake_) return;  // not open yet: ensure_open() signals it
+  // Through the host's loop when it can: no eventfd write and read.
+  if (host_watches_ && host_->turn_soon()) {
+    resume_pending_ = true;
+    return;
+  }
   uint64_t one = 1;
   while (write(wake_.get(), &one, sizeof one) < 0 && errno == EINTR) {
   }
@@ -246,7 +199,8 @@ SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedC
       SpawnResult proc;
       Ref<SpawnJob> exec;
       uint64_t id = next_call_id();
-      if (SysError e = start_command(id, &req, &proc, &exec)) return e;
+      // In the harness's own cgroup, which is not frozen while we run.
+      if (SysError e = start_command(id, &req, &proc, &exec, true)) return e;
       out->id = id;
       out->pid = proc.pid;
       out->method = proc.method;
@@ -265,19 +219,24 @@ SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedC
   }
 }
 
-// The command itself (cgroup and pgroup tiers), cloned on a spawner thread
-// (loop/spawner.h): this thread waits for the child to exist, never for its
-// exec, which reports later (on_spawns_done). A uid or gid that cannot be
-// taken is an error Node throws from spawn(), so that report is waited for,
-// but never for ever (a child frozen before its exec by whoever may write
-// its cgroup holds only its spawner thread). *req is left as it was if no
-// child was made.
+// The command itself (cgroup and pgroup tiers). Where nothing can hold it
+// before its exec (its cgroup is not frozen), it is cloned right here with
+// CLONE_VM|CLONE_VFORK: this thread waits the moment until the exec (as
+// Node's own spawn does, for less: until the exec starts, not until it
+// ends), and the report is in when this returns. Else it is cloned on a
+// spawner thread (loop/spawner.h): this thread waits for the child to
+// exist, never for its exec, which reports later (on_spawns_done); a child
+// frozen before its exec by whoever may write its cgroup holds only its
+// spawner thread. A uid or gid that cannot be taken is an error Node throws
+// from spawn(), so that report is waited for, but never for ever (those
+// children fork on a spawner thread: a copy of our memory takes time). *req
+// is left as it was if no child was made.
 SysError Environment::start_command(uint64_t id, SpawnRequest* req, SpawnResult* proc,
-                                    Ref<SpawnJob>* exec) {
+                                    Ref<SpawnJob>* exec, bool here) {
   // The environment is read here, on the thread that may setenv() it.
   if (req->inherit_env) snapshot_environ(req);
   if (req->set_uid || req->set_gid) return spawner_.start_and_wait(id, req, proc, exec, Call::kExecReportWaitMs);
-  return spawner_.start(id, req, proc, exec);
+  return spawner_.start(id, req, proc, exec, here ? &stack_ : nullptr);
 }
 
 SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
@@ -293,7 +252,12 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
                             &out->guardian_error);
     if (e) break;
     req.cgroup_dir = leaf.dir_fd();
-    e = start_command(id, &req, &proc, &exec);
+    // A leaf frozen from above (a subtree frozen by a ladder, or by whoever
+    // may write it) would hold the child before its exec, and this thread
+    // with it: such a child is cloned on a spawner thread.
+    CgroupEvents events;
+    const bool here = !leaf.read_events(&events) && !events.frozen;
+    e = start_command(id, &req, &proc, &exec, here);
     const bool missed_leaf = e && (e.syscall == std::string("clone3") || e.syscall == std::string("clone") ||
                                    e.path == "cgroup.procs");
     if (!kept || !missed_leaf) break;
@@ -441,11 +405,16 @@ void Environment::flush() {
   // not delivered on top. One event per callback into JavaScript: its
   // microtasks (a promise a listener resolved) run before the next event.
   if (turn_start_ns_ == 0) turn_start_ns_ = monotonic_ns();
-  if (!pending_.empty() && !closing_) {
+  // In a turn the host's own loop called (host_turn_), each delivery is a
+  // callback of its own already (napi_make_callback from the loop: its
+  // microtasks run when it returns), so the turn goes on delivering while it
+  // has time, without a round through the host per event.
+  do {
+    if (pending_.empty() || closing_) break;
     CallEvent ev = std::move(pending_.front());
     pending_.pop_front();
     sink_->deliver(ev);
-  }
+  } while (host_turn_ && monotonic_ns() - turn_start_ns_ < kTurnBudgetNs);
   if (closing_) pending_.clear();
   flushing_ = false;
   if (!pending_.empty()) {
@@ -527,9 +496,14 @@ void Environment::kill_all_sync() {
 }
 
 void Environment::close() {
-  if (closing_ && !waiter_.running() && calls_.empty()) return;
+  if (closing_ && !waiter_.running() && !host_watches_ && calls_.empty()) return;
   closing_ = true;
-  // No turn after this: the Waiter is joined before anything it reads closes.
+  // No turn after this: the Waiter is joined (or the host's watch ended)
+  // before anything it reads closes.
+  if (host_watches_) {
+    host_watches_ = false;
+    host_->unwatch_reactor();
+  }
   waiter_.stop();
   std::vector<Call*> calls;
   for (auto& kv : calls_) calls.push_back(kv.second);

@@ -6,7 +6,8 @@
 //
 // Its event loop is its own (no libuv: only Node-API, which Node, Bun and
 // Deno all have): a Waiter thread blocks in epoll_wait on the reactor and
-// asks the host (the binding) for a turn on the JavaScript thread; timers are
+// asks the host (the binding) for a turn on the JavaScript thread, unless the
+// host's own loop watches the reactor (LoopHost::watch_reactor); timers are
 // a timerfd in the reactor's set; slow cgroup writes go to a FileWriter
 // thread. Everything else runs on the JavaScript thread, in turn() and
 // deliver_next().
@@ -56,6 +57,20 @@ class LoopHost {
   // On the JavaScript thread: whether the runtime's loop must stay alive for
   // us (a referenced call, events to deliver, writes in flight).
   virtual void keep_alive(bool alive) = 0;
+  // On the JavaScript thread, once, when the reactor opens: whether the
+  // runtime's own event loop watches fd (Node's, see binding/host_loop.cc).
+  // If it does, no Waiter thread runs: the runtime calls ready(arg) on the
+  // JavaScript thread, in a task of its own, while fd is readable and the
+  // watch is armed (it is, after this), and arm_reactor() pauses and re-arms
+  // it. unwatch_reactor(): no ready() after it returns.
+  virtual bool watch_reactor(int /*fd*/, void (*/*ready*/)(void*), void* /*arg*/) { return false; }
+  virtual void arm_reactor(bool /*armed*/) {}
+  virtual void unwatch_reactor() {}
+  // With the reactor watched: call ready(arg) once more in the loop's next
+  // iteration, after its timers, without waiting for a descriptor (libuv's
+  // idle phase, as setImmediate). false: not possible (the wake eventfd
+  // does it).
+  virtual bool turn_soon() { return false; }
 };
 
 struct SpawnedCall {
@@ -175,7 +190,8 @@ class Environment {
   SysError ask_ports(PortsQuery q, uint64_t* request);
   // Unique in the process: a call's id names its leaf (c<id>).
   static uint64_t next_call_id();
-  SysError start_command(uint64_t id, SpawnRequest* req, SpawnResult* proc, Ref<SpawnJob>* exec);
+  // here: nothing can hold the child before its exec (Spawner::start).
+  SysError start_command(uint64_t id, SpawnRequest* req, SpawnResult* proc, Ref<SpawnJob>* exec, bool here);
   SysError spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_sealed(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
@@ -199,6 +215,13 @@ class Environment {
   PortsWorker ports_;
   uint64_t next_ports_request_ = 0;
   Waiter waiter_;
+  bool host_watches_ = false;  // the runtime's loop watches the reactor, not waiter_
+  bool host_turn_ = false;     // inside a turn the runtime's loop called
+  bool resume_pending_ = false;  // signal_wake() through the host: on_wake's work is due
+  // What the wake eventfd resumes (on_wake after its read): deferred stops,
+  // ladders waiting for time.
+  void resume_waiting();
+  void host_turn();
   Fd wake_;
   bool wake_signalled_ = false;
   bool kept_alive_ = false;
@@ -244,8 +267,13 @@ class Environment {
   // When our last callback into the runtime ended, and the slice it was in.
   uint64_t last_end_ns_ = 0;
   uint64_t last_slice_start_ns_ = 0;
-  void begin_slice();
+  // fresh: a task of the runtime's own loop (the host's watch), never the
+  // same task as the last callback.
+  void begin_slice(bool fresh = false);
   void end_slice();
+  // Waits for the reactor again after a turn: the host's watch, or the
+  // Waiter (yielded: a moment later).
+  void rearm_reactor();
   // again: the same turn goes on (turn_again_), its slice too.
   void run_turn(bool again);
   bool turn_again_ = false;

@@ -75,6 +75,10 @@ void Environment::on_wake() {
   uint64_t n;
   while (read(wake_.get(), &n, sizeof n) < 0 && errno == EINTR) {
   }
+  resume_waiting();
+}
+
+void Environment::resume_waiting() {
   wake_signalled_ = false;
   // What waits goes on, in order, while this turn has time; the rest waits
   // for the next one.

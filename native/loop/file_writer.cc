@@ -60,6 +60,7 @@ void FileWriter::write_now(const std::string& path, const std::string& value) {
 }
 
 void* FileWriter::run(void* arg) {
+  name_this_thread("proctree-write");
   FileWriter* self = static_cast<FileWriter*>(arg);
   pthread_mutex_lock(&self->mu_);
   for (;;) {

@@ -75,6 +75,7 @@ PortsAnswer PortsWorker::answer(const PortsQuery& q) {
 }
 
 void* PortsWorker::run(void* arg) {
+  name_this_thread("proctree-ports");
   PortsWorker* self = static_cast<PortsWorker*>(arg);
   pthread_mutex_lock(&self->mu_);
   for (;;) {

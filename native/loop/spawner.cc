@@ -174,6 +174,7 @@ void Spawner::ensure_thread() {
 }
 
 void* Spawner::run(void* arg) {
+  name_this_thread("proctree-spawn");
   Ref<Shared> shared = std::move(*static_cast<Ref<Shared>*>(arg));
   delete static_cast<Ref<Shared>*>(arg);
   ChildStack stack;
@@ -208,15 +209,24 @@ void* Spawner::run(void* arg) {
   }
 }
 
-SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<SpawnJob>* job_out) {
+SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<SpawnJob>* job_out,
+                        ChildStack* here) {
   if (SysError e = open()) return e;
   Ref<SpawnJob> job(new SpawnJob(tag, std::move(*req)));
-  {
-    Locked lock(&shared_->mu);
-    shared_->queue.push_back(job);
-    ensure_thread();
+  if (here) {
+    // Nobody waits on its state: no futex is touched.
+    job->state_.store(SpawnJob::kCloning, std::memory_order_relaxed);
+    job->error_ = spawn_process(job->req_, *here, &job->result_, &job->early_);
+    job->state_.store(SpawnJob::kDone, std::memory_order_release);
+    job->spawner_done();
+  } else {
+    {
+      Locked lock(&shared_->mu);
+      shared_->queue.push_back(job);
+      ensure_thread();
+    }
+    pthread_cond_signal(&shared_->cv);
   }
-  pthread_cond_signal(&shared_->cv);
   // Wait for the kernel's ids (the child wakes us), or the end.
   const int64_t deadline = now_ns() + kCloneWaitNs;
   for (;;) {
@@ -289,8 +299,9 @@ SysError Spawner::start_and_wait(uint64_t tag, SpawnRequest* req, SpawnResult* o
 std::vector<uint64_t> Spawner::take_done() {
   std::vector<uint64_t> out;
   if (!shared_) return out;
+  // One read takes the whole count (not a semaphore eventfd).
   uint64_t n;
-  while (read(shared_->event.get(), &n, sizeof n) > 0) {
+  while (read(shared_->event.get(), &n, sizeof n) < 0 && errno == EINTR) {
   }
   Locked lock(&shared_->mu);
   out.swap(shared_->done);

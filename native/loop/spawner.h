@@ -126,7 +126,14 @@ class Spawner {
   // *out (pid, pidfd, method; the pidfd is the caller's) and returns the job,
   // whose report is read later. On error nothing is left, *job is empty and
   // *req was not consumed unless the clone was tried.
-  SysError start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<SpawnJob>* job);
+  //
+  // here: clone on the calling thread instead, on that stack, and return
+  // once the child has exec'd or failed (the same CLONE_VM|CLONE_VFORK: the
+  // kernel holds this thread until then, and the job comes back done). No
+  // hand-over to a thread and back, which is most of what a spawn costs the
+  // harness; only for a child that nothing can hold before its exec (the
+  // caller checks that its cgroup is not frozen).
+  SysError start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<SpawnJob>* job, ChildStack* here = nullptr);
   // The same, waiting for the report too (up to wait_ms): a step that failed
   // within that time is returned as spawn_process returns it (the child
   // reaped, nothing in *out). For what Node reports from spawn() itself (a

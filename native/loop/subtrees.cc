@@ -148,7 +148,9 @@ bool Subtrees::give_back(CgroupDir* leaf, const CpuCounters& counters) {
     Group& g = kv.second;
     if (g.dir.path().size() != slash || path.compare(0, slash, g.dir.path()) != 0) continue;
     if (g.pool.size() >= kPoolMax) return false;
-    leaf->close_events();
+    // Its cgroup.events stays open: the next call's spawn reads it (is the
+    // leaf frozen from above?), one pread instead of an open, a read and a
+    // close.
     g.pool.push_back(Pooled{std::move(*leaf), counters});
     *leaf = CgroupDir();
     return true;

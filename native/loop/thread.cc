@@ -1,6 +1,7 @@
 #include "loop/thread.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 
 // glibc 2.34 moved pthread_create and pthread_join into libc under a new
 // symbol version; the old one is still there. Bound to it, the addon needs
@@ -40,5 +41,7 @@ SysError start_thread(void* (*fn)(void*), void* arg, pthread_t* out, size_t stac
 void join_thread(pthread_t thread) { pthread_join(thread, nullptr); }
 
 void detach_thread(pthread_t thread) { pthread_detach(thread); }
+
+void name_this_thread(const char* name) { prctl(PR_SET_NAME, name, 0, 0, 0); }
 
 }  // namespace proctree

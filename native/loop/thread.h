@@ -13,5 +13,8 @@ namespace proctree {
 SysError start_thread(void* (*fn)(void*), void* arg, pthread_t* out, size_t stack_size = 0);
 void join_thread(pthread_t thread);
 void detach_thread(pthread_t thread);
+// Names the calling thread (15 characters at most): /proc/PID/task/TID/comm
+// shows which of the addon's threads spends what.
+void name_this_thread(const char* name);
 
 }  // namespace proctree

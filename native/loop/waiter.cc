@@ -59,6 +59,7 @@ void Waiter::stop() {
 }
 
 void* Waiter::run(void* arg) {
+  name_this_thread("proctree-wait");
   Waiter* self = static_cast<Waiter*>(arg);
   for (;;) {
     epoll_event evs[2];
