@@ -5,7 +5,7 @@
 import os from 'node:os';
 import path from 'node:path';
 
-import { ConfinementUnavailableError } from './errors';
+import { ConfinementUnavailableError, proctreeError } from './errors';
 import { binding, embeddedHelper, nativePath, portable } from './binding';
 import type { NativeErrorShape, NativeLocation, PortableMode } from './binding/contract';
 import { type LimitsCapability, probeLimits } from './limits';
@@ -43,6 +43,18 @@ export interface Capabilities {
    * cannot, with the fix. All false when 'auto' does not pick `cgroup`.
    */
   limits: LimitsCapability;
+  /**
+   * Whether a call can be sealed here (`seal: true`, README "Sealed calls"):
+   * the cgroup tier, and the user, PID, mount and cgroup namespaces with
+   * their own /proc and cgroup2, tried for real. `why` says what is missing.
+   */
+  seal: SealCapability;
+}
+
+export interface SealCapability {
+  available: boolean;
+  /** Why a call cannot be sealed here (absent when it can). */
+  why?: string;
 }
 
 let cached: Capabilities | null = null;
@@ -77,6 +89,7 @@ export function capabilities(): Capabilities {
     ...raw.probes,
     pgroup: raw.probes.pgroup ?? { ok: true, detail: 'setsid + signal by pidfd; cannot catch setsid escapes' },
     none: raw.probes.none ?? { ok: false, detail: 'only without the addon (off Linux, or PROCTREE_PORTABLE=1): the tiers above are stronger' },
+    seal: raw.probes.seal ?? { ok: false, errno: 'ENOSYS', detail: 'only the Linux addon can seal a call' },
   };
   const { tier, rejected } = pickTier(probes, portable !== null);
   const caps: Capabilities = {
@@ -88,9 +101,52 @@ export function capabilities(): Capabilities {
     rejected,
     portable,
     limits: limitsFor(tier),
+    seal: sealFor(probes),
   };
   if (!Object.values(probes).some(shortOfDescriptors)) cached = caps;
   return caps;
+}
+
+/** capabilities().seal: the cgroup tier, the helper (the shim) and the namespaces' probe. */
+function sealFor(probes: Probes): SealCapability {
+  if (portable) return { available: false, why: `the portable binding cannot seal (${portable.reason})` };
+  const cgroup = tierRejection(probes, 'cgroup');
+  if (cgroup !== null) return { available: false, why: `sealing needs the cgroup tier, which cannot run here (${cgroup})` };
+  for (const name of ['helper', 'seal'] as const) {
+    const p = probes[name];
+    if (p.ok) continue;
+    const what = [p.errno, p.syscall, p.detail].filter(Boolean).join(' ');
+    return { available: false, why: `${name === 'seal' ? 'the namespaces' : 'the helper'}: ${what || 'failed'}` };
+  }
+  return { available: true };
+}
+
+/**
+ * Why a call of `tier` cannot be sealed here, or null when it can: only the
+ * cgroup tier seals, and only where capabilities().seal is available.
+ */
+export function sealRefusal(tier: Confinement): string | null {
+  if (tier !== 'cgroup') return `only the cgroup tier can seal a call, and this call's is '${tier}'`;
+  return capabilities().seal.why ?? null;
+}
+
+/**
+ * Whether a sealed call's start error means the seal could not be made (the
+ * namespaces, the id maps, the mounts, the capability drop: nothing of the
+ * command ran), rather than the command failing to start: `syscall` and
+ * `code` as the addon or the shim reports them.
+ */
+export function sealStepFailed(syscall: string | undefined, code: string | undefined): boolean {
+  if (syscall === 'unshare' || syscall === 'mount' || syscall === 'capset' || syscall === 'uid_map') return true;
+  // The namespaces refused (a filter, a limit on user namespaces), not a
+  // clone that failed for want of memory or processes.
+  const refused = code === 'EPERM' || code === 'EINVAL' || code === 'ENOSPC' || code === 'EUSERS';
+  return (syscall === 'clone3' || syscall === 'clone') && refused;
+}
+
+/** ERR_PROCTREE_SEAL_UNAVAILABLE: the call was not run, never run unsealed. */
+export function sealUnavailable(why: string): Error & { code: string } {
+  return proctreeError('ERR_PROCTREE_SEAL_UNAVAILABLE', `the call cannot be sealed here, so it was not run: ${why}`);
 }
 
 /** capabilities().limits: the cgroup tier's, or none with the reason. */

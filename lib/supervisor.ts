@@ -35,6 +35,12 @@ export interface SupervisorOptions {
    * do not run (ERR_PROCTREE_LIMITS_UNAVAILABLE). Default: none.
    */
   limits?: Limits;
+  /**
+   * The default `seal` of its calls (a call's own `seal` wins): each runs
+   * sealed in its leaf (README "Sealed calls"), or not at all
+   * (ERR_PROCTREE_SEAL_UNAVAILABLE). Default: false.
+   */
+  seal?: boolean;
 }
 
 export interface SupervisorEvents {
@@ -70,6 +76,7 @@ export class Supervisor extends EventEmitter {
   readonly #name: string;
   readonly #jobBuffer: number;
   readonly #limits: NativeLimits | null;
+  readonly #seal: boolean;
   readonly #jobs = new JobRegistry();
   #closed = false;
   #signalHandlers: Array<[NodeJS.Signals, () => void]> = [];
@@ -94,6 +101,7 @@ export class Supervisor extends EventEmitter {
     this.#jobBuffer = checkBytes(options.jobBuffer, 'options.jobBuffer', DEFAULT_JOB_BUFFER);
     this.#limits = resolveLimits(options.limits);
     const handleSignals = checkBoolean(options.handleSignals, 'options.handleSignals');
+    this.#seal = checkBoolean(options.seal, 'options.seal');
     this.#name = name;
     usedNames.add(name);
     const suffix = threadId === 0 ? '' : `-w${threadId}`;
@@ -118,7 +126,7 @@ export class Supervisor extends EventEmitter {
   spawn(file: string, options?: SpawnOptions): ToolCall;
   spawn(file: string, args?: readonly string[] | SpawnOptions, options?: SpawnOptions): ToolCall {
     this.#checkOpen();
-    const resolved = resolveSpawn(file, args, options, { grace: this.#grace, jobBuffer: this.#jobBuffer });
+    const resolved = resolveSpawn(file, args, options, { grace: this.#grace, jobBuffer: this.#jobBuffer, seal: this.#seal });
     return this.#track(new ToolCall(resolved, this.#owner));
   }
 
@@ -135,7 +143,7 @@ export class Supervisor extends EventEmitter {
         options = args as RunOptions;
         args = undefined;
       }
-      const resolved = resolveSpawn(file, args, options, { grace: this.#grace, jobBuffer: this.#jobBuffer, where: 'run' });
+      const resolved = resolveSpawn(file, args, options, { grace: this.#grace, jobBuffer: this.#jobBuffer, seal: this.#seal, where: 'run' });
       const call = this.#track(new ToolCall(resolved, this.#owner, resolveRun(options)));
       // A failed start is delivered as the rejection.
       call.on('error', () => {});

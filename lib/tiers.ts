@@ -35,6 +35,8 @@ export interface Probes {
   helper: Probe;
   /** A systemd user manager answers (its private socket or the user bus, run by our uid), and systemd-run is on PATH. */
   userManager: Probe;
+  /** A sealed call's namespaces (user, PID, mount, cgroup) and its /proc and cgroup2 mounts, in a throwaway child. */
+  seal: Probe;
   /** A new session and process group: always available (off Linux: on POSIX, not on Windows). */
   pgroup: Probe;
   /** The main process and its descendants, no group: only with the portable binding (off Linux, PROCTREE_PORTABLE). */

@@ -68,6 +68,12 @@ export class ToolCall extends EventEmitter {
    * `cgroup`. The call's until 'close'; then the leaf may serve a later call of the harness (see README, spawn).
    */
   cgroup: string | null = null;
+  /**
+   * True once a call started with `seal: true` runs sealed: its shim made the
+   * namespaces and the command exec'd without a capability (README "Sealed
+   * calls"). False otherwise, and for a sealed call that could not start.
+   */
+  sealed = false;
   /** The executable (the shell's path with `shell`), as ChildProcess#spawnfile. */
   readonly spawnfile: string;
   /** argv, argv[0] included, as ChildProcess#spawnargs. */

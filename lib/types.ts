@@ -75,6 +75,17 @@ export interface SpawnOptions {
    * Default: `'auto'`.
    */
   confinement?: 'auto' | Confinement;
+  /**
+   * Seal the call (README "Sealed calls"): its cgroup leaf is the root of
+   * new user, PID, mount and cgroup namespaces, with a /proc and
+   * /sys/fs/cgroup of its own and no capability, so it cannot move out of
+   * its leaf, see or signal a process outside it, or reach another cgroup.
+   * Needs the cgroup tier and unprivileged user namespaces
+   * (capabilities().seal); where it cannot be had the call does not run:
+   * 'error' (or run()'s rejection) with ERR_PROCTREE_SEAL_UNAVAILABLE.
+   * Default: false (or the supervisor's `seal`).
+   */
+  seal?: boolean;
   /** Run the command as this user id (needs privilege; an int32 as in Node). */
   uid?: number;
   /** Run the command as this group id (needs privilege); supplementary groups are dropped. */

@@ -55,6 +55,7 @@ describe('clients/python: python3 -m unittest against a real server', () => {
     ],
     ['test_terminal', ['test_tty_stty_size_resize_typing_and_the_end_of_input', 'test_run_with_a_terminal_returns_what_it_showed', 'test_a_terminal_through_the_blocking_api']],
     ['test_memory', ['test_200mb_with_max_output_keeps_client_and_server_under_100mb']],
+    ['test_seal', ['test_where_it_cannot_seal_nothing_runs']],
     [
       'test_ports',
       [

@@ -44,6 +44,8 @@ export interface NativeSpawnSpec {
   stdio: NativeStdio[];
   /** The terminal's size when stdio[0..2] are 'pty'. */
   pty?: { cols: number; rows: number };
+  /** A sealed call (the cgroup tier only): its shim as init of new user, PID, mount and cgroup namespaces. */
+  seal?: boolean;
   uid?: number;
   gid?: number;
   tier: Confinement;
@@ -204,6 +206,8 @@ export interface NativeProbes {
   > & {
     /** Only the portable binding says these: the addon's pgroup tier is always there, its 'none' never. */
     pgroup?: NativeProbe;
+    /** Only the addon says this: a sealed call's namespaces and mounts, tried in a throwaway child. */
+    seal?: NativeProbe;
     none?: NativeProbe;
   };
 }

@@ -5,9 +5,10 @@
 // gets 'error' instead of 'spawn'.
 import { binding } from '../binding';
 import type { NativeErrorShape } from '../binding/contract';
+import { sealStepFailed, sealUnavailable } from '../capabilities';
 import { spawnError } from '../errors';
 import { emitSpawn, fail } from './result';
-import { type CallState, EXEC_PENDING } from './state';
+import { type CallState, EXEC_PENDING, SEALING } from './state';
 
 /**
  * `pid` as Node has it once known: an own, enumerable data property
@@ -45,6 +46,8 @@ export function execStarted(s: CallState, pid: number): void {
   // A pending exec that `pid` already settled keeps what it found.
   if (s.flag(EXEC_PENDING) || s.pid === undefined) s.pid = pid;
   s.setFlag(EXEC_PENDING, false);
+  // The shim sealed its namespaces, then the command exec'd without a capability.
+  if (s.flag(SEALING)) s.call.sealed = true;
   publishPid(s);
   emitSpawn(s);
 }
@@ -56,5 +59,11 @@ export function execFailed(s: CallState, err: NativeErrorShape): void {
   s.setFlag(EXEC_PENDING, false);
   s.pid = undefined;
   publishPid(s);
+  // The shim could not seal (a mount refused, no cgroup namespace): the
+  // command never ran, and never runs unsealed.
+  if (s.flag(SEALING) && sealStepFailed(err.syscall, err.code)) {
+    fail(s, sealUnavailable(`${err.syscall}: ${err.code ?? 'failed'}${err.path ? ` (${err.path})` : ''}`));
+    return;
+  }
   fail(s, spawnError(err, s.call.spawnfile, s.call.spawnargs));
 }

@@ -10,7 +10,7 @@ import { performance } from 'node:perf_hooks';
 
 import { binding } from '../binding';
 import type { NativeErrorShape, NativeSpawnSpec } from '../binding/contract';
-import { helperPath, warnNoGuardian } from '../capabilities';
+import { helperPath, sealRefusal, sealStepFailed, sealUnavailable, warnNoGuardian } from '../capabilities';
 import { spawnError, spawnThrow } from '../errors';
 import { controllersOf, limitsRefusedHere, limitsUnavailable } from '../limits';
 import { isDefaultOutput, type ResolvedRun, type ResolvedSpawn } from '../options';
@@ -23,7 +23,7 @@ import { onNativeEvent } from './events';
 import { becomeJob, readyWait } from './job';
 import { startTimers, watchSignal } from './ladder';
 import { closeChildEnds, donePromise, emitSpawn, fail, flushOutput, output, outputSources, removeAbortListener } from './result';
-import { type CallState, CONSTRUCTING, EMPTY, EXEC_PENDING, type Settings, STARTED, UNREF, withVerified } from './state';
+import { type CallState, CONSTRUCTING, EMPTY, EXEC_PENDING, SEALING, type Settings, STARTED, UNREF, withVerified } from './state';
 
 /**
  * What a call reads of its options after its start (its file and argv are
@@ -121,6 +121,16 @@ function limitsRefusal(why: string): NativeErrorShape {
   return err;
 }
 
+/** A seal refused before the addon is asked, in the shape of its own (syscall 'seal'). */
+function sealError(why: string): NativeErrorShape {
+  const err = new Error(why) as NativeErrorShape;
+  err.code = 'ENOTSUP';
+  err.errno = 95;
+  err.syscall = 'seal';
+  err.path = why;
+  return err;
+}
+
 // A start that Node reports by throwing from spawn() rather than by 'error':
 // the uid/gid steps (EPERM when not privileged, EINVAL for a bad id).
 function throwsLikeNode(err: NativeErrorShape): boolean {
@@ -144,6 +154,7 @@ function spawnSpec(
   if (opts.uid !== undefined) spec.uid = opts.uid;
   if (opts.gid !== undefined) spec.gid = opts.gid;
   if (pty) spec.pty = { cols: pty.cols, rows: pty.rows };
+  if (opts.seal) spec.seal = true;
   // Portable binding on Windows only (shell: cmd.exe's quoting); the addon never reads it.
   if (opts.windowsVerbatimArguments) spec.windowsVerbatimArguments = true;
   return spec;
@@ -270,7 +281,10 @@ function startCall(s: CallState): void {
     if (opts.limits) spec.limits = opts.limits;
     if (s.owner.limits) spec.groupLimits = s.owner.limits;
     const refused = limitsRefusedHere([...controllersOf(opts.limits), ...controllersOf(s.owner.limits)]);
-    res = refused ? { error: limitsRefusal(refused) } : binding.spawn(spec, onNativeEvent.bind(s));
+    // Never run unsealed: refused before anything is made.
+    const unsealed = opts.seal ? sealRefusal(c.confinement) : null;
+    if (unsealed !== null) res = { error: sealError(unsealed) };
+    else res = refused ? { error: limitsRefusal(refused) } : binding.spawn(spec, onNativeEvent.bind(s));
   } catch (err) {
     res = { error: err as NativeErrorShape };
   }
@@ -278,12 +292,16 @@ function startCall(s: CallState): void {
   if ('error' in res) {
     if (s.flag(CONSTRUCTING) && throwsLikeNode(res.error)) throwFromConstructor = spawnThrow(res.error);
     else if (res.error.syscall === 'limits') fail(s, limitsUnavailable(res.error.path ?? ''));
+    else if (res.error.syscall === 'seal') fail(s, sealUnavailable(res.error.path ?? 'only the cgroup tier can seal a call'));
+    else if (opts.seal && sealStepFailed(res.error.syscall, res.error.code)) fail(s, sealUnavailable(`${res.error.syscall}: ${res.error.code}`));
     else fail(s, spawnError(res.error, opts.file, opts.argv));
     publishPid(s);
     return;
   }
   s.id = res.id;
   s.flags = withVerified(s.flags, res.verified);
+  // The shim reports the sealed command's start (a pending pid).
+  if (opts.seal && res.pending) s.setFlag(SEALING, true);
   if (res.ptyMaster !== undefined) c.pty?.[attachMaster](res.ptyMaster);
   c.cgroup = res.cgroup === '' ? null : res.cgroup;
   if (res.guardianError) warnNoGuardian(res.guardianError);

@@ -49,6 +49,8 @@ export const HOLDS_SLOT = 2048;
 export const EXEC_PENDING = 4096;
 /** 'spawn' was emitted (by the tick after spawn(), or by the exec's report when it came later). */
 export const SPAWN_EMITTED = 8192;
+/** Started sealed (options.seal): `call.sealed` turns true when the shim reports the command's exec. */
+export const SEALING = 16384;
 
 /** How the tree is proved empty, as two bits of the flags ('none' until it started). */
 export function verifiedOf(flags: number): Verification {
@@ -82,6 +84,7 @@ export interface CallSurface {
   killed: boolean;
   cgroup: string | null;
   jobId: string | null;
+  sealed: boolean;
   ports(): Promise<Listener[]>;
   emit<E extends keyof ToolCallEvents>(event: E, ...args: ToolCallEvents[E]): boolean;
   once<E extends keyof ToolCallEvents>(event: E, listener: (...args: ToolCallEvents[E]) => void): this;

@@ -59,6 +59,12 @@ export function adviceFor(name: string, probe: Probe, host: Host = 'host'): stri
         ? 'user namespaces are refused here (sysctl, AppArmor `kernel.apparmor_restrict_unprivileged_userns=0`, or a seccomp profile): allow them, or use the cgroup tier'
         : 'needs a new PID namespace: allow unprivileged user namespaces (`user.max_user_namespaces` > 0), or CAP_SYS_ADMIN',
     userns: 'allow unprivileged user namespaces (`user.max_user_namespaces` > 0)',
+    seal:
+      probe.syscall === 'unshare'
+        ? 'sealed calls need cgroup namespaces (CONFIG_CGROUPS with namespaces, Linux >= 4.6)'
+        : probe.syscall === 'mount'
+          ? 'sealed calls mount their own /proc and cgroup2: a /proc with parts masked (a container runtime does this) or a read-only /sys/fs/cgroup mount point refuses it'
+          : 'sealed calls need unprivileged user namespaces (`user.max_user_namespaces` > 0; AppArmor `kernel.apparmor_restrict_unprivileged_userns=0`; a seccomp profile that allows CLONE_NEWUSER)',
     subreaper: 'prctl(PR_SET_CHILD_SUBREAPER) needs Linux >= 3.4',
     userManager:
       'the systemd tier needs a systemd user manager (a login session with pam_systemd, or `loginctl enable-linger <user>`) and systemd-run on PATH; it is only used when the own cgroup is not writable',
@@ -107,6 +113,9 @@ export function renderDoctor(caps: DoctorInput, host: Host = detectHost()): stri
     for (const [tier, why] of Object.entries(caps.rejected)) lines.push(`  not ${tier}: ${why}`);
   }
   if (!('addon' in caps) && caps.limits) lines.push(...limitsLines(caps));
+  if (!('addon' in caps) && caps.seal) {
+    lines.push('', `seal: ${caps.seal.available ? 'available (seal: true runs a call in namespaces of its own)' : `no, ${caps.seal.why ?? 'unavailable'}`}`);
+  }
   return `${lines.join('\n')}\n`;
 }
 

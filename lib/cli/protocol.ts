@@ -54,6 +54,7 @@ export interface SpawnRequestOptions {
   encoding?: 'base64' | 'utf8';
   pty?: boolean | { cols?: number; rows?: number; term?: string };
   limits?: { memoryBytes?: number; pids?: number; cpu?: number };
+  seal?: boolean;
 }
 
 /** What `collect` gathered: the output as text (`encoding: "utf8"`) or base64. */

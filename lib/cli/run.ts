@@ -26,6 +26,9 @@ Options:
                         the library rejects the tiers this host or version lacks)
   --leftovers MODE      when COMMAND exits with descendants alive: kill (default)
                         runs the ladder on them; wait keeps going until they end
+  --seal                run COMMAND sealed in its cgroup leaf: namespaces of its own,
+                        no capability, cannot leave its leaf or see this process
+                        (fails rather than run unsealed where it cannot be had)
   --pty                 run COMMAND on a terminal of its own (a pseudo-terminal),
                         like script(1): on a terminal, keys go to COMMAND raw and
                         its window follows this one; else bytes are piped through
@@ -89,6 +92,7 @@ const runOptions = {
   usage: { type: 'boolean' },
   json: { type: 'boolean' },
   pty: { type: 'boolean' },
+  seal: { type: 'boolean' },
   memory: { type: 'string' },
   pids: { type: 'string' },
   cpu: { type: 'string' },
@@ -180,6 +184,7 @@ export function planRun(argv: string[]): RunPlan | 'help' {
   // Passed through unchecked: which tiers exist is the library's business,
   // and it rejects the ones it does not have with ERR_INVALID_ARG_VALUE.
   if (confinement !== undefined) options.confinement = confinement as SpawnOptions['confinement'];
+  if (flags.seal === true) options.seal = true;
   let ready: ResolvedReady | null = null;
   const readyPort = flagString(flags, 'ready-port');
   const readyTimeout = flagString(flags, 'ready-timeout');

@@ -50,6 +50,8 @@ export interface ResolvedSpawn {
   pty: ResolvedPty | undefined;
   /** What the call's tree may use at most (options.limits), or null. */
   limits: NativeLimits | null;
+  /** A sealed call (options.seal, or the supervisor's default). */
+  seal: boolean;
 }
 
 /** What options.confinement accepts: 'auto' and every tier. */
@@ -62,7 +64,7 @@ const nodeOptions = [
 ];
 const proctreeOptions = [
   'grace', 'leftovers', 'confinement', 'background', 'ready', 'jobBuffer',
-  'maxBuffer', 'keep', 'marker', 'all', 'onOutput', 'idleTimeout', 'pty', 'limits',
+  'maxBuffer', 'keep', 'marker', 'all', 'onOutput', 'idleTimeout', 'pty', 'limits', 'seal',
 ];
 const runOptions = ['input', 'encoding'];
 const knownOptions = new Set([...nodeOptions, ...proctreeOptions, ...runOptions]);
@@ -112,6 +114,7 @@ class OwnOptions {
   idleTimeout: unknown = undefined;
   pty: unknown = undefined;
   limits: unknown = undefined;
+  seal: unknown = undefined;
   input: unknown = undefined;
   encoding: unknown = undefined;
   /** Own keys that are no option, in the caller's order (null: none). */
@@ -200,6 +203,8 @@ export interface SpawnDefaults {
   grace?: number;
   where?: 'spawn' | 'run';
   jobBuffer?: number;
+  /** The supervisor's `seal`: its calls' default. */
+  seal?: boolean;
 }
 
 export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unknown, defaults: SpawnDefaults = {}): ResolvedSpawn {
@@ -291,6 +296,7 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
   const grace = checkMs(opts.grace, 'grace', defaults.grace ?? 2000);
   const pty = resolvePty(opts.pty);
   const limits = resolveLimits(opts.limits);
+  const seal = opts.seal == null ? (defaults.seal ?? false) : checkBoolean(opts.seal, 'options.seal');
   if (own.unknownKeys !== null) warnUnknownKeys(own.unknownKeys, defaults.where ?? 'spawn');
 
   return {
@@ -318,6 +324,7 @@ export function resolveSpawn(fileArg: unknown, argsArg: unknown, optionsArg: unk
     windowsVerbatimArguments,
     pty,
     limits,
+    seal,
   };
 }
 

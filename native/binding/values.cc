@@ -75,6 +75,7 @@ Napi::Object host_probes_object(Napi::Env env, const HostProbes& h) {
   probes.Set("pidns", probe_object(env, h.pidns));
   probes.Set("userns", probe_object(env, h.userns));
   probes.Set("subreaper", probe_object(env, h.subreaper));
+  probes.Set("seal", probe_object(env, h.seal));
   probes.Set("helper", probe_object(env, h.helper));
   probes.Set("userManager", probe_object(env, h.user_manager));
   out.Set("probes", probes);

@@ -1,6 +1,6 @@
 // proctree-helper: the small executable that ships next to the addon: the
 // guardian (see helper/guardian.h), the per-call shims of the pidns and
-// subreaper tiers (see helper/shim.cc), and the systemd tier's broker (see
+// subreaper tiers and of sealed calls (see helper/shim.cc), and the systemd tier's broker (see
 // helper/broker.h).
 #include <cstdio>
 #include <cstring>
@@ -22,8 +22,10 @@ int main(int argc, char** argv) {
   if (argc == 4 && strcmp(argv[1], "guardian") == 0) {
     return proctree::guardian_main(argv[2], argv[3]);
   }
-  if (argc >= 2 && (strcmp(argv[1], "init") == 0 || strcmp(argv[1], "subreaper") == 0)) {
-    return proctree::shim_main(strcmp(argv[1], "init") == 0, argc - 2, argv + 2);
+  if (argc >= 2 && (strcmp(argv[1], "init") == 0 || strcmp(argv[1], "seal") == 0 ||
+                    strcmp(argv[1], "subreaper") == 0)) {
+    const bool sealed = strcmp(argv[1], "seal") == 0;
+    return proctree::shim_main(sealed || strcmp(argv[1], "init") == 0, sealed, argc - 2, argv + 2);
   }
   if (argc >= 2 && strcmp(argv[1], "broker") == 0) {
     return proctree::broker_main(argc - 2, argv + 2);
@@ -31,7 +33,7 @@ int main(int argc, char** argv) {
   fprintf(stderr,
           "usage: proctree-helper --version\n"
           "       proctree-helper guardian <cgroup-dir> <subtree-prefix>\n"
-          "       proctree-helper init|subreaper <control-fd> <tty> <n> <candidate>... -- <argv>...\n"
+          "       proctree-helper init|seal|subreaper <control-fd> <tty> <n> <candidate>... -- <argv>...\n"
           "       proctree-helper broker <harness-pid> <harness-start-time>  (socket at fd 3)\n");
   return 2;
 }

@@ -1,6 +1,7 @@
-// The per-call shim of the pidns and subreaper tiers: `proctree-helper init`
-// runs as PID 1 of a new PID namespace, `proctree-helper subreaper` as a
-// PR_SET_CHILD_SUBREAPER process. Either way it starts the command in a new
+// The per-call shim of the pidns and subreaper tiers and of sealed calls:
+// `proctree-helper init` runs as PID 1 of a new PID namespace, `proctree-helper
+// seal` too, in a sealed call's leaf and namespaces (helper/seal.h), and
+// `proctree-helper subreaper` as a PR_SET_CHILD_SUBREAPER process. Either way it starts the command in a new
 // session, reaps every process of the tree (all orphans are reparented to
 // it), reports the command's exit on the control socket, and exits once it
 // has no child left (wait: ECHILD), which the harness sees on its pidfd as
@@ -24,6 +25,7 @@
 #include <cstring>
 #include <vector>
 
+#include "helper/seal.h"
 #include "helper/shim_protocol.h"
 #include "kernel/exec_candidates.h"
 #include "kernel/members.h"
@@ -45,11 +47,12 @@ void send_message(int32_t kind, int32_t a, int32_t b) {
 }
 
 // The pid of our one child as the harness's /proc numbers it: inside a new
-// PID namespace fork() returns the inner pid, but /proc is still the
-// harness's mount, where /proc/thread-self is us in its numbering.
-pid_t outer_pid_of_child(pid_t inner) {
+// PID namespace fork() returns the inner pid, but `proc` (the harness's
+// /proc: the path itself, or for a sealed call the mount it covered) numbers
+// /proc/thread-self as the harness does.
+pid_t outer_pid_of_child(int proc, pid_t inner) {
   char buf[64];
-  int fd = open("/proc/thread-self/children", O_RDONLY | O_CLOEXEC);
+  int fd = openat(proc, proc == AT_FDCWD ? "/proc/thread-self/children" : "thread-self/children", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return inner;
   ssize_t n = read(fd, buf, sizeof buf - 1);
   close(fd);
@@ -83,8 +86,9 @@ void kill_tree() {
 const int kIgnored[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2, SIGTSTP, SIGTTIN, SIGTTOU};
 
 // In the forked child: the command, in a session of its own (with the
-// terminal on fd 0 as its controlling terminal when `tty`).
-[[noreturn]] void exec_command(char** candidates, char** argv, bool tty, int report) {
+// terminal on fd 0 as its controlling terminal when `tty`); sealed, without
+// a capability left.
+[[noreturn]] void exec_command(char** candidates, char** argv, bool tty, bool sealed, int report) {
   // Ignored signals stay ignored across exec: give the command defaults.
   for (int sig : kIgnored) signal(sig, SIG_DFL);
   sigset_t none;
@@ -96,6 +100,9 @@ const int kIgnored[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGU
   } else if (tty && ioctl(0, TIOCSCTTY, 0) < 0) {
     fail[0] = shim::kStageCtty;
     fail[1] = errno;
+  } else if (int err = sealed ? seal::drop_capabilities() : 0) {
+    fail[0] = shim::kStageCapset;
+    fail[1] = err;
   } else {
     std::vector<char*> sh_argv = {const_cast<char*>("/bin/sh"), nullptr};
     for (char** a = argv + 1; *a; ++a) sh_argv.push_back(*a);
@@ -109,7 +116,7 @@ const int kIgnored[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGU
 
 }  // namespace
 
-int shim_main(bool as_init, int argc, char** argv) {
+int shim_main(bool as_init, bool sealed, int argc, char** argv) {
   // argv: <control-fd> <tty:0|1> <n> <candidate>... -- <arg0> <args>...
   if (argc < 5) return 2;
   g_control = atoi(argv[0]);
@@ -137,6 +144,16 @@ int shim_main(bool as_init, int argc, char** argv) {
   sigprocmask(SIG_BLOCK, &chld, nullptr);
   int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
 
+  // Sealed: the rest of the seal, before anything of the command exists.
+  int host_proc = AT_FDCWD;
+  if (sealed) {
+    const char* step = "mount";
+    if (int err = seal::prepare(&host_proc, &step)) {
+      send_message(shim::kExecFailed, err, shim::stage_of(step));
+      return 1;
+    }
+  }
+
   int report[2];
   if (pipe2(report, O_CLOEXEC) != 0) {
     send_message(shim::kExecFailed, errno, shim::kStageFork);
@@ -149,7 +166,8 @@ int shim_main(bool as_init, int argc, char** argv) {
   }
   if (child == 0) {
     close(report[0]);
-    exec_command(candidates, cmd_argv, tty, report[1]);
+    if (host_proc >= 0) close(host_proc);
+    exec_command(candidates, cmd_argv, tty, sealed, report[1]);
   }
   close(report[1]);
   int32_t fail[2];
@@ -163,7 +181,8 @@ int shim_main(bool as_init, int argc, char** argv) {
     send_message(shim::kExecFailed, fail[1], fail[0]);
     return 0;
   }
-  send_message(shim::kExecOk, as_init ? outer_pid_of_child(child) : child, 0);
+  send_message(shim::kExecOk, as_init ? outer_pid_of_child(host_proc, child) : child, 0);
+  if (host_proc >= 0) close(host_proc);
 
   bool harness_gone = false;
   for (;;) {

@@ -2,8 +2,9 @@
 
 namespace proctree {
 
-// `proctree-helper init|subreaper <control-fd> <tty> <n> <candidate>... --
-// <argv>...`. See shim.cc.
-int shim_main(bool as_init, int argc, char** argv);
+// `proctree-helper init|seal|subreaper <control-fd> <tty> <n> <candidate>...
+// -- <argv>...`. See shim.cc. `sealed` (seal): an init that seals its
+// namespaces first (helper/seal.h).
+int shim_main(bool as_init, bool sealed, int argc, char** argv);
 
 }  // namespace proctree

@@ -25,6 +25,12 @@ enum Stage : int32_t {
   kStageSetsid = 2,
   kStageExecve = 3,
   kStageCtty = 4,
+  // A sealed call's (helper/seal.h): the namespaces could not be sealed,
+  // or the command's capabilities dropped. Nothing of the command ran.
+  kStageUnshare = 5,
+  kStageMount = 6,
+  kStageOpen = 7,
+  kStageCapset = 8,
 };
 
 struct Message {
@@ -39,8 +45,18 @@ inline const char* stage_syscall(int32_t stage) {
     case kStageFork: return "fork";
     case kStageSetsid: return "setsid";
     case kStageCtty: return "ioctl";
+    case kStageUnshare: return "unshare";
+    case kStageMount: return "mount";
+    case kStageOpen: return "open";
+    case kStageCapset: return "capset";
     default: return "execve";
   }
+}
+
+inline int32_t stage_of(const char* syscall) {
+  if (__builtin_strcmp(syscall, "unshare") == 0) return kStageUnshare;
+  if (__builtin_strcmp(syscall, "open") == 0) return kStageOpen;
+  return kStageMount;
 }
 
 }  // namespace proctree::shim

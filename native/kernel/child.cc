@@ -48,6 +48,7 @@ const char* child_stage_syscall(int stage) {
     case kStageSetuid: return "setuid";
     case kStageUserns: return "uid_map";
     case kStagePdeathsig: return "prctl";
+    case kStageCaps: return "capset";
     default: return "execve";
   }
 }
@@ -86,6 +87,29 @@ PROCTREE_CHILD_ENTRY int child_main(void* arg) {
     if (r < 0) child_fail(a, kStageUserns, r);
     r = raw::write_file("/proc/self/gid_map", a->gid_map, a->gid_map_len);
     if (r < 0) child_fail(a, kStageUserns, r);
+  }
+
+  // What the namespace's creator holds (every capability in it) would be
+  // lost at the exec of a uid other than 0: the ones asked for stay, as
+  // ambient capabilities (each inheritable first, as the kernel requires).
+  if (a->ambient_caps) {
+    struct {
+      uint32_t version;
+      int pid;
+    } header = {0x20080522 /* _LINUX_CAPABILITY_VERSION_3 */, 0};
+    struct {
+      uint32_t effective, permitted, inheritable;
+    } data[2];
+    r = raw::syscall2(__NR_capget, reinterpret_cast<long>(&header), reinterpret_cast<long>(data));
+    if (r < 0) child_fail(a, kStageCaps, r);
+    data[0].inheritable |= a->ambient_caps;
+    r = raw::syscall2(__NR_capset, reinterpret_cast<long>(&header), reinterpret_cast<long>(data));
+    if (r < 0) child_fail(a, kStageCaps, r);
+    for (long cap = 0; cap < 32; ++cap) {
+      if (!(a->ambient_caps & (1U << cap))) continue;
+      r = raw::syscall5(__NR_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0);
+      if (r < 0) child_fail(a, kStageCaps, r);
+    }
   }
 
   // The clone() fallback: join the call's cgroup before any of the command's

@@ -35,6 +35,7 @@ enum ChildStage : int {
   kStageExecve,
   kStageUserns,
   kStagePdeathsig,
+  kStageCaps,
 };
 const char* child_stage_syscall(int stage);
 
@@ -71,6 +72,10 @@ struct ChildArgs {
   long uid_map_len;
   const char* gid_map;
   long gid_map_len;
+  // In a new user namespace: capabilities (bits, all below 32) kept across
+  // the exec as ambient ones (a sealed call's shim, which is not uid 0 in
+  // its namespace when the harness is not root); 0 otherwise.
+  unsigned ambient_caps;
   const void* default_action;  // a zeroed kernel sigaction: SIG_DFL
   // close_range(CLOSE_RANGE_CLOEXEC) needs Linux 5.11; without it the parent
   // lists the open descriptors and the child marks each close-on-exec.

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -33,6 +34,9 @@ struct ChildTask {
   // that changed its uid is not dumpable, and that write fails).
   const char* uid_map = nullptr;
   long uid_map_len = 0;
+  // The seal's steps (helper/seal.cc), in the new namespaces: *seal_step
+  // says which one failed (1 unshare, 2 mount /, 3 mount proc, 4 mount cgroup2).
+  int* seal_step = nullptr;
 };
 
 // The throwaway child: raw syscalls only (it shares our memory), then exit
@@ -43,6 +47,25 @@ __attribute__((no_sanitize("address", "undefined"))) int probe_child(void* arg) 
   if (t->procs_fd >= 0) r = raw::syscall3(__NR_write, t->procs_fd, reinterpret_cast<long>("0"), 1);
   if (r >= 0 && t->uid_map) r = raw::write_file("/proc/self/uid_map", t->uid_map, t->uid_map_len);
   if (r >= 0 && t->subreaper) r = raw::syscall2(__NR_prctl, PR_SET_CHILD_SUBREAPER, 1);
+  if (r >= 0 && t->seal_step) {
+    *t->seal_step = 1;
+    r = raw::syscall1(__NR_unshare, CLONE_NEWCGROUP);
+    if (r >= 0) {
+      *t->seal_step = 2;
+      r = raw::syscall5(__NR_mount, 0, reinterpret_cast<long>("/"), 0, MS_REC | MS_PRIVATE, 0);
+    }
+    if (r >= 0) {
+      *t->seal_step = 3;
+      r = raw::syscall5(__NR_mount, reinterpret_cast<long>("proc"), reinterpret_cast<long>("/proc"),
+                        reinterpret_cast<long>("proc"), MS_NOSUID | MS_NODEV | MS_NOEXEC, 0);
+    }
+    if (r >= 0) {
+      *t->seal_step = 4;
+      r = raw::syscall5(__NR_mount, reinterpret_cast<long>("cgroup2"), reinterpret_cast<long>("/sys/fs/cgroup"),
+                        reinterpret_cast<long>("cgroup2"), MS_NOSUID | MS_NODEV | MS_NOEXEC, 0);
+    }
+    if (r >= 0) *t->seal_step = 0;
+  }
   for (;;) raw::syscall1(__NR_exit, r < 0 ? -r : 0);
 }
 
@@ -222,6 +245,19 @@ HostProbes probe_host(const std::string& helper, ChildStack& stack) {
           : "CLONE_NEWUSER|CLONE_NEWPID";
   set(&h.userns, uns, how, uns_how);
   set(&h.pidns, ns == 0 ? 0 : uns, how, ns == 0 ? "CLONE_NEWPID" : uns_how);
+
+  // A sealed call's namespaces, tried as its shim makes them (helper/seal.cc),
+  // in a throwaway child whose mounts die with it.
+  int seal_step = 0;
+  ChildTask sealed{false, -1, uid_map.c_str(), static_cast<long>(uid_map.size()), &seal_step};
+  int sl = run_child(stack, CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS, -1, sealed);
+  static const char* const kSealSteps[] = {"CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNS", "unshare(CLONE_NEWCGROUP)",
+                                           "mount(MS_REC|MS_PRIVATE, /)", "mount(proc, /proc)",
+                                           "mount(cgroup2, /sys/fs/cgroup)"};
+  const int step = sl == 0 ? 0 : seal_step;
+  set(&h.seal, sl, step == 1 ? "unshare" : step >= 2 ? "mount" : how,
+      sl == 0 ? "user, PID, mount and cgroup namespaces, /proc and /sys/fs/cgroup of their own"
+              : kSealSteps[step >= 0 && step <= 4 ? step : 0]);
 
   int sr = run_child(stack, 0, -1, ChildTask{true, -1});
   set(&h.subreaper, sr, "prctl", "PR_SET_CHILD_SUBREAPER");

@@ -33,6 +33,7 @@ struct HostProbes {
   Probe pidns;              // a new PID namespace (directly, or inside a user namespace)
   Probe userns;             // CLONE_NEWUSER | CLONE_NEWPID
   Probe subreaper;          // PR_SET_CHILD_SUBREAPER, in a throwaway child
+  Probe seal;               // a sealed call's namespaces and mounts (user, PID, mount, cgroup; /proc, cgroup2)
   Probe helper;             // proctree-helper next to the addon answers --version
   Probe user_manager;       // a systemd user manager to ask for a delegated scope (the systemd tier)
 };

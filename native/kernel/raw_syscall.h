@@ -46,6 +46,9 @@ __attribute__((always_inline)) inline long syscall3(long n, long a, long b, long
 __attribute__((always_inline)) inline long syscall4(long n, long a, long b, long c, long d) {
   return syscall6(n, a, b, c, d, 0, 0);
 }
+__attribute__((always_inline)) inline long syscall5(long n, long a, long b, long c, long d, long e) {
+  return syscall6(n, a, b, c, d, e, 0);
+}
 
 // open + write + close of a small file (/proc/self/uid_map); 0 or -errno.
 __attribute__((always_inline)) inline long write_file(const char* path, const char* text, long len) {

@@ -166,6 +166,7 @@ void prepare_child(const SpawnRequest& req, ChildPrep* p) {
     args.uid_map_len = static_cast<long>(p->uid_map.size());
     args.gid_map = p->gid_map.c_str();
     args.gid_map_len = static_cast<long>(p->gid_map.size());
+    args.ambient_caps = req.ambient_caps;
   }
   args.close_range_works = close_range_cloexec_works();
   if (!args.close_range_works) {

@@ -61,6 +61,9 @@ struct SpawnRequest {
   // Extra clone flags: CLONE_NEWPID, optionally with CLONE_NEWUSER (then the
   // child maps its own uid and gid 1:1 before it execs).
   uint64_t ns_flags = 0;
+  // With CLONE_NEWUSER: capabilities (bits below 32) the child keeps across
+  // its exec as ambient ones (kernel/child.h).
+  unsigned ambient_caps = 0;
 };
 
 struct SpawnResult {

@@ -1,5 +1,7 @@
 #include "ladder/cgroup_confinement.h"
 
+#include <algorithm>
+
 #include "kernel/procfs.h"
 
 #include <fcntl.h>
@@ -16,7 +18,11 @@ SysError CgroupConfinement::members(std::vector<pid_t>* out) const {
     out->clear();
     return SysError::none();
   }
-  return leaf_.read_procs(out);
+  SysError e = leaf_.read_procs(out);
+  // A sealed call's shim is the leaf's, not the tree's: never signalled
+  // (cgroup.kill takes it with the rest), never a leftover.
+  if (!e && init_ > 0) out->erase(std::remove(out->begin(), out->end(), init_), out->end());
+  return e;
 }
 
 SysError CgroupConfinement::confirm(std::vector<Held>* held) const {

@@ -61,6 +61,8 @@ class CgroupConfinement : public Confinement {
   const CpuCounters& base() const { return base_; }
 
   const CgroupDir& leaf() const { return leaf_; }
+  // A sealed call: its shim (the namespaces' init, in the leaf) is no member.
+  void set_init(pid_t pid) { init_ = pid; }
   // Once empty, the leaf goes to `pool` instead of rmdir, if nothing
   // retired it; `base`: its counters when this call began.
   void reuse_into(LeafPool* pool, const CpuCounters& base) {
@@ -80,6 +82,7 @@ class CgroupConfinement : public Confinement {
   mutable CpuCounters counters_;  // at the last read_usage()
   mutable bool counted_ = false;  // counters_ were read
   bool retired_ = false;
+  pid_t init_ = -1;
 
   SlowWrites* writes_;
   mutable int has_freeze_ = -1;  // unknown until asked

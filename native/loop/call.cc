@@ -36,6 +36,7 @@ Call::Call(Environment* env, uint64_t id, SpawnResult main, std::unique_ptr<Conf
       control_(std::move(control)),
       timer_(env->timers(), [this] { on_timer(); }) {
   starting_ = control_.valid();
+  shim_ = control_.valid();
   if (!starting_) command_ = main_.pid;
 }
 

@@ -169,7 +169,9 @@ class Call : public LadderHost {
   void resume_pass();
 
  private:
-  bool shim() const { return tier() == Tier::kPidns || tier() == Tier::kSubreaper; }
+  // A shim runs the tree: the pidns and subreaper tiers, and sealed calls
+  // (the cgroup tier's, whose shim is the namespaces' init in the leaf).
+  bool shim() const { return shim_; }
   void drain_control();
   void post_exit(ExitStatus st);
   void post_report();
@@ -216,6 +218,7 @@ class Call : public LadderHost {
   bool polling_ = false;       // a tier without emptiness events is being watched
   bool main_polled_ = false;   // the reactor could not take the main pidfd
   bool brokered_ = false;      // the systemd tier: the broker is the main's parent
+  bool shim_ = false;          // main_ is a shim that reports on control_ (shim())
   // A ladder asked for before the broker said where the tree is.
   bool pending_terminate_ = false;
   int pending_grace_ = 0;

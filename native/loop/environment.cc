@@ -188,8 +188,11 @@ void Environment::update_keep_alive() {
 SysError Environment::spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
   if (closing_) return SysError::of(ECANCELED, "spawn");
   if (SysError e = ensure_open()) return e;
+  // Never unsealed: only the cgroup tier can seal (the facade says so first).
+  if (opts.seal && opts.tier != Tier::kCgroup) return SysError::of(ENOTSUP, "seal");
   switch (opts.tier) {
     case Tier::kCgroup:
+      if (opts.seal) return spawn_sealed(opts, std::move(req), out);
       return spawn_cgroup(opts, std::move(req), out);
     case Tier::kPgroup: {
       req.new_session = true;

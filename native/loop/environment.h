@@ -92,6 +92,9 @@ struct SpawnOptions {
   std::string group;   // the subtree's directory name (cgroup tier)
   std::string helper;  // the proctree-helper executable (shims, guardian)
   LeafLimits limits;   // the cgroup tier only (kernel/limits.h)
+  // A sealed call (the cgroup tier only; loop/environment_seal.cc): the shim
+  // in the leaf, as init of new user, PID, mount and cgroup namespaces.
+  bool seal = false;
 };
 
 class Environment {
@@ -189,6 +192,7 @@ class Environment {
   SysError start_command(uint64_t id, SpawnRequest* req, SpawnResult* proc, Ref<SpawnJob>* exec, bool here);
   SysError spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
+  SysError spawn_sealed(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_brokered(const SpawnOptions& opts, const SpawnRequest& req, SpawnedCall* out);
   SysError ensure_broker(const std::string& helper);
   void broker_gone(const SysError& e);

@@ -97,6 +97,7 @@ class ProcTree:
         uid: Optional[int] = None,
         gid: Optional[int] = None,
         limits: Optional[Limits] = None,
+        seal: bool = False,
     ) -> Call:
         """Starts ``args`` (a list, or a string with ``shell=True``) in its own confinement.
 
@@ -122,6 +123,11 @@ class ProcTree:
         cannot enforce one, nothing runs and ``ProcTreeError`` says why
         (``ERR_PROCTREE_LIMITS_UNAVAILABLE``). ``call.pause()`` and
         ``call.resume()`` freeze and thaw the whole tree.
+
+        ``seal=True`` runs the call sealed in its cgroup leaf (namespaces of
+        its own, no capability: it cannot leave its leaf or see the server and
+        its other calls); where the server cannot seal, nothing runs and
+        ``ProcTreeError`` says why (``ERR_PROCTREE_SEAL_UNAVAILABLE``).
         """
         if pty and not capture:
             raise ValueError("a terminal's output cannot be discarded: capture=False needs pty=False")
@@ -143,7 +149,7 @@ class ProcTree:
         options = _spawn_options(
             stdin=stdin, capture=capture, pty=pty, timeout=timeout, grace=grace, cwd=cwd, env=env, shell=shell,
             kill_signal=kill_signal, leftovers=leftovers, background=background, ready=ready, idle_timeout=idle_timeout,
-            job_buffer=job_buffer, confinement=confinement, argv0=argv0, uid=uid, gid=gid, limits=limits,
+            job_buffer=job_buffer, confinement=confinement, argv0=argv0, uid=uid, gid=gid, limits=limits, seal=seal,
         )
         call._wait_ready = ready is not None
         await self._start_call(call, options)
@@ -178,6 +184,7 @@ class ProcTree:
         uid: Optional[int] = ...,
         gid: Optional[int] = ...,
         limits: Optional[Limits] = ...,
+        seal: bool = ...,
     ) -> Result[bytes]: ...
 
     @overload
@@ -209,6 +216,7 @@ class ProcTree:
         uid: Optional[int] = ...,
         gid: Optional[int] = ...,
         limits: Optional[Limits] = ...,
+        seal: bool = ...,
     ) -> Result[str]: ...
 
     async def run(
@@ -239,6 +247,7 @@ class ProcTree:
         uid: Optional[int] = None,
         gid: Optional[int] = None,
         limits: Optional[Limits] = None,
+        seal: bool = False,
     ) -> Union[Result[bytes], Result[str]]:
         """Runs ``args`` until its whole tree is gone; never raises for an exit status.
 
@@ -278,7 +287,7 @@ class ProcTree:
             stdin=input is not None, capture=capture, pty=pty, timeout=timeout, grace=grace, cwd=cwd, env=env,
             shell=shell, kill_signal=kill_signal, leftovers=leftovers, background=background, ready=ready,
             idle_timeout=idle_timeout, job_buffer=job_buffer, confinement=confinement, argv0=argv0, uid=uid, gid=gid,
-            limits=limits,
+            limits=limits, seal=seal,
         )
         # The server keeps what run() returns: no output travels but that.
         options.update(collect=True, encoding="utf8" if text else "base64")
@@ -437,6 +446,7 @@ def _spawn_options(
     uid: Optional[int],
     gid: Optional[int],
     limits: Optional[Limits] = None,
+    seal: bool = False,
 ) -> Json:
     """spawn's keyword arguments as the protocol's ``spawnOptions``."""
     options: Json = {}
@@ -471,6 +481,8 @@ def _spawn_options(
         options["shell"] = shell
     if limits:
         options["limits"] = _limits(limits)
+    if seal:
+        options["seal"] = True
     return options
 
 

@@ -410,6 +410,7 @@ class ProcTree:
         uid: Optional[int] = None,
         gid: Optional[int] = None,
         limits: Optional[Limits] = None,
+        seal: bool = False,
     ) -> Call:
         """Starts ``args`` in its own confinement; see ``proctree.ProcTree.spawn``."""
         core = self._loop.run(
@@ -417,7 +418,7 @@ class ProcTree:
                 args, stdin=stdin, merge=merge, capture=capture, limit=limit, timeout=timeout, grace=grace,
                 cwd=cwd, env=env, shell=shell, kill_signal=kill_signal, leftovers=leftovers,
                 background=background, ready=ready, idle_timeout=idle_timeout, job_buffer=job_buffer, pty=pty,
-                confinement=confinement, argv0=argv0, uid=uid, gid=gid, limits=limits,
+                confinement=confinement, argv0=argv0, uid=uid, gid=gid, limits=limits, seal=seal,
             )
         )
         return Call(self._loop, core)
@@ -451,6 +452,7 @@ class ProcTree:
         uid: Optional[int] = ...,
         gid: Optional[int] = ...,
         limits: Optional[Limits] = ...,
+        seal: bool = ...,
     ) -> Result[bytes]: ...
 
     @overload
@@ -482,6 +484,7 @@ class ProcTree:
         uid: Optional[int] = ...,
         gid: Optional[int] = ...,
         limits: Optional[Limits] = ...,
+        seal: bool = ...,
     ) -> Result[str]: ...
 
     def run(self, args: Union[Sequence[str], str], **options: Any) -> Union[Result[bytes], Result[str]]:

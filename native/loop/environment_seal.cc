@@ -1,0 +1,101 @@
+// A sealed call (`seal: true`, the cgroup tier only): the call's leaf as
+// the cgroup tier makes it, and in it, born there by CLONE_INTO_CGROUP, the
+// shim (`proctree-helper seal`, helper/shim.cc) as init of new user, PID and
+// mount namespaces. The shim roots a cgroup namespace at the leaf, covers
+// /proc and /sys/fs/cgroup with its own, hides the service managers'
+// sockets, and forks the command, which holds no capability when it execs
+// (helper/seal.h). From outside it is a cgroup-tier call: the ladder
+// freezes, signals and cgroup.kills the leaf, cgroup.events proves it
+// empty; the shim reports the command's start and exit as it does for the
+// pidns tier, and is itself no member of the tree (CgroupConfinement's init).
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ladder/cgroup_confinement.h"
+#include "loop/environment.h"
+
+namespace proctree {
+
+SysError Environment::spawn_sealed(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return SysError::from_errno("socketpair");
+  Fd ours(sv[0]), theirs(sv[1]);
+  // As for the pidns tier (spawn_shim): the shim's end after the command's fds.
+  const int control = static_cast<int>(req.fds.size());
+  if (theirs.get() <= control) {
+    theirs.reset(fcntl(theirs.get(), F_DUPFD_CLOEXEC, control + 1));
+    if (!theirs) return SysError::from_errno("fcntl");
+  }
+  req.fds.push_back(theirs.get());
+  std::vector<std::string> argv = {opts.helper, "seal", std::to_string(control), req.controlling_tty ? "1" : "0",
+                                   std::to_string(req.candidates.size())};
+  argv.insert(argv.end(), req.candidates.begin(), req.candidates.end());
+  argv.push_back("--");
+  argv.insert(argv.end(), req.argv.begin(), req.argv.end());
+  req.argv = std::move(argv);
+  req.candidates = {opts.helper};
+  req.shell_fallback = false;
+  req.controlling_tty = false;
+  req.new_session = true;
+  req.pdeathsig = SIGKILL;
+  // Always a user namespace, root included: it owns the mount and cgroup
+  // namespaces, and maps the harness's uid and gid to themselves (0 to 0 as
+  // root), so files keep their owner. The cgroup namespace is the shim's own
+  // unshare, once it is in the leaf.
+  req.ns_flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS;
+  // A harness that is not root is not uid 0 in that namespace either: its
+  // shim would lose every capability at its exec. It keeps the two it seals
+  // with (mounts and the cgroup namespace; the bounding set it empties for
+  // the command), and the command drops them.
+  req.ambient_caps = (1U << CAP_SYS_ADMIN) | (1U << CAP_SETPCAP);
+  if (req.inherit_env) snapshot_environ(&req);
+
+  uint64_t id = next_call_id();
+  CgroupDir leaf;
+  CpuCounters base;
+  SpawnResult proc;
+  SysError e;
+  for (int round = 0; round < 2; ++round) {
+    bool kept = false;
+    e = subtrees_.make_leaf(opts.group, id, opts.limits, opts.helper, stack_, &leaf, &base, &kept,
+                            &out->guardian_error);
+    if (e) break;
+    req.cgroup_dir = leaf.dir_fd();
+    e = spawn_process(req, stack_, &proc);
+    const bool missed_leaf = e && (e.syscall == std::string("clone3") || e.syscall == std::string("clone") ||
+                                   e.path == "cgroup.procs");
+    if (!kept || !missed_leaf) break;
+    // A kept leaf someone removed: a new one (as spawn_cgroup does).
+    leaf.remove();
+    subtrees_.drop_kept(opts.group);
+  }
+  if (e) {
+    if (e.path == "cgroup.procs" && leaf.valid()) e.path = leaf.path() + "/cgroup.procs";
+    // The helper itself could not start: say so, not "spawn <file> ENOENT".
+    if (std::string(e.syscall) == "execve") e = SysError::of(e.err, "proctree-helper", opts.helper);
+    leaf.remove();
+    if (calls_.empty()) subtrees_.idle();
+    return e;
+  }
+  theirs.reset();
+  out->id = id;
+  out->pid = -1;  // reported by the shim: a kStarted event follows
+  out->shim = proc.pid;
+  out->cgroup = leaf.path();
+  out->method = proc.method;
+  leaf.close();
+  auto confinement = std::make_unique<CgroupConfinement>(std::move(leaf), Tier::kCgroup, &writes_);
+  confinement->reuse_into(&subtrees_, base);
+  confinement->set_init(proc.pid);
+  return adopt(new Call(this, id, std::move(proc), std::move(confinement), std::move(ours)), out);
+}
+
+}  // namespace proctree
