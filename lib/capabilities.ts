@@ -116,6 +116,14 @@ function sealFor(probes: Probes): SealCapability {
     const p = probes[name];
     if (p.ok) continue;
     const what = [p.errno, p.syscall, p.detail].filter(Boolean).join(' ');
+    if (name === 'seal' && p.detail?.startsWith('CLONE_NEWUSER')) {
+      return {
+        available: false,
+        why:
+          `new user namespaces are refused here (${what}): a seccomp profile (a container engine's default), ` +
+          "AppArmor's restriction of unprivileged user namespaces, or user.max_user_namespaces=0",
+      };
+    }
     return { available: false, why: `${name === 'seal' ? 'the namespaces' : 'the helper'}: ${what || 'failed'}` };
   }
   return { available: true };

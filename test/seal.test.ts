@@ -486,6 +486,29 @@ describe.skipIf(process.getuid?.() !== 0)('a harness where a user namespace cann
   });
 });
 
+// A harness under the seccomp profile of a container engine that refuses new
+// user namespaces (test/fixtures/seccomp-no-userns.c: CLONE_NEWUSER in clone
+// and unshare is EPERM, clone3 is ENOSYS), as Docker's default does.
+describe.skipIf(!available || spawnSync('cc', ['--version']).status !== 0)('a harness whose seccomp filter refuses user namespaces', () => {
+  it('says so in capabilities().seal, refuses sealed calls (ERR_PROCTREE_SEAL_UNAVAILABLE), and nothing runs', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-seal-'));
+    dirs.push(dir);
+    const filter = path.join(dir, 'seccomp-no-userns');
+    const cc = spawnSync('cc', ['-O2', '-o', filter, path.join(__dirname, 'fixtures', 'seccomp-no-userns.c')], { encoding: 'utf8' });
+    expect(cc.status, cc.stderr).toBe(0);
+    const marker = path.join(dir, 'ran');
+    const r = spawnSync(filter, [process.execPath, '-e', harnessScript, marker], { encoding: 'utf8', timeout: 60000 });
+    expect(r.status, r.stderr).toBe(0);
+    const out = JSON.parse(r.stdout) as { seal: { available: boolean; why?: string }; code: string | null; message: string | null; plain: string };
+    expect(out.seal.available).toBe(false);
+    expect(out.seal.why).toMatch(/user namespace/i);
+    expect(out.code).toBe('ERR_PROCTREE_SEAL_UNAVAILABLE');
+    expect(out.message).toMatch(/not run/);
+    expect(fs.existsSync(marker)).toBe(false);
+    expect(out.plain).toBe('plain-ran');
+  });
+});
+
 // A harness that is not root: nobody, in a cgroup of its own that the test
 // made and handed over (chowned: a delegated subtree, as a systemd user
 // session's). Unsealed, its calls run as nobody too and could write their
@@ -563,6 +586,8 @@ describe.skipIf(!available || process.getuid?.() !== 0)('sealed calls of a non-r
       await waitUntil(() => lines.length >= 2 || child.exitCode !== null, 20000);
       const { report } = JSON.parse(lines[1]) as { report: { leftovers: unknown[]; verified: string } };
       expect(report).toMatchObject({ leftovers: [], verified: 'cgroup.events' });
+      // The harness's own argv holds the token too: it is gone once it exited.
+      await waitUntil(() => child.exitCode !== null, 20000);
       expect(liveWith(t)).toEqual([]);
     } finally {
       if (child.exitCode === null) child.kill('SIGKILL');
