@@ -93,9 +93,9 @@
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-fno-exceptions", "-fstack-protector-strong", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
       "conditions": [
-        ["'<!(echo $PROCTREE_WERROR)'=='1'", { "cflags_cc": ["-Werror"] }],
-        ["'<!(echo $PROCTREE_STATIC_HELPER)'=='1'", { "ldflags": ["-static"] }]
-      ]
+        ["'<!(echo $PROCTREE_WERROR)'=='1'", { "cflags_cc": ["-Werror"] }]
+      ],
+      "ldflags": ["<!@(sh native/helper/link-static.sh)"]
     }
   ]
 }
