@@ -48,6 +48,8 @@ const FULL = {
   cpuPerCall: { calls: 1000, reps: 5, straceCalls: 200, profileCalls: 1000 },
   // Issue 28: ports() on a tree of 100 with 10 listeners; ready polling's cost.
   ports: { processes: 100, listeners: 10, queries: 200, readyWaitMs: 5000 },
+  // Issue 26: sealed spawn → exit and CPU per call beside unsealed and the C floors.
+  seal: { samples: 200, warmup: 10, floorSamples: 200 },
 };
 
 const QUICK = {
@@ -66,6 +68,7 @@ const QUICK = {
   ptyLatency: { samples: 30, warmup: 5 },
   cpuPerCall: { calls: 200, reps: 3, straceCalls: 100, profileCalls: 0 },
   ports: { ...FULL.ports, queries: 50, readyWaitMs: 2000 },
+  seal: { samples: 40, warmup: 5, floorSamples: 40 },
 };
 
 // Each section: a module with run(job, ctx) (in a worker) and report(results,
@@ -91,6 +94,8 @@ const SECTIONS = [
   },
   // Issue 28: "a ports() call … a few milliseconds at most"; ready polling no busy loop.
   { name: 'ports', module: 'ports.mjs', jobs: (c) => [c] },
+  // Issue 26: what sealing costs, against what the kernel's namespaces cost.
+  { name: 'seal', module: 'seal.mjs', jobs: (c) => [c] },
 ];
 
 // ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 // The bench's C programs (the clone3 floor, the process-tree maker, the
-// cgroup.kill floor) are compiled with the system's C compiler at bench time
-// into bench/.build/.
+// cgroup.kill floor, the sealed floor) are compiled with the system's C
+// compiler at bench time into bench/.build/.
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -10,7 +10,7 @@ export function buildHelpers(benchDir) {
   fs.mkdirSync(out, { recursive: true });
   const cc = process.env.CC || 'cc';
   const bin = {};
-  for (const name of ['floor', 'tree', 'cgkill']) {
+  for (const name of ['floor', 'tree', 'cgkill', 'sealfloor']) {
     const src = path.join(benchDir, 'c', `${name}.c`);
     const exe = path.join(out, name);
     const fresh = fs.existsSync(exe) && fs.statSync(exe).mtimeMs >= fs.statSync(src).mtimeMs;

@@ -8,7 +8,7 @@ import { renderSvg } from './plot.mjs';
 const README_START = '<!-- bench:results:start (written by npm run bench; edit above or below) -->';
 const README_END = '<!-- bench:results:end -->';
 
-const SECTION_ORDER = ['completeness', 'spawnLatency', 'cleanupLatency', 'throughput', 'memory', 'shutdown', 'ptyLatency', 'cpuPerCall', 'ports'];
+const SECTION_ORDER = ['completeness', 'spawnLatency', 'cleanupLatency', 'throughput', 'memory', 'shutdown', 'ptyLatency', 'cpuPerCall', 'ports', 'seal'];
 
 // The issues whose goals are checked, in the order their verdicts are shown.
 const ISSUES = {
@@ -16,6 +16,7 @@ const ISSUES = {
   14: 'harness CPU per call, event-loop stalls, cleanup and per-call cost against the C floor',
   29: 'CPU per call, spawn latency, kill times and memory against what the kernel needs',
   28: 'what ports() and ready polling cost',
+  26: 'what sealing a call costs, against what its namespaces cost the kernel',
 };
 const issueOf = (c) => c.issue ?? 2;
 
