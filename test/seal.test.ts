@@ -324,6 +324,50 @@ stat -f -c 'fs=%T' /sys/fs/cgroup
     expect(cgroupMembers(leaf)).toEqual([]);
   });
 
+  it('escapes made inside stay stopped: a cgroup of its own below the leaf, nested user and PID namespaces, a setsid daemon', async () => {
+    const sup = supervisor({ seal: true });
+    const t = tok();
+    // Each escape is made by the sealed shell itself, with what it holds: its
+    // own cgroup namespace (the leaf is its /sys/fs/cgroup) and unprivileged
+    // user namespaces (PID and mount namespaces below its own; unmapped: as
+    // root it may not map uid 0 there, README "Sealed calls").
+    const script = `${PROVE_SEALED}
+mkdir /sys/fs/cgroup/inner && echo $$ > /sys/fs/cgroup/inner/cgroup.procs && echo MOVED-INNER
+sleep ${t} &
+unshare -Upf --mount-proc sleep ${t} &
+setsid sh -c 'sleep ${t} & exec sleep ${t}' &
+echo READY
+wait
+`;
+    let out = '';
+    const call = track(sup.spawn('sh', ['-c', script], { env: { ...process.env, HARNESS_PID: String(process.pid) } }));
+    call.stdout!.on('data', (d: Buffer) => (out += d));
+    await spawned(call);
+    const leaf = call.cgroup!;
+    await waitUntil(() => out.includes('READY') || /REFUSED/.test(out), 10000);
+    expect(out).toContain('PROVED');
+    expect(out).toContain('MOVED-INNER');
+    const sleepers = await waitForLive(t, 4, 'sleep');
+    expect(sleepers).toHaveLength(4);
+    // From outside: every one is in the leaf's subtree, the first in the cgroup it made.
+    const members = cgroupMembers(leaf);
+    for (const pid of sleepers) {
+      expect(members).toContain(pid);
+      expect(cgroupOf(pid)!.startsWith(relative(leaf))).toBe(true);
+    }
+    expect(sleepers.some((pid) => cgroupOf(pid) === `${relative(leaf)}/inner`)).toBe(true);
+    // One of them is two PID namespaces below the sealed call's (NSpid: the host's, the call's, unshare's).
+    const depths = sleepers.map((pid) => fs.readFileSync(`/proc/${pid}/status`, 'utf8').match(/^NSpid:\s+(.*)$/m)![1].split(/\s+/).length);
+    expect(Math.max(...depths)).toBe(3);
+    const report = await call.terminate();
+    expect(report.leftovers).toEqual([]);
+    expect(report.verified).toBe('cgroup.events');
+    expect(liveWith(t)).toEqual([]);
+    expect(cgroupMembers(leaf)).toEqual([]);
+    await waitUntil(() => leafReleased(leaf), 5000);
+    expect(leafReleased(leaf)).toBe(true);
+  });
+
   it('the ladder works on it from outside: timeout, pause and resume (cgroup.freeze), kill(SIGKILL) (cgroup.kill)', async () => {
     const sup = supervisor({ seal: true });
     const t = tok();
