@@ -439,7 +439,7 @@ wait
     expect(cgroupMembers(server.cgroup ?? '/nonexistent')).toEqual([]);
   });
 
-  it('runs ordinary programs sealed: ps (its own processes only), node, git, bash job control, a terminal', async () => {
+  it('runs ordinary programs sealed: ps (its own processes only), node, git, npm, bash job control, a terminal', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-seal-'));
     dirs.push(dir);
     const sup = supervisor({ seal: true });
@@ -455,6 +455,13 @@ wait
     const git = await sup.run('sh', ['-c', 'command -v git >/dev/null || { echo no-git; exit 0; }; git init -q . && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m x && git log --oneline | wc -l'], { cwd: dir });
     expect(git.exitCode).toBe(0);
     expect(['1', 'no-git']).toContain(git.stdout.trim());
+    // npm: a package made and one of its scripts run (nothing fetched).
+    const npm = await sup.run('sh', ['-c', 'npm init -y >/dev/null && npm pkg set scripts.hello="echo hello from \\$npm_package_name" && npm run -s hello'], {
+      cwd: dir,
+      env: { ...process.env, PATH: `${path.dirname(process.execPath)}:${process.env.PATH}`, npm_config_cache: path.join(dir, '.npm'), npm_config_update_notifier: 'false' },
+    });
+    expect(npm.exitCode, npm.stderr).toBe(0);
+    expect(npm.stdout.trim()).toBe(`hello from ${path.basename(dir).toLowerCase()}`);
     const jobs = await sup.run('bash', ['-c', 'set -m; sleep 0.1 & jobs; wait; echo done']);
     expect(jobs).toMatchObject({ exitCode: 0, stdout: expect.stringMatching(/Running\s+sleep 0\.1 &\ndone\n$/) });
     const tty = await sup.run('sh', ['-c', 'tty; echo pid=$$'], { pty: true });

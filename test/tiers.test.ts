@@ -8,16 +8,21 @@
 //                   survives, is not in leftovers (the tier cannot see it) and
 //                   verified is 'none'. The test then kills it itself, by the
 //                   pids its own token scan found.
+// And the cgroup tier sealed (`seal: true`, where it can be had): the same
+// outcomes as unsealed, from inside its own namespaces.
 // Checked from the kernel's side: a /proc scan for each test's unique token.
 import { spawn as cpSpawn } from 'node:child_process';
 import fs from 'node:fs';
 
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { type Confinement, spawn, type ToolCall } from '../dist/cjs/index.js';
+import { capabilities, type Confinement, spawn, type ToolCall } from '../dist/cjs/index.js';
 import { killLiveWith, killCgroup, killTokens, liveWith, token, waitForLive } from './helpers';
 
-const tiers: Confinement[] = ['cgroup', 'pidns', 'subreaper', 'pgroup'];
+const tiers: Array<{ label: string; tier: Confinement; seal: boolean }> = [
+  ...(['cgroup', 'pidns', 'subreaper', 'pgroup'] as const).map((tier) => ({ label: tier, tier, seal: false })),
+  ...(capabilities().seal.available ? [{ label: 'cgroup, sealed', tier: 'cgroup' as const, seal: true }] : []),
+];
 const calls: ToolCall[] = [];
 const tokens: string[] = [];
 
@@ -34,22 +39,23 @@ afterAll(() => {
 
 const verified = { cgroup: 'cgroup.events', pidns: 'pidns', subreaper: 'subreaper', pgroup: 'none' } as const;
 
-function start(tier: Confinement, script: string, t: string, extra: object = {}): ToolCall {
+function start(tier: Confinement, seal: boolean, script: string, t: string, extra: object = {}): ToolCall {
   tokens.push(t);
-  const call = track(spawn('bash', ['-c', script], { stdio: 'ignore', confinement: tier, ...extra }));
+  const call = track(spawn('bash', ['-c', script], { stdio: 'ignore', confinement: tier, seal, ...extra }));
   expect(call.confinement).toBe(tier);
+  call.once('spawn', () => expect(call.sealed).toBe(seal));
   return call;
 }
 
 /** What a known miss left behind: its sleeps, found by the test's /proc scan, killed by pid; how many. */
 const reapMisses = (t: string): number => killLiveWith(t, 'sleep');
 
-describe.each(tiers)('confinement %s', (tier) => {
+describe.each(tiers)('confinement $label', ({ tier, seal }) => {
   const escapeProof = tier !== 'pgroup';
 
   it('double-fork + setsid', async () => {
     const t = token();
-    const call = start(tier, `(setsid sleep ${t} &) ; sleep ${t}`, t);
+    const call = start(tier, seal, `(setsid sleep ${t} &) ; sleep ${t}`, t);
     expect((await waitForLive(t, 2, 'sleep')).length).toBe(2);
     const report = await call.terminate({ grace: 1000 });
     await call.done;
@@ -70,7 +76,7 @@ describe.each(tiers)('confinement %s', (tier) => {
   it('setpgid into a group of its own', async () => {
     const t = token();
     const py = `import os; os.setpgid(0, 0); os.execvp("sleep", ["sleep", "${t}"])`;
-    const call = start(tier, `python3 -c '${py}' & sleep ${t}`, t);
+    const call = start(tier, seal, `python3 -c '${py}' & sleep ${t}`, t);
     await waitForLive(t, 2, 'sleep');
     const report = await call.terminate({ grace: 1000 });
     await call.done;
@@ -82,7 +88,7 @@ describe.each(tiers)('confinement %s', (tier) => {
 
   it('nohup … & disown', async () => {
     const t = token();
-    const call = start(tier, `nohup sleep ${t} >/dev/null 2>&1 & disown; sleep ${t}`, t);
+    const call = start(tier, seal, `nohup sleep ${t} >/dev/null 2>&1 & disown; sleep ${t}`, t);
     await waitForLive(t, 2, 'sleep');
     const report = await call.terminate({ grace: 1000 });
     await call.done;
@@ -92,7 +98,7 @@ describe.each(tiers)('confinement %s', (tier) => {
 
   it('SIGTERM ignored: killed once grace runs out', async () => {
     const t = token();
-    const call = start(tier, `trap '' TERM; sleep ${t} & setsid sleep ${t} & wait`, t);
+    const call = start(tier, seal, `trap '' TERM; sleep ${t} & setsid sleep ${t} & wait`, t);
     await waitForLive(t, 2, 'sleep');
     const grace = 400;
     const report = await call.terminate({ grace });
@@ -113,7 +119,7 @@ describe.each(tiers)('confinement %s', (tier) => {
   it('a descendant that keeps forking during the ladder', async () => {
     const t = token(30);
     // Bounded: at most 3000 forks, one every 2 ms.
-    const call = start(tier, `for i in $(seq 1 3000); do (setsid sleep ${t} &); sleep 0.002; done`, t);
+    const call = start(tier, seal, `for i in $(seq 1 3000); do (setsid sleep ${t} &); sleep 0.002; done`, t);
     await waitForLive(t, 20, 'sleep');
     const report = await call.terminate({ grace: 300 });
     await call.done;
@@ -130,7 +136,7 @@ describe.each(tiers)('confinement %s', (tier) => {
 
   it('main exits leaving a daemon', async () => {
     const t = token();
-    const call = start(tier, `(setsid sleep ${t} &); exec sleep 0.2`, t, { grace: 500 });
+    const call = start(tier, seal, `(setsid sleep ${t} &); exec sleep 0.2`, t, { grace: 500 });
     await waitForLive(t, 1, 'sleep');
     const result = await call.done;
     expect(result.exitCode).toBe(0);
@@ -147,7 +153,7 @@ describe.each(tiers)('confinement %s', (tier) => {
   });
 
   it('spawn errors surface as they do in the cgroup tier', async () => {
-    const call = track(spawn('/nonexistent/proctree-no-such-command', [], { confinement: tier }));
+    const call = track(spawn('/nonexistent/proctree-no-such-command', [], { confinement: tier, seal }));
     const err = await new Promise<Error & { code?: string; syscall?: string }>((resolve) => call.once('error', resolve));
     expect(err.code).toBe('ENOENT');
     expect(call.pid).toBeUndefined();
