@@ -368,6 +368,37 @@ wait
     expect(leafReleased(leaf)).toBe(true);
   });
 
+  it('dies with its harness: the harness SIGKILLed, the guardian stops every sealed tree', async () => {
+    const t = tok();
+    const script = `
+const { Supervisor } = require(${JSON.stringify(path.join(__dirname, '..', 'dist', 'cjs', 'index.js'))});
+const t = process.argv[1];
+const sup = new Supervisor({ name: 'sealed-death', seal: true });
+const calls = [0, 1].map(() => sup.spawn('sh', ['-c', 'setsid sleep ' + t + ' & exec sleep ' + t], { stdio: 'ignore' }));
+Promise.all(calls.map((c) => new Promise((r, j) => { c.once('spawn', r); c.once('error', j); })))
+  .then(() => process.stdout.write(JSON.stringify({ sealed: calls.map((c) => c.sealed), cgroups: calls.map((c) => c.cgroup) }) + '\\n'))
+  .catch((e) => { process.stdout.write(JSON.stringify({ error: e.message }) + '\\n'); process.exit(1); });
+setInterval(() => {}, 1000);
+`;
+    const child = spawnChild(process.execPath, ['-e', script, t], { stdio: ['ignore', 'pipe', 'inherit'] });
+    try {
+      let out = '';
+      child.stdout!.on('data', (d: Buffer) => (out += d));
+      await waitUntil(() => out.includes('\n') || child.exitCode !== null, 20000);
+      const info = JSON.parse(out.split('\n')[0]) as { sealed: boolean[]; cgroups: string[]; error?: string };
+      expect(info.error).toBeUndefined();
+      expect(info.sealed).toEqual([true, true]);
+      for (const cg of info.cgroups) leaves.push(cg);
+      expect(await waitForLive(t, 4, 'sleep')).toHaveLength(4);
+      child.kill('SIGKILL');
+      await waitUntil(() => liveWith(t).length === 0 && info.cgroups.every((cg) => cgroupMembers(cg).length === 0), 10000);
+      expect(liveWith(t)).toEqual([]);
+      for (const cg of info.cgroups) expect(cgroupMembers(cg)).toEqual([]);
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    }
+  });
+
   it('the ladder works on it from outside: timeout, pause and resume (cgroup.freeze), kill(SIGKILL) (cgroup.kill)', async () => {
     const sup = supervisor({ seal: true });
     const t = tok();
