@@ -161,7 +161,7 @@ describe('requests and events', () => {
   it('capabilities and list', async () => {
     const s = new Server();
     const caps = await s.request('capabilities');
-    expect(caps).toMatchObject({ ok: true, protocol: 4 });
+    expect(caps).toMatchObject({ ok: true, protocol: 5 });
     expect((caps.capabilities as { tier: string }).tier).toBeTypeOf('string');
     expect(await s.request('list')).toMatchObject({ ok: true, calls: [] });
   });

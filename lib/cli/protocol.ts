@@ -11,11 +11,11 @@ import type { CleanupReport, Listener, ProcessInfo, ResourceUsage } from '../typ
  * collection, terminals) only added to version 1, version 3 (ports,
  * jobPorts, options.ready and the ready event) to 2, version 4 (limits,
  * oomKilled and pidsLimited in close, pauseTree, resumeTree, jobPause,
- * jobResume) to 3, so every exchange of
- * version 1 means the same. A client checks `protocol >= ` the version whose
+ * jobResume) to 3, version 5 (options.seal, capabilities' seal) to 4, so
+ * every exchange of version 1 means the same. A client checks `protocol >= ` the version whose
  * features it uses.
  */
-export const PROTOCOL_VERSION = 4;
+export const PROTOCOL_VERSION = 5;
 
 /** spawn's options.ready: a RegExp travels as its source (outputPattern). */
 export interface ReadyRequestOptions {
