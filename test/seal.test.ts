@@ -20,6 +20,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 
 import { capabilities, run, type ToolCall } from '../dist/cjs/index.js';
 import { cgroupMembers, httpGet, killCgroup, killTokens, leafReleased, liveWith, running, startCanary, token, waitForLive, waitUntil } from './helpers';
+import { startNobodyHarness } from './nobody-harness';
 import { fileSupervisors } from './supervisors';
 
 const caps = capabilities();
@@ -623,73 +624,37 @@ const prove = ${JSON.stringify(PROVE_SEALED)};
 
 describe.skipIf(!available || process.getuid?.() !== 0)('sealed calls of a non-root harness with a delegated subtree', () => {
   it("run as the harness's user, cannot write the harness's own cgroup.procs, and are stopped", async () => {
-    const nobody = Number(spawnSync('id', ['-u', 'nobody'], { encoding: 'utf8' }).stdout.trim());
-    const own = path.join(caps.cgroup2!.ownPath, `proctree-seal-nobody-${process.pid}-${Date.now()}`);
-    fs.mkdirSync(own);
-    leaves.push(own);
-    for (const f of ['', 'cgroup.procs', 'cgroup.threads', 'cgroup.subtree_control']) fs.chownSync(path.join(own, f), nobody, nobody);
     const t = tok();
-    const child = spawnChild('sh', ['-c', 'echo $$ > "$1/cgroup.procs" && exec setpriv --reuid=nobody --regid=nogroup --clear-groups "$2" -e "$3" "$4" "$1"', 'sh', own, process.execPath, nobodyScript, t], {
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
+    const h = startNobodyHarness(caps.cgroup2!.ownPath, 'seal-nobody', nobodyScript, [t]);
     try {
-      const lines: string[] = [];
-      let buf = '';
-      let err = '';
-      child.stderr!.on('data', (d: Buffer) => (err += d));
-      child.stdout!.on('data', (d: Buffer) => {
-        buf += d;
-        let i;
-        while ((i = buf.indexOf('\n')) >= 0) {
-          lines.push(buf.slice(0, i));
-          buf = buf.slice(i + 1);
-        }
-      });
-      await waitUntil(() => lines.length >= 1 || child.exitCode !== null, 20000);
-      expect(lines.length, err).toBeGreaterThanOrEqual(1);
-      const first = JSON.parse(lines[0]) as { uid: number; seal: { available: boolean }; pid: number; sealed: boolean; cgroup: string; out: string };
-      expect(first.uid, lines[0]).toBe(nobody);
+      const first = await h.line<{ uid: number; seal: { available: boolean }; pid: number; sealed: boolean; cgroup: string; out: string }>(0, 20000);
+      expect(first.uid, h.lines[0]).toBe(h.uid);
       expect(first.seal).toEqual({ available: true });
       expect(first.sealed).toBe(true);
       expect(first.out).toContain('PROVED');
       expect(first.out).not.toContain('wrote');
       // From outside: its leaf is below the delegated cgroup, the command runs
       // as nobody in a PID namespace below ours, and it is still in its leaf.
-      expect(first.cgroup.startsWith(`${own}/`)).toBe(true);
+      expect(first.cgroup.startsWith(`${h.own}/`)).toBe(true);
       const [sleeper] = await waitForLive(t, 1, 'sleep');
       expect(sleeper).toBe(first.pid);
       const status = fs.readFileSync(`/proc/${sleeper}/status`, 'utf8');
-      expect(status).toMatch(new RegExp(`^Uid:\\s+${nobody}\\s`, 'm'));
+      expect(status).toMatch(new RegExp(`^Uid:\\s+${h.uid}\\s`, 'm'));
       expect(status.match(/^NSpid:\s+(.*)$/m)![1].split(/\s+/)).toHaveLength(2);
       expect(cgroupOf(sleeper)).toBe(relative(first.cgroup));
-      expect(cgroupMembers(own).filter((p) => p !== child.pid)).toContain(sleeper);
-      expect(fs.readFileSync(`${own}/cgroup.procs`, 'utf8').split('\n').filter(Boolean).map(Number)).not.toContain(sleeper);
-      child.stdin!.write('stop\n');
-      await waitUntil(() => lines.length >= 2 || child.exitCode !== null, 20000);
-      const { report } = JSON.parse(lines[1]) as { report: { leftovers: unknown[]; verified: string } };
+      expect(cgroupMembers(h.own).filter((p) => p !== h.child.pid)).toContain(sleeper);
+      expect(fs.readFileSync(`${h.own}/cgroup.procs`, 'utf8').split('\n').filter(Boolean).map(Number)).not.toContain(sleeper);
+      h.child.stdin!.write('stop\n');
+      const { report } = await h.line<{ report: { leftovers: unknown[]; verified: string } }>(1, 20000);
       expect(report).toMatchObject({ leftovers: [], verified: 'cgroup.events' });
       // The harness's own argv holds the token too: it is gone once it exited.
-      await waitUntil(() => child.exitCode !== null, 20000);
+      await waitUntil(() => h.child.exitCode !== null, 20000);
       expect(liveWith(t)).toEqual([]);
     } finally {
-      if (child.exitCode === null) child.kill('SIGKILL');
-      await new Promise((r) => (child.exitCode !== null ? r(null) : child.once('exit', r)));
-      killCgroup(own);
-      removeTree(own);
+      await h.remove();
     }
   });
 });
-
-/** rmdir a cgroup the test made and everything below it, deepest first. */
-function removeTree(dir: string): void {
-  if (!fs.existsSync(dir)) return;
-  for (const e of fs.readdirSync(dir, { withFileTypes: true })) if (e.isDirectory()) removeTree(path.join(dir, e.name));
-  try {
-    fs.rmdirSync(dir);
-  } catch {
-    // still populated: killCgroup in afterAll
-  }
-}
 
 describe('seal option', () => {
   it('is a boolean (ERR_INVALID_ARG_TYPE otherwise), on calls and supervisors', () => {

@@ -239,42 +239,50 @@ SysError Environment::start_command(uint64_t id, SpawnRequest* req, SpawnResult*
   return spawner_.start(id, req, proc, exec, here ? &stack_ : nullptr);
 }
 
-SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
-  uint64_t id = next_call_id();
-  CgroupDir leaf;
-  CpuCounters base;
-  SpawnResult proc;
-  Ref<SpawnJob> exec;
+SysError Environment::start_in_leaf(const SpawnOptions& opts, uint64_t id, SpawnRequest* req, CgroupDir* leaf,
+                                    CpuCounters* base, SpawnedCall* out,
+                                    const std::function<SysError(CgroupDir&)>& start) {
   SysError e;
   for (int round = 0; round < 2; ++round) {
     bool kept = false;
-    e = subtrees_.make_leaf(opts.group, id, opts.limits, opts.helper, stack_, &leaf, &base, &kept,
-                            &out->guardian_error);
+    e = subtrees_.make_leaf(opts.group, id, opts.limits, opts.helper, stack_, leaf, base, &kept, &out->guardian_error);
     if (e) break;
-    req.cgroup_dir = leaf.dir_fd();
-    // A leaf frozen from above (a subtree frozen by a ladder, or by whoever
-    // may write it) would hold the child before its exec, and this thread
-    // with it: such a child is cloned on a spawner thread.
-    CgroupEvents events;
-    const bool here = !leaf.read_events(&events) && !events.frozen;
-    e = start_command(id, &req, &proc, &exec, here);
+    req->cgroup_dir = leaf->dir_fd();
+    e = start(*leaf);
     const bool missed_leaf = e && (e.syscall == std::string("clone3") || e.syscall == std::string("clone") ||
                                    e.path == "cgroup.procs");
     if (!kept || !missed_leaf) break;
     // A kept leaf that someone removed (an empty cgroup is anyone's to
     // rmdir who may write the subtree), so the clone could not reach it:
     // every kept leaf of this subtree is suspect, and the call gets a new one.
-    leaf.remove();
+    leaf->remove();
     subtrees_.drop_kept(opts.group);
   }
   if (e) {
     // The clone() fallback opens the leaf's cgroup.procs by its descriptor:
     // name the whole path.
-    if (e.path == "cgroup.procs" && leaf.valid()) e.path = leaf.path() + "/cgroup.procs";
-    leaf.remove();
+    if (e.path == "cgroup.procs" && leaf->valid()) e.path = leaf->path() + "/cgroup.procs";
+    leaf->remove();
     if (calls_.empty()) subtrees_.idle();
-    return e;
   }
+  return e;
+}
+
+SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
+  uint64_t id = next_call_id();
+  CgroupDir leaf;
+  CpuCounters base;
+  SpawnResult proc;
+  Ref<SpawnJob> exec;
+  SysError e = start_in_leaf(opts, id, &req, &leaf, &base, out, [&](CgroupDir& made) {
+    // A leaf frozen from above (a subtree frozen by a ladder, or by whoever
+    // may write it) would hold the child before its exec, and this thread
+    // with it: such a child is cloned on a spawner thread.
+    CgroupEvents events;
+    const bool here = !made.read_events(&events) && !events.frozen;
+    return start_command(id, &req, &proc, &exec, here);
+  });
+  if (e) return e;
   out->id = id;
   out->pid = proc.pid;
   out->cgroup = leaf.path();
@@ -292,32 +300,40 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   return SysError::none();
 }
 
-SysError Environment::spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
-  const bool pidns = opts.tier == Tier::kPidns;
+SysError Environment::shim_request(const SpawnOptions& opts, const char* mode, SpawnRequest* req, Fd* ours,
+                                   Fd* theirs) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return SysError::from_errno("socketpair");
-  Fd ours(sv[0]), theirs(sv[1]);
+  ours->reset(sv[0]);
+  theirs->reset(sv[1]);
   // The shim's end goes after the command's own fds, which the shim hands on
   // untouched; like every source it must sit above them.
-  const int control = static_cast<int>(req.fds.size());
-  if (theirs.get() <= control) {
-    theirs.reset(fcntl(theirs.get(), F_DUPFD_CLOEXEC, control + 1));
-    if (!theirs) return SysError::from_errno("fcntl");
+  const int control = static_cast<int>(req->fds.size());
+  if (theirs->get() <= control) {
+    theirs->reset(fcntl(theirs->get(), F_DUPFD_CLOEXEC, control + 1));
+    if (!*theirs) return SysError::from_errno("fcntl");
   }
-  req.fds.push_back(theirs.get());
+  req->fds.push_back(theirs->get());
   // The command, with the same execvpe search, goes after the shim's own
   // arguments. A terminal is the command's controlling terminal, not the
   // shim's: the shim's child takes it after its own setsid().
-  std::vector<std::string> argv = {opts.helper, pidns ? "init" : "subreaper", std::to_string(control),
-                                   req.controlling_tty ? "1" : "0", std::to_string(req.candidates.size())};
-  argv.insert(argv.end(), req.candidates.begin(), req.candidates.end());
+  std::vector<std::string> argv = {opts.helper, mode, std::to_string(control), req->controlling_tty ? "1" : "0",
+                                   std::to_string(req->candidates.size())};
+  argv.insert(argv.end(), req->candidates.begin(), req->candidates.end());
   argv.push_back("--");
-  argv.insert(argv.end(), req.argv.begin(), req.argv.end());
-  req.argv = std::move(argv);
-  req.candidates = {opts.helper};
-  req.shell_fallback = false;
-  req.controlling_tty = false;
-  req.new_session = true;
+  argv.insert(argv.end(), req->argv.begin(), req->argv.end());
+  req->argv = std::move(argv);
+  req->candidates = {opts.helper};
+  req->shell_fallback = false;
+  req->controlling_tty = false;
+  req->new_session = true;
+  return SysError::none();
+}
+
+SysError Environment::spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
+  const bool pidns = opts.tier == Tier::kPidns;
+  Fd ours, theirs;
+  if (SysError e = shim_request(opts, pidns ? "init" : "subreaper", &req, &ours, &theirs)) return e;
   if (pidns) {
     // The init dies with the thread that spawned it, and its death kills the
     // namespace; the control socket's EOF covers the harness dying anyway.

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -191,7 +192,18 @@ class Environment {
   // here: nothing can hold the child before its exec (Spawner::start).
   SysError start_command(uint64_t id, SpawnRequest* req, SpawnResult* proc, Ref<SpawnJob>* exec, bool here);
   SysError spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
+  // The call's leaf (a kept one or a new one) as req->cgroup_dir, then
+  // start(leaf). A kept leaf that someone removed, so that the clone could
+  // not reach it, is dropped and the call gets a new one, once. On an error
+  // the leaf is removed (its path completing the error's).
+  SysError start_in_leaf(const SpawnOptions& opts, uint64_t id, SpawnRequest* req, CgroupDir* leaf, CpuCounters* base,
+                         SpawnedCall* out, const std::function<SysError(CgroupDir&)>& start);
   SysError spawn_shim(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
+  // Turns *req into the start of `proctree-helper <mode>` (pidns init,
+  // subreaper, seal) that runs the command: the command's argv after the
+  // shim's, *theirs (the shim's end of *ours, a control socketpair) after the
+  // command's fds. The caller adds what its mode needs (namespaces, pdeathsig).
+  static SysError shim_request(const SpawnOptions& opts, const char* mode, SpawnRequest* req, Fd* ours, Fd* theirs);
   SysError spawn_sealed(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   SysError spawn_brokered(const SpawnOptions& opts, const SpawnRequest& req, SpawnedCall* out);
   SysError ensure_broker(const std::string& helper);

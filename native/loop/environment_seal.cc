@@ -8,12 +8,9 @@
 // freezes, signals and cgroup.kills the leaf, cgroup.events proves it
 // empty; the shim reports the command's start and exit as it does for the
 // pidns tier, and is itself no member of the tree (CgroupConfinement's init).
-#include <fcntl.h>
 #include <linux/capability.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -25,26 +22,9 @@
 namespace proctree {
 
 SysError Environment::spawn_sealed(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return SysError::from_errno("socketpair");
-  Fd ours(sv[0]), theirs(sv[1]);
-  // As for the pidns tier (spawn_shim): the shim's end after the command's fds.
-  const int control = static_cast<int>(req.fds.size());
-  if (theirs.get() <= control) {
-    theirs.reset(fcntl(theirs.get(), F_DUPFD_CLOEXEC, control + 1));
-    if (!theirs) return SysError::from_errno("fcntl");
-  }
-  req.fds.push_back(theirs.get());
-  std::vector<std::string> argv = {opts.helper, "seal", std::to_string(control), req.controlling_tty ? "1" : "0",
-                                   std::to_string(req.candidates.size())};
-  argv.insert(argv.end(), req.candidates.begin(), req.candidates.end());
-  argv.push_back("--");
-  argv.insert(argv.end(), req.argv.begin(), req.argv.end());
-  req.argv = std::move(argv);
-  req.candidates = {opts.helper};
-  req.shell_fallback = false;
-  req.controlling_tty = false;
-  req.new_session = true;
+  // As the pidns tier's init (spawn_shim), with the seal's steps added.
+  Fd ours, theirs;
+  if (SysError e = shim_request(opts, "seal", &req, &ours, &theirs)) return e;
   req.pdeathsig = SIGKILL;
   // Always a user namespace, root included: it owns the mount and cgroup
   // namespaces, and maps the harness's uid and gid to themselves (0 to 0 as
@@ -62,27 +42,10 @@ SysError Environment::spawn_sealed(const SpawnOptions& opts, SpawnRequest req, S
   CgroupDir leaf;
   CpuCounters base;
   SpawnResult proc;
-  SysError e;
-  for (int round = 0; round < 2; ++round) {
-    bool kept = false;
-    e = subtrees_.make_leaf(opts.group, id, opts.limits, opts.helper, stack_, &leaf, &base, &kept,
-                            &out->guardian_error);
-    if (e) break;
-    req.cgroup_dir = leaf.dir_fd();
-    e = spawn_process(req, stack_, &proc);
-    const bool missed_leaf = e && (e.syscall == std::string("clone3") || e.syscall == std::string("clone") ||
-                                   e.path == "cgroup.procs");
-    if (!kept || !missed_leaf) break;
-    // A kept leaf someone removed: a new one (as spawn_cgroup does).
-    leaf.remove();
-    subtrees_.drop_kept(opts.group);
-  }
+  SysError e = start_in_leaf(opts, id, &req, &leaf, &base, out, [&](CgroupDir&) { return spawn_process(req, stack_, &proc); });
   if (e) {
-    if (e.path == "cgroup.procs" && leaf.valid()) e.path = leaf.path() + "/cgroup.procs";
     // The helper itself could not start: say so, not "spawn <file> ENOENT".
     if (std::string(e.syscall) == "execve") e = SysError::of(e.err, "proctree-helper", opts.helper);
-    leaf.remove();
-    if (calls_.empty()) subtrees_.idle();
     return e;
   }
   theirs.reset();
