@@ -34,18 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef CLONE_PIDFD
-#define CLONE_PIDFD 0x00001000
-#endif
-#define CLONE_INTO_CGROUP_FLAG 0x200000000ULL
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
-
-struct clone_args_v2 {
-  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
-      set_tid_size, cgroup;
-};
+#include "clone3.h"
 
 // clone3 with a child stack: the child starts on the new stack with no frame to
 // return to, so it must call fn without touching the parent's stack.

@@ -27,20 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef CLONE_PIDFD
-#define CLONE_PIDFD 0x00001000
-#endif
-#ifndef CLONE_NEWCGROUP
-#define CLONE_NEWCGROUP 0x02000000
-#endif
-#define CLONE_INTO_CGROUP_FLAG 0x200000000ULL
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
-
-struct clone_args_v2 {
-  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
-};
+#include "clone3.h"
 
 static double now_ms(void) {
   struct timespec t;

@@ -13,7 +13,8 @@ export function buildHelpers(benchDir) {
   for (const name of ['floor', 'tree', 'cgkill', 'sealfloor']) {
     const src = path.join(benchDir, 'c', `${name}.c`);
     const exe = path.join(out, name);
-    const fresh = fs.existsSync(exe) && fs.statSync(exe).mtimeMs >= fs.statSync(src).mtimeMs;
+    const inputs = [src, path.join(benchDir, 'c', 'clone3.h')];
+    const fresh = fs.existsSync(exe) && inputs.every((f) => fs.statSync(exe).mtimeMs >= fs.statSync(f).mtimeMs);
     if (!fresh) execFileSync(cc, ['-O2', '-Wall', '-o', exe, src], { stdio: 'inherit' });
     bin[name] = exe;
   }
