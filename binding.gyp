@@ -40,6 +40,7 @@
         "native/ladder/shim_tree.cc",
         "native/loop/call.cc",
         "native/loop/call_broker.cc",
+        "native/loop/call_exec.cc",
         "native/loop/environment.cc",
         "native/loop/environment_broker.cc",
         "native/loop/environment_seal.cc",

@@ -1,20 +1,28 @@
-// spawn() does not wait for the command's exec (in a burst of
+// spawn() does not wait for the command's exec beyond a few milliseconds of
+// one synchronous run. A call's child is cloned with CLONE_VM|CLONE_VFORK:
+// on this thread (which then waits until the exec has started, as Node's
+// spawn waits for its exec) while the run's clones took less than their
+// budget, else on a spawner thread without waiting at all (in a burst of
 // spawns, each wait for a child's way to exec held the event loop, and on a
-// busy machine that way includes waiting for a CPU). The child is cloned and
-// spawn() returns; its exec report is read on the tick where Node emits
-// 'spawn', or at once when something needs it (pid, kill, terminate). What
-// must not change is what Node's spawn shows: pid is the command's, or
-// undefined when it could not start; 'spawn' comes first, on the next tick,
-// and never for a command that did not start; 'error' then 'close' (-errno)
-// for one that did not. Proved from the kernel where the kernel can say it.
+// busy machine that way includes waiting for a CPU); a child held before its
+// exec (a frozen subtree) always goes to a spawner thread. Its exec report
+// is read on the tick where Node emits 'spawn', or at once when something
+// needs it (pid, kill, terminate). What must not change is what Node's spawn
+// shows: pid is the command's, or undefined when it could not start; 'spawn'
+// comes first and never for a command that did not start; 'error' then
+// 'close' (-errno) for one that did not. Proved from the kernel where the
+// kernel can say it.
+import { spawn as cpSpawn } from 'node:child_process';
 import { once } from 'node:events';
 import fs from 'node:fs';
 import path from 'node:path';
+import readline from 'node:readline';
 
 import { describe, expect, it } from 'vitest';
 
 import { capabilities, Supervisor, type ToolCall } from '../dist/cjs/index.js';
-import { cgroupMembers } from './helpers';
+
+import { cgroupMembers, liveWith, running, token, waitUntil } from './helpers';
 import { fileSupervisors } from './supervisors';
 
 const { supervisor, cgroups } = fileSupervisors('execreport');
@@ -259,5 +267,89 @@ describe('spawn does not wait for the exec', () => {
     expect(a.killed).toBe(false);
     expect(b.killed).toBe(false);
     expect(report).toMatchObject({ signaled: 0, killed: 0, leftovers: [] });
+  });
+});
+
+/** This thread's voluntary context switches so far: each time it slept in the kernel (a vfork wait is one). */
+function voluntarySwitches(): number {
+  return Number(/voluntary_ctxt_switches:\s+(\d+)/.exec(fs.readFileSync('/proc/thread-self/status', 'utf8'))?.[1]);
+}
+
+/** Every process still in `subtree`'s leaves (the kernel's cgroup.procs), or [] once the subtree is gone. */
+function subtreeMembers(subtree: string): number[] {
+  if (!fs.existsSync(subtree)) return [];
+  return fs
+    .readdirSync(subtree, { withFileTypes: true })
+    .filter((d) => d.isDirectory())
+    .flatMap((d) => cgroupMembers(path.join(subtree, d.name)));
+}
+
+describe('a burst of spawns in one synchronous run', () => {
+  it.skipIf(!cgroupTier)('does not put the event loop\'s thread to sleep once per spawn (its voluntary context switches, from the kernel)', async () => {
+    const sup = supervisor();
+    // The first spawns learn how the kernel clones and make the subtree.
+    for (let i = 0; i < 3; i += 1) await once(sup.spawn('true', [], { stdio: 'ignore' }), 'close');
+    const before = voluntarySwitches();
+    const calls = Array.from({ length: 100 }, () => sup.spawn('true', [], { stdio: 'ignore' }));
+    const during = voluntarySwitches() - before;
+    const seen = calls.map(record);
+    await Promise.all(seen.map((s) => s.closed));
+    for (const call of calls) if (call.cgroup) cgroups.push(call.cgroup);
+    for (const s of seen) expect(s.events).toEqual(['spawn', 'exit', 'close 0']);
+    // A clone that waits for its child's exec (CLONE_VFORK) sleeps once per
+    // spawn: 100. Past the run's first milliseconds of clones, the rest go
+    // to spawner threads and this thread does not wait for them.
+    expect(during).toBeLessThan(50);
+  });
+
+  it.skipIf(!cgroupTier)('a worker thread that ends right after its burst: no clone of it runs afterwards, nothing of it is left', async () => {
+    const needle = token();
+    const lib = path.resolve('dist/cjs/index.js');
+    const script = `
+      const { Worker } = require('node:worker_threads');
+      const w = new Worker(\`
+        const { parentPort } = require('node:worker_threads');
+        const { Supervisor } = require(${JSON.stringify(lib)});
+        const sup = new Supervisor({ name: 'burst-worker-' + process.pid });
+        const calls = [];
+        for (let i = 0; i < 150; i += 1) calls.push(sup.spawn('sh', ['-c', 'sleep ${needle}; :'], { stdio: 'ignore' }));
+        parentPort.postMessage(calls[0].cgroup);
+        process.exit(0);
+      \`, { eval: true });
+      w.on('message', (m) => console.log('cgroup ' + m));
+      w.on('error', (e) => console.log('worker-error ' + e));
+      w.on('exit', () => console.log('worker-exited'));
+      process.stdin.resume();
+      process.stdin.on('end', () => process.exit(0));
+    `;
+    // The harness stays alive while the tree is looked at: its guardian
+    // would otherwise clean up what the worker's teardown left.
+    const h = cpSpawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'] });
+    const lines = readline.createInterface({ input: h.stdout });
+    let subtree = '';
+    // The harness's own command line carries the needle too.
+    const left = (): number[] => liveWith(needle).filter((pid) => pid !== h.pid);
+    try {
+      for await (const line of lines) {
+        if (line.startsWith('cgroup ')) subtree = path.dirname(line.slice(7));
+        expect(line.startsWith('worker-error')).toBe(false);
+        if (line === 'worker-exited') break;
+      }
+      expect(subtree).not.toBe('');
+      await waitUntil(() => left().length === 0 && subtreeMembers(subtree).length === 0, 15000);
+      expect(running(h.pid as number)).toBe(true);
+      expect(left()).toEqual([]);
+      expect(subtreeMembers(subtree)).toEqual([]);
+    } finally {
+      h.stdin?.end();
+      if (h.exitCode === null) await once(h, 'exit');
+      for (const pid of left()) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // gone meanwhile
+        }
+      }
+    }
   });
 });

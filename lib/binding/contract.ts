@@ -46,6 +46,12 @@ export interface NativeSpawnSpec {
   pty?: { cols: number; rows: number };
   /** A sealed call (the cgroup tier only): its shim as init of new user, PID, mount and cgroup namespaces. */
   seal?: boolean;
+  /**
+   * The cgroup tier: hand the clone to a spawner thread and return before
+   * the child exists (no `pid` yet, `execPending`): `settle(id)` gives the
+   * pid. Asked past the budget of clones one synchronous run may make.
+   */
+  defer?: boolean;
   uid?: number;
   gid?: number;
   tier: Confinement;
@@ -68,7 +74,7 @@ export interface NativeErrorShape extends Error {
 
 export interface NativeSpawned {
   id: number;
-  /** The command's pid; absent while `pending`. */
+  /** The command's pid; absent while `pending`, or while a deferred clone (`defer`) is `execPending`. */
   pid?: number;
   /** pidns/subreaper: the shim reports the command's pid later (a Started or StartFailed event). */
   pending?: true;
@@ -281,11 +287,12 @@ export interface NativeBinding {
   retire(id: number): [number, number, number?];
   /**
    * Waits for an `execPending` call's exec report, `waitMs` at most (default:
-   * the addon's bound, past which the command counts as started): true once
-   * the command exec'd (or counts as started), false when a shorter wait
-   * ended first, else the step that failed.
+   * the addon's bound, past which the command counts as started): its pid
+   * (or true where it has none of its own) once the command exec'd or counts
+   * as started, false when a shorter wait ended first, else the step that
+   * failed.
    */
-  settle(id: number, waitMs?: number): boolean | NativeErrorShape;
+  settle(id: number, waitMs?: number): number | boolean | NativeErrorShape;
   closeFd(fd: number): void;
   ptyResize(masterFd: number, cols: number, rows: number): void;
   /** One cgroup2 mount per hierarchy, of /proc/self/mountinfo (or of the text given). */

@@ -35,9 +35,12 @@ function settleExec(s: CallState, waitMs?: number): void {
   const res = waitMs === undefined ? binding.settle(s.id) : binding.settle(s.id, waitMs);
   if (res === false) return;
   s.setFlag(EXEC_PENDING, false);
-  if (res !== true) s.pid = undefined;
+  const started = typeof res === 'number' || res === true;
+  // A deferred clone learns its pid here (the others knew it at spawn()).
+  if (typeof res === 'number') s.pid = res;
+  else if (!started) s.pid = undefined;
   publishPid(s);
-  if (res !== true) fail(s, spawnError(res, s.call.spawnfile, s.call.spawnargs));
+  if (!started) fail(s, spawnError(res, s.call.spawnfile, s.call.spawnargs));
 }
 
 

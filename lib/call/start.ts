@@ -179,7 +179,9 @@ function endSpawnTicks(): void {
 /**
  * The tick after spawn(), where Node emits 'spawn': the report is asked
  * for, within what this run of ticks may still wait (SPAWN_TICK_WAIT_MS);
- * a report not in by then emits 'spawn' (or 'error') when it comes.
+ * a report not in by then emits 'spawn' (or 'error') when it comes. A
+ * deferred clone (no pid yet) is not waited for at all: it was deferred so
+ * that this thread would not wait on it.
  */
 function spawnTick(s: CallState): void {
   const now = performance.now();
@@ -187,8 +189,32 @@ function spawnTick(s: CallState): void {
     spawnTicksUntil = now + SPAWN_TICK_WAIT_MS;
     setImmediate(endSpawnTicks);
   }
-  knowStart(s, Math.max(0, Math.floor(spawnTicksUntil - now)));
+  knowStart(s, s.pid === undefined ? 0 : Math.max(0, Math.floor(spawnTicksUntil - now)));
   if (!s.flag(EXEC_PENDING) && s.pid !== undefined && !s.failed) emitSpawn(s);
+}
+
+/**
+ * How long spawn() may clone on this thread in one synchronous run (ms). A
+ * clone here waits until the child's exec has started (CLONE_VFORK, for the
+ * OOM killer's exemption and no copy of memory), as Node's spawn waits for
+ * its exec; a burst of spawns in one run (Promise.all over tool calls)
+ * would hold the event loop for every one of those execs, which on a busy
+ * machine wait for a CPU. Past this budget the run's later clones go to the
+ * addon's spawner threads without being waited for: their pid comes when
+ * asked (`pid` waits for it) or with 'spawn'.
+ */
+const CLONE_BUDGET_MS = 2;
+/** What this run's clones took of the budget (ms), or -1 outside a run. */
+let cloneRunSpent = -1;
+function endCloneRun(): void {
+  cloneRunSpent = -1;
+}
+function chargeCloneRun(ms: number): void {
+  if (cloneRunSpent < 0) {
+    cloneRunSpent = 0;
+    setImmediate(endCloneRun);
+  }
+  cloneRunSpent += ms;
 }
 
 /**
@@ -284,7 +310,14 @@ function startCall(s: CallState): void {
     // Never run unsealed: refused before anything is made.
     const unsealed = opts.seal ? sealRefusal(c.confinement) : null;
     if (unsealed !== null) res = { error: sealError(unsealed) };
-    else res = refused ? { error: limitsRefusal(refused) } : binding.spawn(spec, onNativeEvent.bind(s));
+    else if (refused) res = { error: limitsRefusal(refused) };
+    else {
+      const deferred = cloneRunSpent >= CLONE_BUDGET_MS;
+      if (deferred) spec.defer = true;
+      const t0 = deferred ? 0 : performance.now();
+      res = binding.spawn(spec, onNativeEvent.bind(s));
+      if (!deferred) chargeCloneRun(performance.now() - t0);
+    }
   } catch (err) {
     res = { error: err as NativeErrorShape };
   }

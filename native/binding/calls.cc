@@ -68,6 +68,9 @@ Napi::Value Addon::Spawn(const Napi::CallbackInfo& info) {
   if (call.pid > 0) {
     out.Set("pid", call.pid);
     if (call.exec_pending) out.Set("execPending", true);
+  } else if (call.exec_pending) {
+    // Deferred: queued for a spawner thread; settle() gives the pid.
+    out.Set("execPending", true);
   } else {
     out.Set("pending", true);
   }
@@ -171,8 +174,9 @@ Napi::Value Addon::Pause(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// settle(id) -> true once the command exec'd, or the error of the step
-// that failed: waits for a pending exec's report (no event says it).
+// settle(id) -> the command's pid once it exec'd (true where the call is
+// gone or has no pid of its own yet), or the error of the step that failed:
+// waits for a pending exec's report (no event says it).
 Napi::Value Addon::Settle(const Napi::CallbackInfo& info) {
   Call* c = CallArg(info);
   if (!c) return Napi::Boolean::New(info.Env(), true);
@@ -183,6 +187,7 @@ Napi::Value Addon::Settle(const Napi::CallbackInfo& info) {
   bool pending = false;
   SysError e = c->settle_exec(wait_ms, &pending);
   if (e) return make_error(info.Env(), e);
+  if (!pending && c->command_pid() > 0) return Napi::Number::New(info.Env(), c->command_pid());
   return Napi::Boolean::New(info.Env(), !pending);
 }
 

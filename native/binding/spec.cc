@@ -132,6 +132,7 @@ const char* read_spawn_spec(Napi::Object spec, SpawnSpec* out) {
   if (!read_tier(spec.Get("tier"), &opts.tier)) return "spec.tier";
   if (spec.Get("helper").IsString()) opts.helper = spec.Get("helper").As<Napi::String>().Utf8Value();
   opts.seal = spec.Get("seal").IsBoolean() && spec.Get("seal").As<Napi::Boolean>().Value();
+  opts.defer = spec.Get("defer").IsBoolean() && spec.Get("defer").As<Napi::Boolean>().Value();
   if (!read_limits(spec.Get("limits"), &opts.limits.call)) return "spec.limits";
   if (!read_limits(spec.Get("groupLimits"), &opts.limits.group)) return "spec.groupLimits";
   return nullptr;

@@ -48,49 +48,13 @@ Call::Call(Environment* env, uint64_t id, Tier tier)
 
 Call::~Call() = default;
 
-void Call::post_started() {
-  CallEvent ev{CallEvent::kStarted, id_, {}, {}, {}};
-  ev.pid = command_;
-  env_->post(std::move(ev));
-}
-
-void Call::collect_exec(int wait_ms, bool overdue) {
-  if (!exec_) return;
-  SysError failed;
-  // Bounded: a child held before its exec (its cgroup frozen from above by
-  // whoever may write there) must not hang the loop. It is then taken as
-  // started, and is not waited for again.
-  if (!exec_->collect(exec_unknown_ ? 0 : wait_ms, &failed)) {
-    if (exec_unknown_ || !(overdue || wait_ms >= kExecReportWaitMs)) return;
-    post_started();
-    exec_unknown_ = true;
-    return;
-  }
-  exec_.reset();
-  if (!failed) {
-    if (!exec_unknown_) post_started();
-    return;
-  }
-  reaped_by_spawner_ = true;
-  if (exec_unknown_) {
-    // Reported as started already: the failed step is an error of a call
-    // that ran, whose exit (127) follows.
-    post_error(failed);
-    return;
-  }
-  exec_error_ = failed;
-  exit_posted_ = true;  // no exit event for a command that never ran
-  env_->post(CallEvent{CallEvent::kStartFailed, id_, {}, {}, failed});
-}
-
-SysError Call::settle_exec(int wait_ms, bool* pending) {
-  collect_exec(wait_ms);
-  if (pending) *pending = exec_ && !exec_unknown_;
-  return exec_error_;
-}
-
 void Call::start() {
   if (brokered_) return;  // the broker tells what happens to the command
+  if (cloning_) return;   // adopt_clone() watches it
+  watch_main();
+}
+
+void Call::watch_main() {
   main_watched_ = !env_->reactor().watch_main(main_.pidfd.get(), id_);
   if (control_) {
     control_watched_ = !env_->reactor().watch_control(control_.get(), id_);
@@ -475,6 +439,8 @@ std::vector<pid_t> Call::members() {
 }
 
 void Call::kill_now(bool sync) {
+  // A clone still queued is not started only to be killed.
+  if (cloning_) adopt_clone(0);
   settle_exec(0);
   if (finished_ || !confinement_) return;
   if (sync) {
@@ -500,6 +466,7 @@ void Call::retire(CpuCounters* base) {
 bool Call::populated_now() const { return !finished_ && confinement_ && !confinement_->empty(); }
 
 void Call::finish_sync() {
+  if (cloning_) adopt_clone(0);
   settle_exec(0);
   if (finished_) return;
   if (main_.pidfd && !brokered_) {

@@ -77,11 +77,18 @@ class Call : public LadderHost {
   // or when someone needs it sooner: settle_exec(), which everything acting
   // on the command (a signal, a ladder, members()) also does first, so that
   // it acts on what the command exec'd.
-  void set_pending_exec(Ref<SpawnJob> exec) { exec_ = std::move(exec); }
+  //
+  // queued: the job was only queued (Spawner::queue), so there is no child
+  // yet: the call waits for it (adopt_clone) when the job is done, when its
+  // report is asked for, or before anything acts on the command.
+  void set_pending_exec(Ref<SpawnJob> exec, bool queued = false) {
+    exec_ = std::move(exec);
+    cloning_ = queued && exec_;
+  }
   void on_exec_reported() { collect_exec(0); }
   // kExecReportWaitMs have passed since the spawn: a report still not in
   // (a child held before its exec) makes the call count as started.
-  void on_exec_overdue() { collect_exec(0, true); }
+  void on_exec_overdue();
   // Its exec report is still to come, and the call has not been taken as
   // started without it.
   bool exec_pending() const { return exec_ && !exec_unknown_; }
@@ -97,6 +104,8 @@ class Call : public LadderHost {
   void start();
 
   uint64_t id() const { return id_; }
+  // The command's pid, once known (-1 before: a shim's or a queued clone's).
+  pid_t command_pid() const { return command_; }
   Tier tier() const { return tier_; }
   // How this call's tree is proved empty: its confinement's word; a
   // systemd-tier call still waiting for the broker will have a cgroup leaf.
@@ -186,6 +195,13 @@ class Call : public LadderHost {
   // wait of kExecReportWaitMs or more (or `overdue`) that ends without it
   // makes the command count as started.
   void collect_exec(int wait_ms = kExecReportWaitMs, bool overdue = false);
+  // A queued clone's child, taken from its job (waiting for it to exist, a
+  // bounded time) and watched; false if none was made (the call then
+  // failed to start: kStartFailed, and it ends).
+  // wait_ns 0: a job still queued is taken back (teardown).
+  bool adopt_clone(int64_t wait_ns = Spawner::kCloneWaitNs);
+  // Registers the main process (and control socket) with the reactor.
+  void watch_main();
   // Posts kFrozen once cgroup.events shows what set_paused() asked for.
   void check_paused();
 
@@ -213,6 +229,8 @@ class Call : public LadderHost {
   bool exec_unknown_ = false;
   // The command failed before its exec: its spawner thread reaped it.
   bool reaped_by_spawner_ = false;
+  // exec_ was only queued: no child, pid or pidfd yet (adopt_clone).
+  bool cloning_ = false;
   void post_started();
   int events_wd_ = -1;         // inotify watch of cgroup.events, added lazily
   bool polling_ = false;       // a tier without emptiness events is being watched

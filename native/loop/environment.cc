@@ -274,19 +274,27 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   CpuCounters base;
   SpawnResult proc;
   Ref<SpawnJob> exec;
+  bool queued = false;
   SysError e = start_in_leaf(opts, id, &req, &leaf, &base, out, [&](CgroupDir& made) {
     // A leaf frozen from above (a subtree frozen by a ladder, or by whoever
     // may write it) would hold the child before its exec, and this thread
     // with it: such a child is cloned on a spawner thread.
     CgroupEvents events;
     const bool here = !made.read_events(&events) && !events.frozen;
+    // Past the JavaScript side's budget of clones in one turn: not waited
+    // for at all (a uid or gid is, for the error Node throws).
+    if (here && opts.defer && !req.set_uid && !req.set_gid) {
+      if (req.inherit_env) snapshot_environ(&req);
+      queued = true;
+      return spawner_.queue(id, &req, &exec);
+    }
     return start_command(id, &req, &proc, &exec, here);
   });
   if (e) return e;
   out->id = id;
   out->pid = proc.pid;
   out->cgroup = leaf.path();
-  out->method = proc.method;
+  out->method = queued ? (clone3_available() ? CloneMethod::kClone3 : CloneMethod::kClone) : proc.method;
   out->exec_pending = exec != nullptr;
   // The clone has used the leaf's descriptors: a live call keeps none (they
   // are reopened if a ladder or members() needs them).
@@ -294,7 +302,7 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   auto confinement = std::make_unique<CgroupConfinement>(std::move(leaf), Tier::kCgroup, &writes_);
   confinement->reuse_into(&subtrees_, base);
   Call* call = new Call(this, id, std::move(proc), std::move(confinement), Fd());
-  call->set_pending_exec(std::move(exec));
+  call->set_pending_exec(std::move(exec), queued);
   if (SysError e = adopt(call, out)) return e;
   if (out->exec_pending) watch_exec(id);
   return SysError::none();

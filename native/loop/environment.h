@@ -74,7 +74,7 @@ class LoopHost {
 
 struct SpawnedCall {
   uint64_t id = 0;
-  pid_t pid = -1;    // the command's pid; -1 while a shim has not reported it
+  pid_t pid = -1;    // the command's pid; -1 while a shim has not reported it, or the clone is deferred
   // The command was cloned and may not have exec'd yet: Call::settle_exec()
   // says whether it did (no event does).
   bool exec_pending = false;
@@ -96,6 +96,10 @@ struct SpawnOptions {
   // A sealed call (the cgroup tier only; loop/environment_seal.cc): the shim
   // in the leaf, as init of new user, PID, mount and cgroup namespaces.
   bool seal = false;
+  // The cgroup tier: queue the clone for a spawner thread and return before
+  // the child exists (the JavaScript side asks for this past its budget of
+  // clones in one turn); pid and exec report come later (Call::settle_exec).
+  bool defer = false;
 };
 
 class Environment {
@@ -111,6 +115,11 @@ class Environment {
   // Starts req in a new call of the given tier. On error nothing is left:
   // no process, no directory, no descriptor.
   SysError spawn(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
+  // Where deferred clones are waited for (Call::adopt_clone).
+  Spawner& spawner() { return spawner_; }
+  // A call's exec report is due within Call::kExecReportWaitMs from now:
+  // past that, Call::on_exec_overdue().
+  void watch_exec(uint64_t id);
 
   // Opens the reactor, its timers and the Waiter (once): before anything is
   // watched.
@@ -304,7 +313,6 @@ class Environment {
     uint64_t id;
   };
   std::deque<ExecDue> exec_due_;
-  void watch_exec(uint64_t id);
   void on_exec_timer();
   Timer exec_timer_{&timers_, [this] { on_exec_timer(); }};
 };

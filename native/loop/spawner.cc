@@ -1,6 +1,7 @@
 #include "loop/spawner.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
@@ -25,10 +26,6 @@ namespace {
 // wakes it (EarlyIds::pid is a futex word) as soon as it runs, so this
 // matters only for a child born frozen, or a spawn that made none.
 constexpr int64_t kEarlyPollNs = 1000000;
-// How long the caller waits for the child to exist at all: the clone is not
-// held by a frozen cgroup (the kernel writes the ids before the child runs),
-// so this is only reached when every thread is stuck and none can be made.
-constexpr int64_t kCloneWaitNs = 2000000000;
 // How long the Spawner's end waits for its threads to return.
 constexpr long kStopWaitNs = 200000000;
 
@@ -156,11 +153,12 @@ SysError Spawner::open() {
   return SysError::none();
 }
 
-void Spawner::ensure_thread() {
-  // Called with the lock held: a job is queued and no thread is idle.
+void Spawner::ensure_thread(size_t cap) {
+  // Called with the lock held: a job is queued. A thread is made if none is
+  // idle and there are fewer than cap.
   // Signals go to the JavaScript thread, never to ours (start_thread): a
   // handler must not run on a thread that clones children sharing its memory.
-  if (shared_->idle > 0 || threads_.size() >= kMaxThreads) return;
+  if (shared_->idle > 0 || threads_.size() >= cap) return;
   auto* arg = new Ref<Shared>(shared_);
   pthread_t t;
   if (start_thread(run, arg, &t, kThreadStack)) {
@@ -183,6 +181,9 @@ void* Spawner::run(void* arg) {
     {
       Locked lock(&shared->mu);
       while (!shared->stopping && shared->queue.empty()) pthread_cond_wait(&shared->cv, &shared->mu);
+      // Stopping: what is still queued is never cloned (its calls are gone,
+      // and their leaves with them).
+      if (shared->stopping) shared->queue.clear();
       if (shared->queue.empty()) {  // stopping
         --shared->running;
         pthread_cond_broadcast(&shared->cv);
@@ -194,6 +195,7 @@ void* Spawner::run(void* arg) {
     }
     job->set_state(SpawnJob::kCloning);
     job->error_ = spawn_process(job->req_, stack, &job->result_, &job->early_);
+    job->held_.clear();  // the child has its own (or none is coming)
     // result_.pidfd stays open with the job: the caller dups the number it
     // read from the kernel, which must not be reused before it has.
     // The request stays with the job: given back if no child was made.
@@ -209,6 +211,69 @@ void* Spawner::run(void* arg) {
   }
 }
 
+size_t Spawner::burst_threads() {
+  // Half the CPUs this process may run on, at least one: a burst's children
+  // exec on the others, and the harness keeps a CPU for its own loop (with
+  // more, on two CPUs, the loop waits for a CPU behind them).
+  static const size_t n = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
+    return static_cast<size_t>(std::max(1L, cpus / 2));
+  }();
+  return n;
+}
+
+SysError Spawner::enqueue(const Ref<SpawnJob>& job, size_t thread_cap) {
+  if (SysError e = open()) return e;
+  {
+    Locked lock(&shared_->mu);
+    shared_->queue.push_back(job);
+    ensure_thread(thread_cap);
+  }
+  pthread_cond_signal(&shared_->cv);
+  return SysError::none();
+}
+
+SysError SpawnJob::hold_descriptors() {
+  // The caller closes its own when queue() returns, long before the clone:
+  // the job clones from copies, above every target (as spawn_process wants
+  // its sources), and closes them once the child has its own.
+  const int floor = std::max(3, static_cast<int>(req_.fds.size()));
+  std::vector<Fd> held;
+  std::vector<int> fds = req_.fds;
+  for (int& fd : fds) {
+    if (fd < 0) continue;
+    held.emplace_back(fcntl(fd, F_DUPFD_CLOEXEC, floor));
+    if (!held.back()) return SysError::from_errno("fcntl");
+    fd = held.back().get();
+  }
+  int cgroup_dir = req_.cgroup_dir;
+  if (cgroup_dir >= 0) {
+    held.emplace_back(fcntl(cgroup_dir, F_DUPFD_CLOEXEC, floor));
+    if (!held.back()) return SysError::from_errno("fcntl");
+    cgroup_dir = held.back().get();
+  }
+  held_ = std::move(held);
+  req_.fds = std::move(fds);
+  req_.cgroup_dir = cgroup_dir;
+  return SysError::none();
+}
+
+SysError Spawner::queue(uint64_t tag, SpawnRequest* req, Ref<SpawnJob>* job_out) {
+  Ref<SpawnJob> job(new SpawnJob(tag, std::move(*req)));
+  // (Nothing is rewritten in the request unless every copy was made.)
+  SysError e = job->hold_descriptors();
+  if (!e) e = enqueue(job, burst_threads());
+  if (e) {
+    job->held_.clear();
+    *req = std::move(job->req_);
+    return e;
+  }
+  *job_out = std::move(job);
+  return SysError::none();
+}
+
 SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<SpawnJob>* job_out,
                         ChildStack* here) {
   if (SysError e = open()) return e;
@@ -219,23 +284,55 @@ SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<S
     job->error_ = spawn_process(job->req_, *here, &job->result_, &job->early_);
     job->state_.store(SpawnJob::kDone, std::memory_order_release);
     job->spawner_done();
-  } else {
-    {
-      Locked lock(&shared_->mu);
-      shared_->queue.push_back(job);
-      ensure_thread();
-    }
-    pthread_cond_signal(&shared_->cv);
+  } else if (SysError e = enqueue(job, kMaxThreads)) {
+    *req = std::move(job->req_);
+    return e;
   }
+  bool untried = false;
+  if (SysError e = take_ids(job, kCloneWaitNs, out, &untried)) {
+    // Given back if no child was made (untried, or the clone itself failed).
+    if (untried || (job->done() && job->error_)) *req = std::move(job->req_);
+    return e;
+  }
+  *job_out = std::move(job);
+  return SysError::none();
+}
+
+SysError Spawner::take_ids(const Ref<SpawnJob>& job, int64_t wait_ns, SpawnResult* out, bool* untried) {
   // Wait for the kernel's ids (the child wakes us), or the end.
-  const int64_t deadline = now_ns() + kCloneWaitNs;
+  int64_t deadline = now_ns() + wait_ns;
+  bool asked_thread = false;
+  bool cloning_wait = false;
   for (;;) {
     uint32_t s = job->state_.load(std::memory_order_acquire);
     if (s == SpawnJob::kDone) break;
     pid_t pid;
     int fd;
     if (s == SpawnJob::kCloning && read_early_ids(job->early_, &pid, &fd) && fd >= 0) break;
+    if (s == SpawnJob::kQueued && !asked_thread) {
+      // Queued behind a burst's few threads, or behind threads held by
+      // children frozen before their exec: someone waits for it now, so it
+      // goes first, with a thread for it.
+      asked_thread = true;
+      Locked lock(&shared_->mu);
+      for (auto it = shared_->queue.begin(); it != shared_->queue.end(); ++it) {
+        if (*it == job) {
+          shared_->queue.erase(it);
+          shared_->queue.push_front(job);
+          break;
+        }
+      }
+      ensure_thread(kMaxThreads);
+    }
     int64_t left = deadline - now_ns();
+    if (left <= 0 && s == SpawnJob::kCloning && !cloning_wait) {
+      // Inside the clone: its ids come within moments (a frozen cgroup does
+      // not hold them), and a child must not be left unwatched because
+      // this caller would rather not wait.
+      cloning_wait = true;
+      deadline = now_ns() + kCloneWaitNs;
+      continue;
+    }
     if (left <= 0) {
       if (s == SpawnJob::kQueued) {
         // Still queued: take it back, untried.
@@ -243,13 +340,14 @@ SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<S
         for (auto it = shared_->queue.begin(); it != shared_->queue.end(); ++it) {
           if (*it == job) {
             shared_->queue.erase(it);
-            *req = std::move(job->req_);
+            job->held_.clear();
+            *untried = true;
             return SysError::of(EAGAIN, "spawn");
           }
         }
         continue;  // taken meanwhile
       }
-      break;  // cloning for two seconds: the ids are read as they are
+      break;  // cloning for that long: the ids are read as they are
     }
     // spawn_process zeroes the word before the clone; 0 until the kernel
     // writes the pid.
@@ -259,10 +357,7 @@ SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<S
   int pidfd = -1;
   if (!read_early_ids(job->early_, &pid, &pidfd) || pidfd < 0) {
     // No child was made (the clone itself failed), or none could be seen.
-    if (job->done() && job->error_) {
-      *req = std::move(job->req_);
-      return job->error_;
-    }
+    if (job->done() && job->error_) return job->error_;
     return SysError::of(EAGAIN, "spawn");
   }
   // Ours: the spawning thread's copy stays its own until it returns (a
@@ -279,7 +374,6 @@ SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<S
     return e;
   }
   out->method = job->done() ? job->result_.method : clone3_available() ? CloneMethod::kClone3 : CloneMethod::kClone;
-  *job_out = std::move(job);
   return SysError::none();
 }
 

@@ -6,8 +6,10 @@
 // the harness with it; and the thread whose TLS the child's stack protector
 // or a signal could read stays alive until the exec.
 //
-// The JavaScript thread hands a SpawnRequest over and waits only for the
-// child to exist: the kernel writes its pid and pidfd (CLONE_PARENT_SETTID,
+// The JavaScript thread clones itself where nothing can hold the child
+// (start(), here), or hands a SpawnRequest over and waits only for the
+// child to exist (start()), or, past a burst's budget, does not wait at all
+// (queue(), then take_ids() when the child is needed): the kernel writes its pid and pidfd (CLONE_PARENT_SETTID,
 // CLONE_PIDFD) before the spawning thread enters the vfork wait, so a child
 // held before its exec (born into a frozen cgroup) is just a call whose exec
 // has not reported yet. The report comes later: SpawnJob::collect() asks
@@ -91,9 +93,14 @@ class SpawnJob {
   void abandon();
   void spawner_done();
   void reap_abandoned();
+  // queue(): copies of the request's descriptors, which the caller closes.
+  SysError hold_descriptors();
 
   const uint64_t tag_;
   SpawnRequest req_;
+  // What hold_descriptors() copied; closed by the spawning thread after the
+  // clone (a pipe's end held here would keep its reader from EOF).
+  std::vector<Fd> held_;
   // Written by the kernel while the spawning thread is in the clone.
   EarlyIds early_;
   SpawnResult result_;
@@ -134,6 +141,21 @@ class Spawner {
   // harness; only for a child that nothing can hold before its exec (the
   // caller checks that its cgroup is not frozen).
   SysError start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<SpawnJob>* job, ChildStack* here = nullptr);
+  // Queues req for a spawner thread and returns at once, before its child
+  // exists: for a burst of spawns in one turn of the JavaScript thread, which
+  // then never waits on a clone (one thread per spawn, each waiting in its
+  // vfork, would not clone faster on a few CPUs, and would take the CPU the
+  // event loop needs): it makes threads up to burst_threads(); a job someone
+  // waits for gets one up to kMaxThreads (take_ids). The child's ids are
+  // read later with take_ids().
+  // *req is left as it was on error.
+  SysError queue(uint64_t tag, SpawnRequest* req, Ref<SpawnJob>* job);
+  // Waits up to wait_ns for a queued job's child to exist and fills *out as
+  // start() does (the pidfd is the caller's). A job still queued at the end
+  // is taken back untried (*untried, EAGAIN); one inside its clone is waited
+  // for kCloneWaitNs more; a clone that failed returns its error, with no
+  // child left.
+  SysError take_ids(const Ref<SpawnJob>& job, int64_t wait_ns, SpawnResult* out, bool* untried);
   // The same, waiting for the report too (up to wait_ms): a step that failed
   // within that time is returned as spawn_process returns it (the child
   // reaped, nothing in *out). For what Node reports from spawn() itself (a
@@ -148,6 +170,10 @@ class Spawner {
   // as fork() does at a process limit. Each costs little: a small stack.
   static constexpr size_t kMaxThreads = 1024;
   static constexpr size_t kThreadStack = 256 * 1024;
+  // How long start() waits for the child to exist at all: the clone is not
+  // held by a frozen cgroup (the kernel writes the ids before the child runs),
+  // so this is only reached when every thread is stuck and none can be made.
+  static constexpr int64_t kCloneWaitNs = 2000000000;
 
  private:
   // (pthread's mutex and condition, not std's: libstdc++ 12's
@@ -172,7 +198,10 @@ class Spawner {
     Fd event;
   };
   static void* run(void* arg);  // arg: a new Ref<Shared>
-  void ensure_thread();
+  static size_t burst_threads();
+  // Called with the lock held: a thread if none is idle, up to cap.
+  void ensure_thread(size_t cap);
+  SysError enqueue(const Ref<SpawnJob>& job, size_t thread_cap);
 
   Ref<Shared> shared_;
   std::vector<pthread_t> threads_;
