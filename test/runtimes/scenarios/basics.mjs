@@ -48,4 +48,27 @@ scenario('basics', async (t) => {
   const failed = await new Promise((resolve) => bad.on('error', resolve));
   await new Promise((resolve) => bad.on('close', resolve));
   t.check(failed.code === 'ENOENT' && bad.pid === undefined, "spawn: 'error' ENOENT, no pid", [failed.code, bad.pid]);
+
+  // A burst in one synchronous run: past its first milliseconds, clones go
+  // to spawner threads unwaited; pid (read at once, or with 'spawn') is
+  // still each command's own, in its own leaf, and one that cannot start
+  // gets 'error' and no pid.
+  const burst = Array.from({ length: 40 }, (_, i) => spawn(i % 8 === 7 ? 'no-such-tool-proctree' : 'sleep', ['2']));
+  const first = burst[30].pid;
+  const ended = await Promise.all(
+    burst.map(
+      (c) =>
+        new Promise((resolve) => {
+          let where = null;
+          let error = null;
+          c.on('spawn', () => (where = cgroupOf(c.pid)));
+          c.on('error', (e) => (error = e.code));
+          c.on('close', (code) => resolve({ code, error, pid: c.pid, cg: c.cgroup, where }));
+        }),
+    ),
+  );
+  const wrong = ended.filter((e, i) =>
+    i % 8 === 7 ? e.error !== 'ENOENT' || e.pid !== undefined : e.code !== 0 || !(e.pid > 0) || !e.where || !e.cg.endsWith(e.where),
+  );
+  t.check(wrong.length === 0 && first === ended[30].pid, 'a burst of 40: own pids in own leaves, ENOENT without a pid', wrong.slice(0, 3));
 });
