@@ -261,13 +261,17 @@ SysError SpawnJob::hold_descriptors() {
 }
 
 SysError Spawner::queue(uint64_t tag, SpawnRequest* req, Ref<SpawnJob>* job_out) {
+  const std::vector<int> fds = req->fds;
+  const int cgroup_dir = req->cgroup_dir;
   Ref<SpawnJob> job(new SpawnJob(tag, std::move(*req)));
-  // (Nothing is rewritten in the request unless every copy was made.)
   SysError e = job->hold_descriptors();
   if (!e) e = enqueue(job, burst_threads());
   if (e) {
+    // Given back as it came, with the caller's own descriptors.
     job->held_.clear();
     *req = std::move(job->req_);
+    req->fds = fds;
+    req->cgroup_dir = cgroup_dir;
     return e;
   }
   *job_out = std::move(job);
@@ -309,7 +313,7 @@ SysError Spawner::take_ids(const Ref<SpawnJob>& job, int64_t wait_ns, SpawnResul
     pid_t pid;
     int fd;
     if (s == SpawnJob::kCloning && read_early_ids(job->early_, &pid, &fd) && fd >= 0) break;
-    if (s == SpawnJob::kQueued && !asked_thread) {
+    if (s == SpawnJob::kQueued && !asked_thread && wait_ns > 0) {
       // Queued behind a burst's few threads, or behind threads held by
       // children frozen before their exec: someone waits for it now, so it
       // goes first, with a thread for it.
