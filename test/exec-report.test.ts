@@ -302,6 +302,19 @@ describe('a burst of spawns in one synchronous run', () => {
     expect(during).toBeLessThan(50);
   });
 
+  it.skipIf(!cgroupTier)('an already aborted signal on a call past the burst\'s first milliseconds: \'spawn\', then \'error\', as in Node', async () => {
+    const sup = supervisor();
+    await once(sup.spawn('true', [], { stdio: 'ignore' }), 'close');
+    // Enough clones in this run to use up its budget on any machine.
+    const burst = Array.from({ length: 60 }, () => sup.spawn('true', [], { stdio: 'ignore' }));
+    const aborted = sup.spawn('sleep', ['30'], { stdio: 'ignore', signal: AbortSignal.abort('stop') });
+    const seen = [...burst, aborted].map(record);
+    await Promise.all(seen.map((s) => s.closed));
+    for (const call of [...burst, aborted]) if (call.cgroup) cgroups.push(call.cgroup);
+    expect(seen.at(-1)?.events).toEqual(['spawn', 'error ABORT_ERR', 'exit', 'close null']);
+    expect(aborted.signalCode).toBe('SIGTERM');
+  });
+
   it.skipIf(!cgroupTier)('a worker thread that ends right after its burst: no clone of it runs afterwards, nothing of it is left', async () => {
     const needle = token();
     const lib = path.resolve('dist/cjs/index.js');

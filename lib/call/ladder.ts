@@ -9,7 +9,7 @@ import { releasePty } from '../pty';
 import type { CleanupReason, CleanupReport } from '../types';
 import { knowStart } from './exec';
 import { emptyReport } from './report';
-import { drop, emitError, releaseReadable, removeAbortListener } from './result';
+import { drop, emitError, emitSpawn, releaseReadable, removeAbortListener } from './result';
 import { PauseControl } from './pause';
 import { ABORTED, CallLadder, type CallState, EMPTY, EXITED, STARTED, TIMED_OUT, UNREF } from './state';
 
@@ -135,6 +135,10 @@ function abort(s: CallState, reason: unknown): void {
   }
   knowStart(s);
   if (s.failed || s.flag(EXITED)) return;
+  // As in Node, 'spawn' comes before the abort's 'error': a clone of a
+  // burst's later calls (or one held before its exec) reports after the
+  // tick that would have emitted it, and is known only now.
+  if (s.pid !== undefined) emitSpawn(s);
   s.setFlag(ABORTED, true);
   // As Node's abortChildProcess: 'error' only when the signal was delivered.
   if (startLadder(s, 'abort', s.opts.grace, true)) emitError(s, err);
