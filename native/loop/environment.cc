@@ -294,7 +294,7 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   out->id = id;
   out->pid = proc.pid;
   out->cgroup = leaf.path();
-  out->method = queued ? (clone3_available() ? CloneMethod::kClone3 : CloneMethod::kClone) : proc.method;
+  out->method = queued ? Spawner::expected_method() : proc.method;
   out->exec_pending = exec != nullptr;
   // The clone has used the leaf's descriptors: a live call keeps none (they
   // are reopened if a ladder or members() needs them).

@@ -211,6 +211,10 @@ void* Spawner::run(void* arg) {
   }
 }
 
+CloneMethod Spawner::expected_method() {
+  return clone3_available() ? CloneMethod::kClone3 : CloneMethod::kClone;
+}
+
 size_t Spawner::burst_threads() {
   // Half the CPUs this process may run on, at least one: a burst's children
   // exec on the others, and the harness keeps a CPU for its own loop (with
@@ -385,7 +389,7 @@ SysError Spawner::take_ids(const Ref<SpawnJob>& job, int64_t wait_ns, SpawnResul
     out->pid = -1;
     return e;
   }
-  out->method = job->done() ? job->result_.method : clone3_available() ? CloneMethod::kClone3 : CloneMethod::kClone;
+  out->method = job->done() ? job->result_.method : expected_method();
   return SysError::none();
 }
 

@@ -162,6 +162,8 @@ class Spawner {
   // uid or gid that cannot be taken).
   SysError start_and_wait(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<SpawnJob>* job,
                           int wait_ms);
+  // How a job not yet done will clone (its result says once it is).
+  static CloneMethod expected_method();
   // Tags of the jobs done since the last call.
   std::vector<uint64_t> take_done();
 
