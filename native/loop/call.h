@@ -232,6 +232,8 @@ class Call : public LadderHost {
   // exec_ was only queued: no child, pid or pidfd yet (adopt_clone).
   bool cloning_ = false;
   void post_started();
+  // The command never ran: kStartFailed, and no exit event.
+  void post_start_failed(const SysError& e);
   int events_wd_ = -1;         // inotify watch of cgroup.events, added lazily
   bool polling_ = false;       // a tier without emptiness events is being watched
   bool main_polled_ = false;   // the reactor could not take the main pidfd

@@ -32,10 +32,8 @@ bool Call::adopt_clone(int64_t wait_ns) {
   if (e) {
     // No child: the clone failed, or the job never got a thread.
     exec_.reset();
-    exec_error_ = e;
-    exit_posted_ = true;  // no exit event for a command that never ran
     main_exited_ = true;
-    env_->post(CallEvent{CallEvent::kStartFailed, id_, {}, {}, e});
+    post_start_failed(e);
     check_finished();
     return false;
   }
@@ -78,9 +76,13 @@ void Call::collect_exec(int wait_ms, bool overdue) {
     post_error(failed);
     return;
   }
-  exec_error_ = failed;
+  post_start_failed(failed);
+}
+
+void Call::post_start_failed(const SysError& e) {
+  exec_error_ = e;
   exit_posted_ = true;  // no exit event for a command that never ran
-  env_->post(CallEvent{CallEvent::kStartFailed, id_, {}, {}, failed});
+  env_->post(CallEvent{CallEvent::kStartFailed, id_, {}, {}, e});
 }
 
 SysError Call::settle_exec(int wait_ms, bool* pending) {
