@@ -45,7 +45,7 @@ const FULL = {
   // Issue 12: PTY spawn → exit of /bin/true, proctree vs node-pty.
   ptyLatency: { samples: 200, warmup: 10 },
   // Issue 14: harness CPU per call against the C floor.
-  cpuPerCall: { calls: 1000, reps: 5, straceCalls: 200, profileCalls: 1000 },
+  cpuPerCall: { calls: 1000, reps: 5, warmupCalls: 3000, straceCalls: 200, profileCalls: 1000 },
   // Issue 28: ports() on a tree of 100 with 10 listeners; ready polling's cost.
   ports: { processes: 100, listeners: 10, queries: 200, readyWaitMs: 5000 },
   // Issue 26: sealed spawn → exit and CPU per call beside unsealed and the C floors.
@@ -66,7 +66,7 @@ const QUICK = {
   memory: { ...FULL.memory, spawnSamples: 100 },
   shutdown: { ...FULL.shutdown, reps: 2 },
   ptyLatency: { samples: 30, warmup: 5 },
-  cpuPerCall: { calls: 200, reps: 3, straceCalls: 100, profileCalls: 0 },
+  cpuPerCall: { calls: 200, reps: 3, warmupCalls: 3000, straceCalls: 100, profileCalls: 0 },
   ports: { ...FULL.ports, queries: 50, readyWaitMs: 2000 },
   seal: { samples: 40, warmup: 5, floorSamples: 40 },
 };

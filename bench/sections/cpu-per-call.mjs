@@ -75,8 +75,12 @@ function childrenCpuMs() {
   return (Number(f[13]) + Number(f[14])) * 10;
 }
 
+// No forced gc() before a block: it is a memory-reducing collection that
+// also shrinks V8's young generation, so the block after it would pay for
+// many more scavenges than a harness that runs for a while ever does (about
+// 30 µs per call over a block of 250 calls, measured). The rotating order
+// spreads the natural collections over the methods instead.
 async function nodeBlock(name, file, n) {
-  global.gc?.();
   const kids0 = childrenCpuMs();
   const cpu0 = process.cpuUsage();
   const t0 = performance.now();
@@ -272,8 +276,14 @@ export async function run(job, ctx) {
 }
 
 async function measure(job, ctx, file, names) {
-  // Warm-up: what happens once per harness (the guardian, JIT) is not per call.
-  for (const m of names) if (m in CALLS) for (let i = 0; i < 50; i += 1) await CALLS[m](file);
+  // Warm-up: what happens once per harness (the guardian, V8's tiering up
+  // of proctree's and Node's code) is not per call. V8's optimizing
+  // compiler keeps working for the first 2000 or so calls (its threads
+  // then cost more CPU per call than the calls' own JavaScript), so a short
+  // warm-up would count the JIT as a per-call cost. Its CPU per call is
+  // reported apart.
+  const warmups = [];
+  for (const m of names) if (m in CALLS) warmups.push(await nodeBlock(m, file, job.warmupCalls));
   const samples = [];
   for (let rep = 0; rep < job.reps; rep += 1) {
     for (let k = 0; k < names.length; k += 1) {
@@ -314,7 +324,7 @@ async function measure(job, ctx, file, names) {
     const dumpDir = path.dirname(ctx.bin.floor);
     for (const m of ['proctree, stdio ignored', 'proctree run()']) profiles.push(await profileBlock(m, file, job.profileCalls, dumpDir));
   }
-  return { group: job.group, samples, strace, straceSkipped, profiles };
+  return { group: job.group, samples, warmups, strace, straceSkipped, profiles };
 }
 
 const ROWS = [
@@ -331,6 +341,7 @@ const FLOOR = 'C floor + cgroup';
 
 export function report(results, { job }) {
   const samples = results.flatMap((r) => r.samples);
+  const warmups = new Map(results.flatMap((r) => r.warmups ?? []).map((w) => [w.method, w]));
   const strace = results.some((r) => r.strace) ? Object.assign({}, ...results.map((r) => r.strace ?? {})) : null;
   const straceSkipped = results.find((r) => r.straceSkipped)?.straceSkipped;
   const profiles = results.flatMap((r) => r.profiles ?? []);
@@ -345,6 +356,7 @@ export function report(results, { job }) {
     cell(pick(m, (s) => s.childUsPerCall)),
     cell(pick(m, (s) => s.wallUsPerCall)),
     strace?.[m] ? num(strace[m].total / strace[m].calls) : '–',
+    warmups.has(m) ? num(warmups.get(m).cpuUsPerCall) : '–',
   ]);
 
   const checks = [];
@@ -365,7 +377,7 @@ export function report(results, { job }) {
   verdict(CP_RUN, 2.0, 'default pipes (run()), in a harness that also has a child_process child alive');
 
   const md = [
-    `${job.calls} calls of /bin/true one after another per block, ${job.reps} block(s) per method, in a rotating order, after a warm-up of 50 calls per method; a call is over at 'close' (run(): its result; execFile: its callback). CPU: the harness process's own user + system time over the block, every thread (process.cpuUsage), divided by the calls; the C floor (bench/c/floor.c, the loop of section 2 at concurrency 1) measures itself with getrusage around its loop. "+ cgroup" makes a leaf (mkdir, open), starts into it (CLONE_INTO_CGROUP) and removes it (rmdir) per call: the least a per-call cgroup costs. Neither side counts its children: what a child does before exec, its exec, the dynamic loader and its exit are its own, shown apart ("children": /proc/self/stat cutime + cstime, in 10 ms ticks, or RUSAGE_CHILDREN). proctree and the floors run in a worker that never uses child_process (it starts the floor and strace with proctree): while libuv has a child of its own alive it takes SIGCHLD, and every exit of any child, proctree's too, would cost the harness a signal, a wake-up and a wait4. child_process runs in a worker of its own.`,
+    `${job.calls} calls of /bin/true one after another per block, ${job.reps} block(s) per method, in a rotating order, after a warm-up of ${job.warmupCalls} calls per method (V8 optimizes the hot code of proctree and of Node over the first 2000 or so calls, and its compiler threads' CPU would otherwise count as per-call cost; the warm-up's own CPU per call, JIT included, is the last column: the first method of each worker also pays for loading its modules); a call is over at 'close' (run(): its result; execFile: its callback). CPU: the harness process's own user + system time over the block, every thread (process.cpuUsage), divided by the calls; the C floor (bench/c/floor.c, the loop of section 2 at concurrency 1) measures itself with getrusage around its loop. "+ cgroup" makes a leaf (mkdir, open), starts into it (CLONE_INTO_CGROUP) and removes it (rmdir) per call: the least a per-call cgroup costs. Neither side counts its children: what a child does before exec, its exec, the dynamic loader and its exit are its own, shown apart ("children": /proc/self/stat cutime + cstime, in 10 ms ticks, or RUSAGE_CHILDREN). proctree and the floors run in a worker that never uses child_process (it starts the floor and strace with proctree): while libuv has a child of its own alive it takes SIGCHLD, and every exit of any child, proctree's too, would cost the harness a signal, a wake-up and a wait4. child_process runs in a worker of its own.`,
     '',
     table(
       [
@@ -377,6 +389,7 @@ export function report(results, { job }) {
         'children CPU µs/call',
         'wall µs/call',
         'syscalls/call (strace)',
+        `warm-up CPU µs/call (first ${job.warmupCalls})`,
       ],
       rows,
     ),

@@ -362,6 +362,26 @@ SysError CgroupDir::read_file(const char* name, std::string* out) const {
   return SysError::none();
 }
 
+SysError CgroupDir::read_cpu_stat(std::string* out) const {
+  if (!stat_) {
+    // By path when the directory is not open, as read_file().
+    const std::string full = path_ + "/cpu.stat";
+    stat_.reset(dir_ ? openat(dir_.get(), "cpu.stat", O_RDONLY | O_CLOEXEC) : open(full.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!stat_) return SysError::from_errno("open", full);
+  }
+  // One read from the start: a seq_file fills it with whole records, and
+  // cpu.stat (a dozen lines with every controller) fits.
+  char buf[4096];
+  ssize_t n;
+  do {
+    n = pread(stat_.get(), buf, sizeof buf, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && errno == ENODEV) n = 0;  // removed while we read: nothing more to say, as read_all()
+  if (n < 0) return SysError::from_errno("read", path_ + "/cpu.stat");
+  out->assign(buf, static_cast<size_t>(n));
+  return SysError::none();
+}
+
 bool CgroupDir::has_file(const char* name) const { return faccessat(dir(), name, F_OK, 0) == 0; }
 
 int CgroupDir::dir() const {
@@ -425,6 +445,7 @@ SysError CgroupDir::remove() {
 
 void CgroupDir::close() {
   events_.reset();
+  stat_.reset();
   dir_.reset();
 }
 

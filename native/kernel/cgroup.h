@@ -71,6 +71,9 @@ class CgroupDir {
   SysError write_file(const char* name, const char* value) const;
   // A small file of this cgroup (cpu.stat, memory.peak), whole.
   SysError read_file(const char* name, std::string* out) const;
+  // cpu.stat, whole: opened once and re-read with pread, as cgroup.events
+  // (a kept leaf is read at the end of every call it holds).
+  SysError read_cpu_stat(std::string* out) const;
   bool has_file(const char* name) const;
   // cgroup.kill exists (Linux 5.14; never in the root cgroup).
   bool has_kill() const;
@@ -92,8 +95,6 @@ class CgroupDir {
   // Closes the descriptors without removing the directory (the next use
   // opens it again by path).
   void close();
-  // Closes cgroup.events only; the directory stays open.
-  void close_events() { events_.reset(); }
 
  private:
   int dir() const;
@@ -101,6 +102,7 @@ class CgroupDir {
   std::string path_;
   mutable Fd dir_;
   mutable Fd events_;  // cgroup.events, opened once, re-read with pread
+  mutable Fd stat_;    // cpu.stat, the same way
 };
 
 }  // namespace proctree

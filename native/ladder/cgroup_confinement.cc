@@ -92,7 +92,7 @@ void CgroupConfinement::read_usage(Usage* out) const {
   // cpu.stat is there on cgroup v2 without any controller (5.x); its times
   // are in microseconds.
   std::string stat;
-  if (leaf_.read_file("cpu.stat", &stat)) return;
+  if (leaf_.read_cpu_stat(&stat)) return;
   auto field = [&stat](const char* name) -> double {
     size_t at = stat.find(name);
     return at == std::string::npos ? 0 : std::strtod(stat.c_str() + at + strlen(name), nullptr);

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -268,6 +269,15 @@ SysError Environment::start_in_leaf(const SpawnOptions& opts, uint64_t id, Spawn
   return e;
 }
 
+bool Environment::keep_leaf_descriptors(int dir_fd) const {
+  if (calls_.size() >= kLeafDescriptorsKeptBelow) return false;
+  // Descriptors are handed out lowest first: one numbered past a quarter of
+  // the limit says the harness has many open already.
+  struct rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return false;
+  return lim.rlim_cur == RLIM_INFINITY || static_cast<rlim_t>(dir_fd) + 4 < lim.rlim_cur / 4;
+}
+
 SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {
   uint64_t id = next_call_id();
   CgroupDir leaf;
@@ -296,9 +306,13 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   out->cgroup = leaf.path();
   out->method = queued ? Spawner::expected_method() : proc.method;
   out->exec_pending = exec != nullptr;
-  // The clone has used the leaf's descriptors: a live call keeps none (they
-  // are reopened if a ladder or members() needs them).
-  leaf.close();
+  // The clone has used the leaf's descriptors. While few calls live, the
+  // call keeps them: its end reads cgroup.events and cpu.stat through them
+  // instead of reopening the leaf by its path (four system calls and a
+  // path walk per call). Many live calls keep none (they are reopened if a
+  // ladder or members() needs them), nor does a harness near its limit of
+  // descriptors.
+  if (!keep_leaf_descriptors(leaf.dir_fd())) leaf.close();
   auto confinement = std::make_unique<CgroupConfinement>(std::move(leaf), Tier::kCgroup, &writes_);
   confinement->reuse_into(&subtrees_, base);
   Call* call = new Call(this, id, std::move(proc), std::move(confinement), Fd());
