@@ -12,15 +12,30 @@ namespace proctree {
 namespace binding {
 namespace {
 
+// A string's UTF-8: one call into the engine where it fits a buffer on the
+// stack (Utf8Value() always makes two, the length and then the copy).
+bool utf8(napi_env env, napi_value v, std::string* out) {
+  char buf[512];
+  size_t len = 0;
+  if (napi_get_value_string_utf8(env, v, buf, sizeof buf, &len) != napi_ok) return false;
+  if (len + 1 < sizeof buf) {
+    out->assign(buf, len);
+    return true;
+  }
+  if (napi_get_value_string_utf8(env, v, nullptr, 0, &len) != napi_ok) return false;
+  out->resize(len);
+  return napi_get_value_string_utf8(env, v, &(*out)[0], len + 1, &len) == napi_ok;
+}
+
 bool read_strings(Napi::Value v, std::vector<std::string>* out) {
   if (!v.IsArray()) return false;
   Napi::Array a = v.As<Napi::Array>();
+  const uint32_t n = a.Length();
   out->clear();
-  out->reserve(a.Length());
-  for (uint32_t i = 0; i < a.Length(); ++i) {
+  out->resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
     Napi::Value item = a.Get(i);
-    if (!item.IsString()) return false;
-    out->push_back(item.As<Napi::String>().Utf8Value());
+    if (!item.IsString() || !utf8(item.Env(), item, &(*out)[i])) return false;
   }
   return true;
 }
@@ -30,8 +45,9 @@ bool read_strings(Napi::Value v, std::vector<std::string>* out) {
 bool read_stdio(Napi::Value v, std::vector<StdioSpec>* spec) {
   if (!v.IsArray() || v.As<Napi::Array>().Length() < 3) return false;
   Napi::Array a = v.As<Napi::Array>();
-  spec->assign(a.Length(), StdioSpec{});
-  for (uint32_t i = 0; i < a.Length(); ++i) {
+  const uint32_t n = a.Length();
+  spec->assign(n, StdioSpec{});
+  for (uint32_t i = 0; i < n; ++i) {
     Napi::Value item = a.Get(i);
     StdioSpec& one = (*spec)[i];
     if (item.IsNumber()) {
@@ -41,7 +57,8 @@ bool read_stdio(Napi::Value v, std::vector<StdioSpec>* spec) {
       continue;
     }
     if (!item.IsString()) return false;
-    std::string s = item.As<Napi::String>().Utf8Value();
+    std::string s;
+    if (!utf8(item.Env(), item, &s)) return false;
     if (s == "pipe") {
       one.kind = StdioSpec::kPipe;
     } else if (s == "ignore") {
@@ -100,8 +117,9 @@ bool read_limits(Napi::Value v, Limits* out) {
 const char* read_spawn_spec(Napi::Object spec, SpawnSpec* out) {
   SpawnRequest& req = out->req;
   SpawnOptions& opts = out->opts;
-  if (!spec.Get("group").IsString()) return "spec.group";
-  opts.group = spec.Get("group").As<Napi::String>().Utf8Value();
+  Napi::Value group = spec.Get("group");
+  if (!group.IsString()) return "spec.group";
+  if (!utf8(group.Env(), group, &opts.group)) return "spec.group";
   if (!read_strings(spec.Get("candidates"), &req.candidates)) return "spec.candidates";
   if (!read_strings(spec.Get("argv"), &req.argv)) return "spec.argv";
   Napi::Value envv = spec.Get("env");
@@ -111,7 +129,7 @@ const char* read_spawn_spec(Napi::Object spec, SpawnSpec* out) {
     return "spec.env";
   }
   Napi::Value cwd = spec.Get("cwd");
-  if (cwd.IsString()) req.cwd = cwd.As<Napi::String>().Utf8Value();
+  if (cwd.IsString() && !utf8(cwd.Env(), cwd, &req.cwd)) return "spec.cwd";
   Napi::Value uid = spec.Get("uid");
   if (uid.IsNumber()) {
     req.set_uid = true;
@@ -130,9 +148,13 @@ const char* read_spawn_spec(Napi::Object spec, SpawnSpec* out) {
     out->pty.rows = static_cast<unsigned short>(p.Get("rows").As<Napi::Number>().Uint32Value());
   }
   if (!read_tier(spec.Get("tier"), &opts.tier)) return "spec.tier";
-  if (spec.Get("helper").IsString()) opts.helper = spec.Get("helper").As<Napi::String>().Utf8Value();
-  opts.seal = spec.Get("seal").IsBoolean() && spec.Get("seal").As<Napi::Boolean>().Value();
-  opts.defer = spec.Get("defer").IsBoolean() && spec.Get("defer").As<Napi::Boolean>().Value();
+  // Each Get is a call into the engine: every field is read once.
+  Napi::Value helper = spec.Get("helper");
+  if (helper.IsString() && !utf8(helper.Env(), helper, &opts.helper)) return "spec.helper";
+  Napi::Value seal = spec.Get("seal");
+  opts.seal = seal.IsBoolean() && seal.As<Napi::Boolean>().Value();
+  Napi::Value defer = spec.Get("defer");
+  opts.defer = defer.IsBoolean() && defer.As<Napi::Boolean>().Value();
   if (!read_limits(spec.Get("limits"), &opts.limits.call)) return "spec.limits";
   if (!read_limits(spec.Get("groupLimits"), &opts.limits.group)) return "spec.groupLimits";
   return nullptr;
