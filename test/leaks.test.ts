@@ -40,6 +40,37 @@ describe('resources', () => {
     expect(openFdCount()).toBeLessThanOrEqual(fdsBefore);
   });
 
+  it("a call keeps its leaf's descriptors while few calls live, and none once many do", async () => {
+    // What this process holds open inside a leaf, read from /proc/self/fd.
+    const heldIn = (leaf: string): number =>
+      fs.readdirSync('/proc/self/fd').filter((fd) => {
+        try {
+          const target = fs.readlinkSync(`/proc/self/fd/${fd}`);
+          return target === leaf || target.startsWith(`${leaf}/`);
+        } catch {
+          return false; // closed since the listing
+        }
+      }).length;
+    const calls: ReturnType<typeof spawn>[] = [];
+    const start = async (): Promise<ReturnType<typeof spawn>> => {
+      const c = spawn('sleep', ['30'], { stdio: 'ignore', grace: 100 });
+      await new Promise((resolve, reject) => c.once('spawn', resolve).once('error', reject));
+      calls.push(c);
+      return c;
+    };
+    try {
+      // One call: its end reads its leaf through the descriptors the clone
+      // used (the directory, cgroup.events), not by reopening its path.
+      const one = await start();
+      expect(heldIn(one.cgroup)).toBeGreaterThanOrEqual(2);
+      // Forty: past the bound, no live call holds anything of its leaf.
+      while (calls.length < 40) await start();
+      for (const c of calls) expect(heldIn(c.cgroup)).toBe(0);
+    } finally {
+      await Promise.all(calls.map((c) => c.terminate()));
+    }
+  });
+
   it("does not steal the exits of Node's own child_process children", async () => {
     const codes = await Promise.all(
       Array.from({ length: 20 }, (_, i) => {

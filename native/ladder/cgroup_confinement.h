@@ -49,6 +49,7 @@ class CgroupConfinement : public Confinement {
   bool can_freeze() const override;
   SysError set_frozen(bool frozen, bool now = false) override;
   bool frozen() const override;
+  void close_descriptors() override { leaf_.close(); }
   Kill kill_all() override;
   Kill kill_all_now() override;
   void read_usage(Usage* out) const override;

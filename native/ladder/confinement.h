@@ -97,6 +97,9 @@ class Confinement {
   // was (or its subtree is about to be) frozen or killed, and a deferred
   // write may still be on its way; or something outside names it (a job id).
   virtual void retire() {}
+  // Closes what the tier kept open for the call's end (a leaf's
+  // descriptors); whoever needs them later reopens them.
+  virtual void close_descriptors() {}
 
  protected:
   // One round of `sig` to every confirmed member: how many got it.

@@ -111,6 +111,9 @@ class Call : public LadderHost {
   // systemd-tier call still waiting for the broker will have a cgroup leaf.
   const char* verified() const { return confinement_ ? confinement_->verified() : "cgroup.events"; }
   bool finished() const { return finished_; }
+  void close_descriptors() {
+    if (confinement_) confinement_->close_descriptors();
+  }
   bool referenced() const { return ref_; }
   void set_referenced(bool ref);
 

@@ -310,9 +310,15 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   // call keeps them: its end reads cgroup.events and cpu.stat through them
   // instead of reopening the leaf by its path (four system calls and a
   // path walk per call). Many live calls keep none (they are reopened if a
-  // ladder or members() needs them), nor does a harness near its limit of
-  // descriptors.
-  if (!keep_leaf_descriptors(leaf.dir_fd())) leaf.close();
+  // ladder or members() needs them): the calls that kept theirs close them
+  // as the count passes the bound, so a live call costs no descriptor of
+  // its leaf. Nor does a harness near its limit of descriptors keep any.
+  if (!keep_leaf_descriptors(leaf.dir_fd())) {
+    leaf.close();
+    if (calls_.size() == kLeafDescriptorsKeptBelow) {
+      for (auto& kv : calls_) kv.second->close_descriptors();
+    }
+  }
   auto confinement = std::make_unique<CgroupConfinement>(std::move(leaf), Tier::kCgroup, &writes_);
   confinement->reuse_into(&subtrees_, base);
   Call* call = new Call(this, id, std::move(proc), std::move(confinement), Fd());

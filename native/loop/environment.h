@@ -203,7 +203,7 @@ class Environment {
   SysError spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   // Whether a new call keeps its leaf's descriptors open (see spawn_cgroup).
   bool keep_leaf_descriptors(int dir_fd) const;
-  static constexpr size_t kLeafDescriptorsKeptBelow = 64;
+  static constexpr size_t kLeafDescriptorsKeptBelow = 16;
   // The call's leaf (a kept one or a new one) as req->cgroup_dir, then
   // start(leaf). A kept leaf that someone removed, so that the clone could
   // not reach it, is dropped and the call gets a new one, once. On an error
