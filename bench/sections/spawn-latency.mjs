@@ -2,6 +2,13 @@
 // event and spawn() → exit of /bin/true, for proctree, child_process, execa
 // and the C floor. fork() copies the harness's page tables, so its cost grows
 // with RSS; a CLONE_VM|CLONE_VFORK start should not.
+//
+// proctree (with the C floors) and child_process + execa run in workers of
+// their own at each size. Interleaved in one process, a fork() of
+// child_process leaves the harness's memory write-protected until its child
+// execs, and the harness's next writes fault page by page: at 1 GB that put
+// ~0.2 ms on whichever call came next (proctree's, measured), a cost of
+// child_process that the table would have charged to proctree.
 import { execFileSync } from 'node:child_process';
 import cp from 'node:child_process';
 
@@ -54,13 +61,20 @@ const STARTERS = {
   child_process: (file) => timed(() => cp.spawn(file, [], { stdio: 'ignore' })),
   execa: (file) => timed(() => execa(file, [], { stdio: 'ignore', reject: false })),
 };
+const GROUPS = { proctree: ['proctree'], child_process: ['child_process', 'execa'] };
 
 export async function run(job, ctx) {
   const file = which('true');
   global.gc?.();
   const rssMB = growRss(job.tierMB);
-  const names = Object.keys(STARTERS);
-  for (let i = 0; i < job.warmup; i += 1) for (const m of names) await STARTERS[m](file);
+  const names = GROUPS[job.group];
+  // Warm-up: V8 optimizes proctree's JavaScript over its first 2000 or so
+  // calls (see the CPU section); a fork()ing method gets the short one, as
+  // its cost is the fork's.
+  for (const m of names) {
+    const n = m === 'proctree' ? job.warmupCalls : job.warmup;
+    for (let i = 0; i < n; i += 1) await STARTERS[m](file);
+  }
   const samples = Object.fromEntries(names.map((m) => [m, { spawn: [], exit: [] }]));
   for (let i = 0; i < job.samples; i += 1) {
     // Interleaved, in a rotating order, so drift hits every method alike.
@@ -71,6 +85,10 @@ export async function run(job, ctx) {
       samples[m].exit.push(r.exit);
     }
     if (i % 50 === 0) ctx.progress(`${job.tierMB} MB: ${i}/${job.samples}`);
+  }
+  if (job.group !== 'proctree') {
+    ballast = [];
+    return { tierMB: job.tierMB, rssMB, group: job.group, samples };
   }
   const floor = {};
   for (const [name, parent] of [
@@ -84,13 +102,21 @@ export async function run(job, ctx) {
     floor[name] = { spawn: r.spawnMs, exit: r.exitMs };
   }
   ballast = [];
-  return { tierMB: job.tierMB, rssMB, samples: { ...samples, ...floor } };
+  return { tierMB: job.tierMB, rssMB, group: job.group, warmupCalls: job.warmupCalls, samples: { ...samples, ...floor } };
 }
 
 const ROWS = ['proctree', 'child_process', 'execa', 'C floor', 'C floor + cgroup'];
 const tierLabel = (mb) => (mb >= 1024 ? `${mb / 1024} GB` : `${mb} MB`);
 
-export function report(results) {
+export function report(workers) {
+  // One result per size: its workers' samples together.
+  const bySize = new Map();
+  for (const w of workers) {
+    const r = bySize.get(w.tierMB) ?? { tierMB: w.tierMB, rssMB: w.rssMB, samples: {} };
+    Object.assign(r.samples, w.samples);
+    bySize.set(w.tierMB, r);
+  }
+  const results = [...bySize.values()];
   const tiers = results.map((r) => r.tierMB);
   const sum = {};
   for (const r of results) {
@@ -194,7 +220,7 @@ export function report(results) {
 
   const perTier = results.map((r) => `${r.samples.proctree.exit.length} at ${tierLabel(r.tierMB)}`).join(', ');
   const markdown = [
-    `Interleaved samples per method: ${perTier} (the C floor: its own loop of ${results[0]?.samples['C floor'].exit.length ?? 0}); stdio ignored; the harness grown with touched Buffers. The C floor is clone3(CLONE_VM|CLONE_VFORK|CLONE_PIDFD) + execve + waitid in a C loop at the same RSS; "+ cgroup" adds a leaf mkdir before and rmdir after each call, with CLONE_INTO_CGROUP.`,
+    `Samples per method: ${perTier} (the C floor: its own loop of ${results[0]?.samples['C floor'].exit.length ?? 0}); stdio ignored; the harness grown with touched Buffers. proctree and the C floors run in one worker per size, after a warm-up of ${workers.find((w) => w.group === 'proctree')?.warmupCalls ?? '?'} proctree calls; child_process and execa, interleaved, in another (a fork() leaves the harness's memory write-protected, and in one process its page faults would land on the next method's call). The C floor is clone3(CLONE_VM|CLONE_VFORK|CLONE_PIDFD) + execve + waitid in a C loop at the same RSS; "+ cgroup" adds a leaf mkdir before and rmdir after each call, with CLONE_INTO_CGROUP.`,
     '',
     "**spawn() → 'spawn' event (ms)**",
     '',
