@@ -49,6 +49,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
 
   // events.cc
   void rethrow_uncaught();
+  napi_value receiver();
   void deliver_stream(const CallEvent& ev);
   void deliver_ports(const CallEvent& ev);
 

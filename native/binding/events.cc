@@ -28,23 +28,25 @@ void Addon::deliver(const CallEvent& ev) {
   if (it == callbacks_.end()) return;
   Napi::HandleScope scope(env_);
   Napi::Function fn = it->second.Value();
-  std::vector<napi_value> args;
-  args.push_back(Napi::Number::New(env_, ev.kind));
+  napi_value argv[3];
+  size_t argc = 0;
+  auto add = [&](napi_value v) { argv[argc++] = v; };
+  add(Napi::Number::New(env_, ev.kind));
   switch (ev.kind) {
     case CallEvent::kExit:
-      args.push_back(ev.exit.code >= 0 ? Napi::Number::New(env_, ev.exit.code) : env_.Null());
-      args.push_back(Napi::Number::New(env_, ev.exit.signal));
+      add(ev.exit.code >= 0 ? Napi::Number::New(env_, ev.exit.code) : env_.Null());
+      add(Napi::Number::New(env_, ev.exit.signal));
       break;
     case CallEvent::kCleanup:
-      args.push_back(report_object(env_, ev.report));
+      add(report_object(env_, ev.report));
       break;
     case CallEvent::kError:
     case CallEvent::kStartFailed:
-      args.push_back(make_error(env_, ev.error));
+      add(make_error(env_, ev.error));
       break;
     case CallEvent::kStarted:
-      args.push_back(Napi::Number::New(env_, ev.pid));
-      if (!ev.cgroup.empty()) args.push_back(Napi::String::New(env_, ev.cgroup));
+      add(Napi::Number::New(env_, ev.pid));
+      if (!ev.cgroup.empty()) add(Napi::String::New(env_, ev.cgroup));
       break;
     case CallEvent::kEmpty: {
       Napi::Object u = Napi::Object::New(env_);
@@ -58,11 +60,11 @@ void Addon::deliver(const CallEvent& ev) {
         if (ev.usage.oom_killed) u.Set("oomKilled", true);
         if (ev.usage.pids_limited) u.Set("pidsLimited", true);
       }
-      args.push_back(u);
+      add(u);
       break;
     }
     case CallEvent::kFrozen:
-      args.push_back(Napi::Boolean::New(env_, ev.frozen));
+      add(Napi::Boolean::New(env_, ev.frozen));
       break;
     case CallEvent::kOutput:
     case CallEvent::kOutputEnd:
@@ -70,11 +72,19 @@ void Addon::deliver(const CallEvent& ev) {
     case CallEvent::kPorts:
       return;  // deliver_stream(), deliver_ports()
   }
-  Napi::Object recv = Napi::Object::New(env_);
   napi_value result;
-  napi_status st = napi_make_callback(env_, async_context_, recv, fn, args.size(), args.data(), &result);
+  napi_status st = napi_make_callback(env_, async_context_, receiver(), fn, argc, argv, &result);
   if (ev.kind == CallEvent::kEmpty) callbacks_.erase(ev.call_id);
   if (st == napi_pending_exception) rethrow_uncaught();
+}
+
+// The `this` of an event's callback. Every callback is bound or an arrow
+// function, so it is never read: the global object, not a new object per
+// event.
+napi_value Addon::receiver() {
+  napi_value global = nullptr;
+  napi_get_global(env_, &global);
+  return global;
 }
 
 // A listener threw: that is an uncaught exception of the harness, as it
@@ -108,7 +118,7 @@ void Addon::deliver_stream(const CallEvent& ev) {
       st = napi_get_null(env_, &args[1]);
     }
   }
-  if (st == napi_ok) st = napi_create_object(env_, &recv);
+  if (st == napi_ok) recv = receiver();
   // A stream closed at its end (only read) has no more events.
   if (ev.kind == CallEvent::kOutputEnd && (!env_state_ || !env_state_->streams().exists(ev.call_id))) {
     pipe_callbacks_.erase(it);
@@ -153,7 +163,7 @@ void Addon::deliver_ports(const CallEvent& ev) {
       if (st == napi_ok) st = napi_set_element(env_, args[1], static_cast<uint32_t>(i), o);
     }
   }
-  if (st == napi_ok) st = napi_create_object(env_, &recv);
+  if (st == napi_ok) recv = receiver();
   if (st != napi_ok) return;
   napi_value result;
   st = napi_make_callback(env_, async_context_, recv, fn_ref.Value(), 2, args, &result);

@@ -272,10 +272,17 @@ SysError Environment::start_in_leaf(const SpawnOptions& opts, uint64_t id, Spawn
 bool Environment::keep_leaf_descriptors(int dir_fd) const {
   if (calls_.size() >= kLeafDescriptorsKeptBelow) return false;
   // Descriptors are handed out lowest first: one numbered past a quarter of
-  // the limit says the harness has many open already.
-  struct rlimit lim;
-  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return false;
-  return lim.rlim_cur == RLIM_INFINITY || static_cast<rlim_t>(dir_fd) + 4 < lim.rlim_cur / 4;
+  // the limit says the harness has many open already. The limit is asked
+  // again only for a descriptor past a quarter of the one last read (one
+  // system call saved per call; a harness that lowers its limit later may
+  // keep up to the bound's two descriptors a call a while longer).
+  const rlim_t needed = static_cast<rlim_t>(dir_fd) + 4;
+  if (fd_limit_ == 0 || needed >= fd_limit_ / 4) {
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return false;
+    fd_limit_ = lim.rlim_cur == RLIM_INFINITY ? static_cast<rlim_t>(-1) : lim.rlim_cur;
+  }
+  return needed < fd_limit_ / 4;
 }
 
 SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out) {

@@ -13,6 +13,8 @@
 // deliver_next().
 #pragma once
 
+#include <sys/resource.h>
+
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -204,6 +206,7 @@ class Environment {
   // Whether a new call keeps its leaf's descriptors open (see spawn_cgroup).
   bool keep_leaf_descriptors(int dir_fd) const;
   static constexpr size_t kLeafDescriptorsKeptBelow = 16;
+  mutable rlim_t fd_limit_ = 0;  // RLIMIT_NOFILE as last read
   // The call's leaf (a kept one or a new one) as req->cgroup_dir, then
   // start(leaf). A kept leaf that someone removed, so that the clone could
   // not reach it, is dropped and the call gets a new one, once. On an error
