@@ -86,11 +86,10 @@ export interface NativeSpawned {
   execPending?: true;
   cgroup: string;
   method: 'clone3' | 'clone' | 'clone+pidfd_open' | 'child_process';
-  tier: Confinement;
   /** How this call's tree will be proved empty: what its reports' `verified` say. */
   verified: Verification;
-  /** One per stdio entry: our end of a 'pipe', else -1. */
-  stdio: number[];
+  /** One per stdio entry, when an entry was 'pipe': our end of a 'pipe', else -1. */
+  stdio?: number[];
   /** The terminal's master side (non-blocking, close-on-exec) when stdio asked for 'pty'. */
   ptyMaster?: number;
   /** A subtree was made now and the guardian could not be started. */

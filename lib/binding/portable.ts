@@ -176,7 +176,7 @@ class PortableBinding implements NativeBinding {
       call.empty = true;
       onEvent(NativeEventKind.StartFailed, fromNodeError(err, spec, command.file));
     });
-    const base = { id: call.id, cgroup: '', method: 'child_process' as const, tier, verified: 'none' as const, stdio: spec.stdio.map(() => -1) };
+    const base = { id: call.id, cgroup: '', method: 'child_process' as const, verified: 'none' as const };
     // child_process reports exec failures (ENOENT, EACCES) by 'error' a tick later.
     if (call.pid === 0) return { ...base, pending: true };
     this.#calls.set(call.id, call);

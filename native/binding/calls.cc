@@ -75,14 +75,17 @@ Napi::Value Addon::Spawn(const Napi::CallbackInfo& info) {
     out.Set("pending", true);
   }
   out.Set("cgroup", call.cgroup);
-  out.Set("tier", tier_name(spec.opts.tier));
   out.Set("verified", call.verified);
   out.Set("method", clone_method_name(call.method));
-  Napi::Array fds = Napi::Array::New(env, stdio.parent.size());
-  for (uint32_t i = 0; i < stdio.parent.size(); ++i) {
-    fds.Set(i, stdio.parent[i] ? stdio.parent[i].release() : -1);
+  // Our ends of 'pipe' entries (the facade makes its pipes itself and asks
+  // for none): no array for a call without them.
+  if (std::any_of(stdio.parent.begin(), stdio.parent.end(), [](const Fd& fd) { return fd.valid(); })) {
+    Napi::Array fds = Napi::Array::New(env, stdio.parent.size());
+    for (uint32_t i = 0; i < stdio.parent.size(); ++i) {
+      fds.Set(i, stdio.parent[i] ? stdio.parent[i].release() : -1);
+    }
+    out.Set("stdio", fds);
   }
-  out.Set("stdio", fds);
   if (stdio.pty_master) out.Set("ptyMaster", stdio.pty_master.release());
   if (call.guardian_error) out.Set("guardianError", make_error(env, call.guardian_error));
   return out;
