@@ -76,7 +76,7 @@ export async function run(job, ctx) {
     for (let i = 0; i < n; i += 1) await STARTERS[m](file);
   }
   const samples = Object.fromEntries(names.map((m) => [m, { spawn: [], exit: [] }]));
-  for (let i = 0; i < job.samples; i += 1) {
+  const sample = async (i) => {
     // Interleaved, in a rotating order, so drift hits every method alike.
     for (let k = 0; k < names.length; k += 1) {
       const m = names[(i + k) % names.length];
@@ -85,21 +85,28 @@ export async function run(job, ctx) {
       samples[m].exit.push(r.exit);
     }
     if (i % 50 === 0) ctx.progress(`${job.tierMB} MB: ${i}/${job.samples}`);
-  }
+  };
   if (job.group !== 'proctree') {
+    for (let i = 0; i < job.samples; i += 1) await sample(i);
     ballast = [];
     return { tierMB: job.tierMB, rssMB, group: job.group, samples };
   }
-  const floor = {};
-  for (const [name, parent] of [
-    ['C floor', '-'],
-    ['C floor + cgroup', ctx.harness.harness],
-  ]) {
-    const out = execFileSync(ctx.bin.floor, [String(job.floorSamples), '1', String(job.tierMB), parent, file], {
-      maxBuffer: 64 * MB,
-    });
-    const r = JSON.parse(out.toString());
-    floor[name] = { spawn: r.spawnMs, exit: r.exitMs };
+  // proctree and the C floors in alternating blocks, so that the machine's
+  // drift (a shared host's bursts) hits the floors as it hits proctree.
+  const floor = { 'C floor': { spawn: [], exit: [] }, 'C floor + cgroup': { spawn: [], exit: [] } };
+  const blocks = 5;
+  for (let b = 0; b < blocks; b += 1) {
+    for (let i = Math.floor((b * job.samples) / blocks); i < Math.floor(((b + 1) * job.samples) / blocks); i += 1) await sample(i);
+    for (const [name, parent] of [
+      ['C floor', '-'],
+      ['C floor + cgroup', ctx.harness.harness],
+    ]) {
+      const n = Math.ceil(job.floorSamples / blocks);
+      const out = execFileSync(ctx.bin.floor, [String(n), '1', String(job.tierMB), parent, file], { maxBuffer: 64 * MB });
+      const r = JSON.parse(out.toString());
+      floor[name].spawn.push(...r.spawnMs);
+      floor[name].exit.push(...r.exitMs);
+    }
   }
   ballast = [];
   return { tierMB: job.tierMB, rssMB, group: job.group, warmupCalls: job.warmupCalls, samples: { ...samples, ...floor } };
@@ -218,9 +225,10 @@ export function report(workers) {
     title: 'Spawn latency vs harness RSS',
   };
 
-  const perTier = results.map((r) => `${r.samples.proctree.exit.length} at ${tierLabel(r.tierMB)}`).join(', ');
+  const count = (m) => results.map((r) => `${r.samples[m]?.exit.length ?? 0} at ${tierLabel(r.tierMB)}`).join(', ');
+  const perTier = `proctree ${count('proctree')}; child_process and execa ${count('child_process')}`;
   const markdown = [
-    `Samples per method: ${perTier} (the C floor: its own loop of ${results[0]?.samples['C floor'].exit.length ?? 0}); stdio ignored; the harness grown with touched Buffers. proctree and the C floors run in one worker per size, after a warm-up of ${workers.find((w) => w.group === 'proctree')?.warmupCalls ?? '?'} proctree calls; child_process and execa, interleaved, in another (a fork() leaves the harness's memory write-protected, and in one process its page faults would land on the next method's call). The C floor is clone3(CLONE_VM|CLONE_VFORK|CLONE_PIDFD) + execve + waitid in a C loop at the same RSS; "+ cgroup" adds a leaf mkdir before and rmdir after each call, with CLONE_INTO_CGROUP.`,
+    `Samples: ${perTier} (the C floor: its own loop, ${results[0]?.samples['C floor'].exit.length ?? 0} in all, run in 5 blocks that alternate with proctree's); stdio ignored; the harness grown with touched Buffers. proctree and the C floors run in one worker per size, after a warm-up of ${workers.find((w) => w.group === 'proctree')?.warmupCalls ?? '?'} proctree calls; child_process and execa, interleaved, in another (a fork() leaves the harness's memory write-protected, and in one process its page faults would land on the next method's call). The C floor is clone3(CLONE_VM|CLONE_VFORK|CLONE_PIDFD) + execve + waitid in a C loop at the same RSS; "+ cgroup" adds a leaf mkdir before and rmdir after each call, with CLONE_INTO_CGROUP.`,
     '',
     "**spawn() → 'spawn' event (ms)**",
     '',
