@@ -13,7 +13,8 @@ namespace binding {
 namespace {
 
 // A string's UTF-8: one call into the engine where it fits a buffer on the
-// stack (Utf8Value() always makes two, the length and then the copy).
+// stack (Utf8Value() always makes two, the length and then the copy). False
+// for a value that is not a string.
 bool utf8(napi_env env, napi_value v, std::string* out) {
   char buf[512];
   size_t len = 0;
@@ -35,7 +36,7 @@ bool read_strings(Napi::Value v, std::vector<std::string>* out) {
   out->resize(n);
   for (uint32_t i = 0; i < n; ++i) {
     Napi::Value item = a.Get(i);
-    if (!item.IsString() || !utf8(item.Env(), item, &(*out)[i])) return false;
+    if (!utf8(item.Env(), item, &(*out)[i])) return false;
   }
   return true;
 }
@@ -56,7 +57,6 @@ bool read_stdio(Napi::Value v, std::vector<StdioSpec>* spec) {
       if (one.fd < 0) return false;
       continue;
     }
-    if (!item.IsString()) return false;
     std::string s;
     if (!utf8(item.Env(), item, &s)) return false;
     if (s == "pipe") {
@@ -80,7 +80,8 @@ bool read_stdio(Napi::Value v, std::vector<StdioSpec>* spec) {
 // tier: 'cgroup' (also when absent) | 'systemd' | 'pidns' | 'subreaper' |
 // 'pgroup'.
 bool read_tier(Napi::Value v, Tier* tier) {
-  std::string t = v.IsString() ? v.As<Napi::String>().Utf8Value() : "cgroup";
+  std::string t = "cgroup";
+  if (v.IsString() && !utf8(v.Env(), v, &t)) return false;
   if (t == "cgroup") {
     *tier = Tier::kCgroup;
   } else if (t == "systemd") {
@@ -118,7 +119,6 @@ const char* read_spawn_spec(Napi::Object spec, SpawnSpec* out) {
   SpawnRequest& req = out->req;
   SpawnOptions& opts = out->opts;
   Napi::Value group = spec.Get("group");
-  if (!group.IsString()) return "spec.group";
   if (!utf8(group.Env(), group, &opts.group)) return "spec.group";
   if (!read_strings(spec.Get("candidates"), &req.candidates)) return "spec.candidates";
   if (!read_strings(spec.Get("argv"), &req.argv)) return "spec.argv";

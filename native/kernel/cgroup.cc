@@ -313,18 +313,33 @@ SysError CgroupDir::open_existing(const std::string& path, CgroupDir* out) {
   return SysError::none();
 }
 
-SysError CgroupDir::read_events(CgroupEvents* out) const {
-  if (!events_) {
-    int fd = openat(dir(), "cgroup.events", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return SysError::from_errno("open", path_ + "/cgroup.events");
-    events_.reset(fd);
+Fd CgroupDir::open_file(const char* name) const {
+  // By path when the directory is not open: a leaf whose descriptors were
+  // closed after the clone is not held open again for a read.
+  if (dir_) return Fd(openat(dir_.get(), name, O_RDONLY | O_CLOEXEC));
+  return Fd(open((path_ + "/" + name).c_str(), O_RDONLY | O_CLOEXEC));
+}
+
+SysError CgroupDir::read_kept(Fd* kept, const char* name, char* buf, size_t cap, size_t* n) const {
+  if (!*kept) {
+    *kept = open_file(name);
+    if (!*kept) return SysError::from_errno("open", path_ + "/" + name);
   }
-  char buf[256];
-  ssize_t n;
+  // One read from the start: a seq_file fills it with whole records, and
+  // these files fit.
+  ssize_t got;
   do {
-    n = pread(events_.get(), buf, sizeof buf - 1, 0);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0) return SysError::from_errno("read", path_ + "/cgroup.events");
+    got = pread(kept->get(), buf, cap, 0);
+  } while (got < 0 && errno == EINTR);
+  if (got < 0) return SysError::from_errno("read", path_ + "/" + name);
+  *n = static_cast<size_t>(got);
+  return SysError::none();
+}
+
+SysError CgroupDir::read_events(CgroupEvents* out) const {
+  char buf[256];
+  size_t n = 0;
+  if (SysError e = read_kept(&events_, "cgroup.events", buf, sizeof buf - 1, &n)) return e;
   buf[n] = '\0';
   const char* p = strstr(buf, "populated ");
   out->populated = p && p[10] == '1';
@@ -353,32 +368,19 @@ SysError CgroupDir::write_file(const char* name, const char* value) const {
 }
 
 SysError CgroupDir::read_file(const char* name, std::string* out) const {
-  // By path when the directory is not open: reading cpu.stat of a leaf
-  // whose descriptor was closed after the clone should not reopen it.
-  std::string full = path_ + "/" + name;
-  Fd fd(dir_ ? openat(dir_.get(), name, O_RDONLY | O_CLOEXEC) : open(full.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return SysError::from_errno("open", full);
-  if (!read_all(fd.get(), out, true)) return SysError::from_errno("read", full);
+  Fd fd = open_file(name);
+  if (!fd) return SysError::from_errno("open", path_ + "/" + name);
+  if (!read_all(fd.get(), out, true)) return SysError::from_errno("read", path_ + "/" + name);
   return SysError::none();
 }
 
 SysError CgroupDir::read_cpu_stat(std::string* out) const {
-  if (!stat_) {
-    // By path when the directory is not open, as read_file().
-    const std::string full = path_ + "/cpu.stat";
-    stat_.reset(dir_ ? openat(dir_.get(), "cpu.stat", O_RDONLY | O_CLOEXEC) : open(full.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!stat_) return SysError::from_errno("open", full);
-  }
-  // One read from the start: a seq_file fills it with whole records, and
-  // cpu.stat (a dozen lines with every controller) fits.
   char buf[4096];
-  ssize_t n;
-  do {
-    n = pread(stat_.get(), buf, sizeof buf, 0);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0 && errno == ENODEV) n = 0;  // removed while we read: nothing more to say, as read_all()
-  if (n < 0) return SysError::from_errno("read", path_ + "/cpu.stat");
-  out->assign(buf, static_cast<size_t>(n));
+  size_t n = 0;
+  SysError e = read_kept(&stat_, "cpu.stat", buf, sizeof buf, &n);
+  // Removed while we read: nothing more to say, as read_all().
+  if (e && e.err != ENODEV) return e;
+  out->assign(buf, e ? 0 : n);
   return SysError::none();
 }
 

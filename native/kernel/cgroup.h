@@ -98,6 +98,11 @@ class CgroupDir {
 
  private:
   int dir() const;
+  // A file of this cgroup, for reading.
+  Fd open_file(const char* name) const;
+  // A small file of this cgroup through *kept, opened on first use (by
+  // path when the directory is not open) and re-read from its start.
+  SysError read_kept(Fd* kept, const char* name, char* buf, size_t cap, size_t* n) const;
 
   std::string path_;
   mutable Fd dir_;

@@ -269,7 +269,7 @@ SysError Environment::start_in_leaf(const SpawnOptions& opts, uint64_t id, Spawn
   return e;
 }
 
-bool Environment::keep_leaf_descriptors(int dir_fd) const {
+bool Environment::keep_leaf_descriptors(int dir_fd) {
   if (calls_.size() >= kLeafDescriptorsKeptBelow) return false;
   // Descriptors are handed out lowest first: one numbered past a quarter of
   // the limit says the harness has many open already. The limit is asked
@@ -317,13 +317,16 @@ SysError Environment::spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, S
   // call keeps them: its end reads cgroup.events and cpu.stat through them
   // instead of reopening the leaf by its path (four system calls and a
   // path walk per call). Many live calls keep none (they are reopened if a
-  // ladder or members() needs them): the calls that kept theirs close them
-  // as the count passes the bound, so a live call costs no descriptor of
-  // its leaf. Nor does a harness near its limit of descriptors keep any.
-  if (!keep_leaf_descriptors(leaf.dir_fd())) {
+  // ladder or members() needs them): the first call refused them closes
+  // those the live calls kept, so a live call costs no descriptor of its
+  // leaf. Nor does a harness near its limit of descriptors keep any.
+  if (keep_leaf_descriptors(leaf.dir_fd())) {
+    leaf_descriptors_kept_ = true;
+  } else {
     leaf.close();
-    if (calls_.size() == kLeafDescriptorsKeptBelow) {
+    if (leaf_descriptors_kept_) {
       for (auto& kv : calls_) kv.second->close_descriptors();
+      leaf_descriptors_kept_ = false;
     }
   }
   auto confinement = std::make_unique<CgroupConfinement>(std::move(leaf), Tier::kCgroup, &writes_);

@@ -204,9 +204,11 @@ class Environment {
   SysError start_command(uint64_t id, SpawnRequest* req, SpawnResult* proc, Ref<SpawnJob>* exec, bool here);
   SysError spawn_cgroup(const SpawnOptions& opts, SpawnRequest req, SpawnedCall* out);
   // Whether a new call keeps its leaf's descriptors open (see spawn_cgroup).
-  bool keep_leaf_descriptors(int dir_fd) const;
+  bool keep_leaf_descriptors(int dir_fd);
   static constexpr size_t kLeafDescriptorsKeptBelow = 16;
-  mutable rlim_t fd_limit_ = 0;  // RLIMIT_NOFILE as last read
+  rlim_t fd_limit_ = 0;  // RLIMIT_NOFILE as last read
+  // Some live call may hold its leaf's descriptors (until one is refused them).
+  bool leaf_descriptors_kept_ = false;
   // The call's leaf (a kept one or a new one) as req->cgroup_dir, then
   // start(leaf). A kept leaf that someone removed, so that the clone could
   // not reach it, is dropped and the call gets a new one, once. On an error
