@@ -62,6 +62,8 @@ const STARTERS = {
   execa: (file) => timed(() => execa(file, [], { stdio: 'ignore', reject: false })),
 };
 const GROUPS = { proctree: ['proctree'], child_process: ['child_process', 'execa'] };
+/** The C floors run in this many blocks, alternating with proctree's samples. */
+const FLOOR_BLOCKS = 5;
 
 export async function run(job, ctx) {
   const file = which('true');
@@ -94,14 +96,13 @@ export async function run(job, ctx) {
   // proctree and the C floors in alternating blocks, so that the machine's
   // drift (a shared host's bursts) hits the floors as it hits proctree.
   const floor = { 'C floor': { spawn: [], exit: [] }, 'C floor + cgroup': { spawn: [], exit: [] } };
-  const blocks = 5;
-  for (let b = 0; b < blocks; b += 1) {
-    for (let i = Math.floor((b * job.samples) / blocks); i < Math.floor(((b + 1) * job.samples) / blocks); i += 1) await sample(i);
+  for (let b = 0; b < FLOOR_BLOCKS; b += 1) {
+    for (let i = Math.floor((b * job.samples) / FLOOR_BLOCKS); i < Math.floor(((b + 1) * job.samples) / FLOOR_BLOCKS); i += 1) await sample(i);
     for (const [name, parent] of [
       ['C floor', '-'],
       ['C floor + cgroup', ctx.harness.harness],
     ]) {
-      const n = Math.ceil(job.floorSamples / blocks);
+      const n = Math.ceil(job.floorSamples / FLOOR_BLOCKS);
       const out = execFileSync(ctx.bin.floor, [String(n), '1', String(job.tierMB), parent, file], { maxBuffer: 64 * MB });
       const r = JSON.parse(out.toString());
       floor[name].spawn.push(...r.spawnMs);
@@ -228,7 +229,7 @@ export function report(workers) {
   const count = (m) => results.map((r) => `${r.samples[m]?.exit.length ?? 0} at ${tierLabel(r.tierMB)}`).join(', ');
   const perTier = `proctree ${count('proctree')}; child_process and execa ${count('child_process')}`;
   const markdown = [
-    `Samples: ${perTier} (the C floor: its own loop, ${results[0]?.samples['C floor'].exit.length ?? 0} in all, run in 5 blocks that alternate with proctree's); stdio ignored; the harness grown with touched Buffers. proctree and the C floors run in one worker per size, after a warm-up of ${workers.find((w) => w.group === 'proctree')?.warmupCalls ?? '?'} proctree calls; child_process and execa, interleaved, in another (a fork() leaves the harness's memory write-protected, and in one process its page faults would land on the next method's call). The C floor is clone3(CLONE_VM|CLONE_VFORK|CLONE_PIDFD) + execve + waitid in a C loop at the same RSS; "+ cgroup" adds a leaf mkdir before and rmdir after each call, with CLONE_INTO_CGROUP.`,
+    `Samples: ${perTier} (the C floor: its own loop, ${results[0]?.samples['C floor'].exit.length ?? 0} in all, run in ${FLOOR_BLOCKS} blocks that alternate with proctree's); stdio ignored; the harness grown with touched Buffers. proctree and the C floors run in one worker per size, after a warm-up of ${workers.find((w) => w.group === 'proctree')?.warmupCalls ?? '?'} proctree calls; child_process and execa, interleaved, in another (a fork() leaves the harness's memory write-protected, and in one process its page faults would land on the next method's call). The C floor is clone3(CLONE_VM|CLONE_VFORK|CLONE_PIDFD) + execve + waitid in a C loop at the same RSS; "+ cgroup" adds a leaf mkdir before and rmdir after each call, with CLONE_INTO_CGROUP.`,
     '',
     "**spawn() → 'spawn' event (ms)**",
     '',
