@@ -127,6 +127,15 @@ void Ladder::end_pass() {
   phase_ = Phase::kGrace;
   phase_start_ns_ = host_->now_ns();
   phase_limit_ms_ = grace_ms_;
+  // The members watched all exited during the pass (a tree that dies of the
+  // graceful signal dies while it is signalled): the tree is dying, and no
+  // exit of theirs is still to come to say so (on_members_exited looks only
+  // in the grace). Without this, a tree of a thousand waited for a
+  // cgroup.events notification, which the kernel holds back up to 10 ms.
+  if (watched_ > 0 && watched_live_ == 0) {
+    dying_ = true;
+    tail_polls_ = 0;
+  }
   wait(grace_ms_);
 }
 

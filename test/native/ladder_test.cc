@@ -260,6 +260,18 @@ class FakeHost : public proctree::LadderHost {
   }
   void watch_member(Fd pidfd) override { watched.push_back(std::move(pidfd)); }
   void ladder_finished() override { ++finished; }
+  // Members a turn may signal (the test gives the next turn: on_timer()).
+  size_t budget_per_turn = SIZE_MAX;
+  bool budget_spent = false;
+  size_t pass_budget(size_t wanted) override {
+    if (budget_per_turn == SIZE_MAX) return wanted;
+    if (budget_spent) {
+      budget_spent = false;
+      return 0;
+    }
+    budget_spent = true;
+    return std::min(wanted, budget_per_turn);
+  }
 
   void advance(int ms) { now += static_cast<uint64_t>(ms) * 1000000ULL; }
   int elapsed_ms(uint64_t since) const { return static_cast<int>((now - since) / 1000000ULL); }
@@ -854,6 +866,29 @@ TEST(dying_tree_is_rechecked_at_the_tail_poll_pace) {
   CHECK(s.ladder.done());
   CHECK_EQ(s.host.elapsed_ms(t0), LadderLimits::kTailPollMs);
   CHECK_EQ(s.ladder.report().killed, 1);
+}
+
+TEST(tree_whose_watched_members_exit_during_the_pass_is_polled_at_the_tail_pace) {
+  Setup s;
+  // The first signalled (the watched ones) die of the signal while the pass
+  // still has members to go, as in a tree of thousands; the last stays.
+  std::vector<std::pair<char, char>> members(LadderLimits::kMaxWatchedMembers - 1, {kInside, kExitOnSignal});
+  members.push_back({kInside, kStayOnSignal});
+  CHECK(s.make(kExitOnSignal, members));
+  s.host.budget_per_turn = LadderLimits::kMaxWatchedMembers;
+  s.ladder.start("terminate", 3000, graceful(), s.tree.main_pid());
+  CHECK_EQ(s.host.watched.size(), LadderLimits::kMaxWatchedMembers);
+  for (size_t i = 0; i < LadderLimits::kMaxWatchedMembers; ++i) CHECK(s.tree.wait_dead(s.pids[i]));
+  // Their exits reach the ladder before its next turn.
+  s.ladder.on_members_exited(LadderLimits::kMaxWatchedMembers);
+  s.ladder.on_change();
+  CHECK(!s.ladder.done());
+  // The pass ends in the next turn: the tree is dying, so emptiness is
+  // looked at every kTailPollMs, not only when cgroup.events tells it.
+  s.ladder.on_timer();
+  CHECK_EQ(s.ladder.report().signaled, static_cast<int>(s.pids.size()));
+  CHECK_EQ(s.host.armed, LadderLimits::kTailPollMs);
+  CHECK(s.tree.alive(s.pids.back()));
 }
 
 TEST(tier_without_events_is_polled_during_the_grace) {
