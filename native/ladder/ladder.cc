@@ -127,15 +127,6 @@ void Ladder::end_pass() {
   phase_ = Phase::kGrace;
   phase_start_ns_ = host_->now_ns();
   phase_limit_ms_ = grace_ms_;
-  // The members watched all exited during the pass (a tree that dies of the
-  // graceful signal dies while it is signalled): the tree is dying, and no
-  // exit of theirs is still to come to say so (on_members_exited looks only
-  // in the grace). Without this, a tree of a thousand waited for a
-  // cgroup.events notification, which the kernel holds back up to 10 ms.
-  if (watched_ > 0 && watched_live_ == 0) {
-    dying_ = true;
-    tail_polls_ = 0;
-  }
   wait(grace_ms_);
 }
 
@@ -206,10 +197,14 @@ void Ladder::on_members_exited(size_t n) {
   watched_live_ -= std::min(n, watched_live_);
   // The members signalled first are all gone: the others, signalled at the
   // same moment, are going too; look for the end more often than
-  // cgroup.events would tell it.
-  if (watched_live_ > 0 || dying_ || phase_ != Phase::kGrace || c_->empty()) return;
+  // cgroup.events would tell it (the kernel holds its notification back up
+  // to 10 ms). Also when they went during the pass, as a tree that dies of
+  // the graceful signal does while a pass over thousands goes on: the
+  // grace's wait, when the pass ends, starts at the tail pace.
+  if (watched_live_ > 0 || dying_) return;
   dying_ = true;
   tail_polls_ = 0;
+  if (phase_ != Phase::kGrace || c_->empty()) return;
   wait(phase_limit_ms_ - ms_since(phase_start_ns_));
 }
 
