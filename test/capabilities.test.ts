@@ -162,6 +162,49 @@ describe('a harness under a seccomp filter that answers clone3', () => {
   }
 });
 
+describe('a harness whose own cgroup was killed once (cgroup.kill written before it joined)', () => {
+  // Linux 6.14 and the stable kernels its fix went to kill every child that
+  // clone3 places into another cgroup from such a cgroup (their counts of
+  // cgroup.kill differ). The probe sees its throwaway child die at birth and
+  // places children by cgroup.procs instead: still the cgroup tier.
+  it.skipIf(process.getuid?.() !== 0)('keeps the cgroup tier, its children placed through clone + cgroup.procs', () => {
+    const t = token();
+    tokens.push(t);
+    const killed = path.join(capabilities().cgroup2?.ownPath as string, `proctree-killed-${t}`);
+    fs.mkdirSync(killed);
+    try {
+      fs.writeFileSync(path.join(killed, 'cgroup.kill'), '1');
+      // The shell joins the killed cgroup, then becomes the harness.
+      const out = runHarness(['sh', '-c', `echo $$ > ${killed}/cgroup.procs && exec "$@"`, 'sh'], t, ['auto']);
+      expect(out.caps.tier).toBe('cgroup');
+      expect(out.caps.probes.delegation).toMatchObject({ ok: true });
+      if (!out.caps.probes.cloneIntoCgroup.ok) {
+        // A kernel that kills at birth (not every kernel does).
+        expect(out.caps.probes.cloneIntoCgroup).toMatchObject({ errno: 'ECANCELED', syscall: 'clone3' });
+        expect(out.caps.clone).toBe('clone');
+      }
+      expect(out.results.auto).toMatchObject({ confinement: 'cgroup', seen: 2, survivors: 0 });
+      expect(out.results.auto.cgroup?.startsWith(`${killed}/`)).toBe(true);
+      expect(out.results.auto.report?.leftovers).toEqual([]);
+      expect(liveWith(t)).toEqual([]);
+    } finally {
+      removeCgroupTree(killed);
+    }
+  });
+});
+
+/** Kills and removes a cgroup this file made, with whatever a harness left below it. */
+function removeCgroupTree(dir: string): void {
+  let subdirs: fs.Dirent[] = [];
+  try {
+    subdirs = fs.readdirSync(dir, { withFileTypes: true }).filter((d) => d.isDirectory());
+  } catch {
+    return;
+  }
+  for (const d of subdirs) removeCgroupTree(path.join(dir, d.name));
+  killCgroup(dir);
+}
+
 describe('a tool call that drops to another uid and tries to leave its cgroup', () => {
   it.skipIf(process.getuid?.() !== 0)('fails with EACCES and is still killed', async () => {
     const t = token();

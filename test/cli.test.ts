@@ -317,6 +317,14 @@ describe('proctree doctor', () => {
     expect(out).toContain('auto picks: nothing');
   });
 
+  it('a harness in a cgroup that was killed once: clone3 into cgroups is refused at birth, the calls need nothing', () => {
+    const killedAtBirth = probe(false, { errno: 'ECANCELED', syscall: 'clone3', detail: 'the kernel killed the child at birth' });
+    const out = renderDoctor({ ...fakeCaps({ cloneIntoCgroup: killedAtBirth }), clone: 'clone' }, 'host');
+    expect(out).toMatch(/FAIL\s+cloneIntoCgroup\s+ECANCELED: the kernel killed the child at birth/);
+    expect(out).toContain('nothing to do for the calls');
+    expect(out).toContain('a cgroup that was never killed');
+  });
+
   it('reports an addon that does not load as a failed probe with advice', () => {
     const out = renderDoctor({ addon: { ok: false, errno: 'MODULE_NOT_FOUND', detail: 'No native build was found' }, tier: null }, 'host');
     expect(out).toMatch(/FAIL\s+addon\s+MODULE_NOT_FOUND: No native build was found/);

@@ -13,7 +13,7 @@ import path from 'node:path';
 
 import { describe, expect, it } from 'vitest';
 
-import { spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
+import { capabilities, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
 import { liveCalls } from '../dist/cjs/cli/ps.js';
 import { cgroupExists, cgroupMembers } from './helpers';
 import { fileSupervisors } from './supervisors';
@@ -131,6 +131,42 @@ describe('cgroup leaves reused across calls', () => {
     expect(error).toBe(null);
     expect(b.exitCode).toBe(0);
     expect(b.cgroup).not.toBe(a.cgroup);
+  });
+
+  // Linux 6.14 (and the stable kernels its fix went to) kills every child
+  // that clone3 places into a cgroup once killed through its cgroup.kill:
+  // such a leaf must not serve again, and a call must not die of it.
+  it('a call that killed its own leaf (its cgroup.kill): the leaf serves no other call, and the next call runs', async () => {
+    const sup = supervisor();
+    const mount = capabilities().cgroup2?.mount as string;
+    const a = track(
+      sup.spawn('sh', ['-c', `echo 1 > "${mount}$(sed -n 's/^0:://p' /proc/self/cgroup)/cgroup.kill"; sleep 30`], {
+        stdio: 'ignore',
+      }),
+    );
+    await closed(a);
+    expect(a.signalCode).toBe('SIGKILL');
+    for (let i = 0; i < 3; i += 1) {
+      const b = await ranTrue(sup);
+      expect([b.exitCode, b.signalCode]).toEqual([0, null]);
+      expect(b.cgroup).not.toBe(a.cgroup);
+    }
+  });
+
+  it('a kept leaf someone killed while it sat empty: the next call starts in a new one, and runs', async () => {
+    const sup = supervisor();
+    const a = await ranTrue(sup);
+    const leaf = a.cgroup as string;
+    // Empty: the write kills nothing, but the kernel counts the leaf as killed.
+    fs.writeFileSync(`${leaf}/cgroup.kill`, '1');
+    const b = track(sup.spawn('true', [], { stdio: 'ignore' }));
+    let error: Error | null = null;
+    b.on('error', (e: Error) => (error = e));
+    await closed(b);
+    expect(error).toBe(null);
+    expect([b.exitCode, b.signalCode]).toEqual([0, null]);
+    const c = await ranTrue(sup);
+    expect([c.exitCode, c.signalCode]).toEqual([0, null]);
   });
 
   it("a call's usage is its own, not the earlier calls' of its leaf", async () => {

@@ -48,7 +48,10 @@ export function adviceFor(name: string, probe: Probe, host: Host = 'host'): stri
         : delegate(host),
     delegation: probe.errno === 'EROFS' ? `the cgroup filesystem is read-only here: ${delegate(host)}` : delegate(host),
     clone3: 'Linux >= 5.3 has clone3 (a seccomp profile may refuse it: then clone() is used)',
-    cloneIntoCgroup: 'Linux >= 5.7 creates children straight into their cgroup (CLONE_INTO_CGROUP); older kernels use clone() and a move, with a short window',
+    cloneIntoCgroup:
+      probe.errno === 'ECANCELED'
+        ? "nothing to do for the calls (their children join their cgroup through cgroup.procs, before exec); to use clone3 again, start the harness in a cgroup that was never killed (not one whose cgroup.kill was written)"
+        : 'Linux >= 5.7 creates children straight into their cgroup (CLONE_INTO_CGROUP); older kernels use clone() and a move, with a short window',
     pidfd: 'Linux >= 5.3 (pidfd_open), and a seccomp profile that allows it (Docker >= 20.10): every tier needs it',
     pidfdSendSignal: 'Linux >= 5.1 (pidfd_send_signal), and a seccomp profile that allows it: every tier needs it',
     waitidPidfd: 'Linux >= 5.4 (waitid P_PIDFD): every tier needs it',

@@ -113,6 +113,8 @@ const char* clone_method_name(CloneMethod m) {
 
 bool clone3_available() { return g_clone3_works.load(std::memory_order_relaxed); }
 
+void give_up_clone3() { g_clone3_works.store(false, std::memory_order_relaxed); }
+
 ChildStack::~ChildStack() {
   if (map_) munmap(map_, map_size_);
 }

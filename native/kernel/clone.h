@@ -87,7 +87,11 @@ struct Cloned {
 // was created but whose pidfd could not be had is killed and reaped first.
 SysError clone_vfork(ChildStack& stack, const CloneRequest& req, int (*fn)(void*), void* arg, Cloned* out);
 
-// Whether clone3 is used (false once it was found missing).
+// Whether clone3 is used (false once it was found missing, or given up).
 bool clone3_available();
+// From now on, clone() for every child, each joining its cgroup by a write
+// of cgroup.procs: for a process whose clone3 into a cgroup the kernel
+// kills at birth (kKilledAtBirth in kernel/spawn.h).
+void give_up_clone3();
 
 }  // namespace proctree

@@ -95,6 +95,9 @@ int run_child(ChildStack& stack, uint64_t ns_flags, int cgroup_fd, ChildTask tas
     return err;
   }
   if (info.si_code == CLD_EXITED) return info.si_status;
+  // Nobody else knows of the child: a SIGKILL placing it into a cgroup was
+  // the kernel's, at its birth.
+  if (cgroup_fd >= 0 && info.si_code == CLD_KILLED && info.si_status == SIGKILL) return kKilledAtBirth;
   return EINTR;
 }
 
@@ -202,8 +205,23 @@ HostProbes probe_host(const std::string& helper, ChildStack& stack) {
       // A real child placed into it, the way a call's would be: with clone3
       // the kernel places it, with the fallback it writes cgroup.procs.
       int placed = run_child(stack, 0, dir.dir_fd(), ChildTask{false, -1});
+      const bool killed_at_birth = placed == kKilledAtBirth && clone3_available();
+      if (killed_at_birth) {
+        // The kernel holds our own cgroup for killed (see kKilledAtBirth):
+        // it kills every child clone3 places into another cgroup. Children
+        // join their cgroup by cgroup.procs instead.
+        give_up_clone3();
+        placed = run_child(stack, 0, dir.dir_fd(), ChildTask{false, -1});
+      }
       bool into = clone3_available();
-      set(&h.clone_into_cgroup, into ? placed : ENOSYS, "clone3");
+      if (killed_at_birth) {
+        set(&h.clone_into_cgroup, kKilledAtBirth, "clone3",
+            "the kernel killed the child at birth: this process's own cgroup was killed once (its cgroup.kill), "
+            "and Linux 6.14+ kills whatever clone3 places from it into another cgroup; children join theirs by "
+            "cgroup.procs");
+      } else {
+        set(&h.clone_into_cgroup, into ? placed : ENOSYS, "clone3");
+      }
       set(&h.delegation, placed, into ? "clone3" : "cgroup.procs", placed == 0 ? path : "placing a child into " + path);
       // cgroup.kill / cgroup.freeze on the empty throwaway: present and writable.
       if (!dir.has_kill()) {

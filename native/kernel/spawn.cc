@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -210,6 +211,8 @@ class SharedReport {
   ChildReport* page_ = nullptr;
 };
 
+constexpr int kExitShowsMs = 1000;
+
 // Whether the child has exited (not reaped: it stays a zombie for its pidfd).
 bool child_exited(int pidfd) {
   siginfo_t info{};
@@ -218,6 +221,22 @@ bool child_exited(int pidfd) {
     r = waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(pidfd), &info, WEXITED | WNOHANG | WNOWAIT);
   } while (r < 0 && errno == EINTR);
   return r == 0 && info.si_pid != 0;
+}
+
+// Whether a child that let go of our memory without running a single step
+// died of SIGKILL (not reaped). Such a child is dying, but a vfork ends as
+// it releases its memory, a moment before its exit shows: that moment is
+// waited for (bounded: an exit can be held up).
+bool child_killed(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  while (poll(&p, 1, kExitShowsMs) < 0 && errno == EINTR) {
+  }
+  siginfo_t info{};
+  int r;
+  do {
+    r = waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(pidfd), &info, WEXITED | WNOHANG | WNOWAIT);
+  } while (r < 0 && errno == EINTR);
+  return r == 0 && info.si_pid != 0 && info.si_code == CLD_KILLED && info.si_status == SIGKILL;
 }
 
 }  // namespace
@@ -316,13 +335,20 @@ SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* 
   // Otherwise (a real vfork known, and nothing ran): the child was killed
   // before its first step, born into a frozen cgroup and killed by its
   // pidfd. Not an error of the spawn: its exit status says what happened.
-  if (stage != kStageNone) {
+  // Unless nobody else could have had its pidfd: then it was the kernel, as
+  // the child was born into its cgroup (kKilledAtBirth).
+  bool killed_at_birth = stage == kStageNone && req.birth_kill_is_error && !rep.ran && req.cgroup_dir >= 0 &&
+                         child.method == CloneMethod::kClone3 &&
+                         g_report_mode.load(std::memory_order_relaxed) == kSharedMemory &&
+                         child_killed(child.pidfd.get());
+  if (stage != kStageNone || killed_at_birth) {
     reap(child.pidfd.get());
     if (early) {
       out->pid = child.pid;
       out->pidfd = std::move(child.pidfd);
       out->method = child.method;
     }
+    if (killed_at_birth) return SysError::of(kKilledAtBirth, "clone3");
     return stage_error(stage, err, req);
   }
   out->pid = child.pid;

@@ -15,6 +15,7 @@
 // cgroup).
 #pragma once
 
+#include <errno.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -64,7 +65,25 @@ struct SpawnRequest {
   // With CLONE_NEWUSER: capabilities (bits below 32) the child keeps across
   // its exec as ambient ones (kernel/child.h).
   unsigned ambient_caps = 0;
+  // Nobody else can signal the child before spawn_process returns (its
+  // pidfd is nobody else's yet): a child that clone3 placed into
+  // cgroup_dir and that died of SIGKILL before its first step was then
+  // killed by the kernel at birth, and spawn_process says so with
+  // kKilledAtBirth instead of handing back a child that never ran.
+  bool birth_kill_is_error = false;
 };
+
+// The error (errno, with syscall "clone3") of a spawn whose child the kernel
+// killed as it was born into its cgroup, before it ran anything: the cgroup
+// was being killed, or the kernel counts it as killed. Linux 6.14 (and the
+// stable kernels the fix went to) kills every child that clone3 places into
+// a cgroup whose cgroup.kill count differs from the spawning thread's own
+// cgroup's: into any cgroup that was ever killed (a leaf whose command wrote
+// its own cgroup.kill), or into any cgroup at all from a harness whose own
+// cgroup was killed before it joined. Nothing of the command ran, so the
+// spawn can be made again: into a new leaf, or with clone() and a write of
+// cgroup.procs, which that check does not cover.
+constexpr int kKilledAtBirth = ECANCELED;
 
 struct SpawnResult {
   pid_t pid = -1;

@@ -105,6 +105,11 @@ void Call::on_main_readable() {
   }
   if (!st.done) return;  // spurious readiness
   main_exited_ = true;
+  // Killed outright: maybe through its leaf's cgroup.kill, written by the
+  // command itself. The kernel would then kill whatever a later clone3
+  // places into that leaf (kKilledAtBirth in kernel/spawn.h), so the leaf
+  // serves no other call. (The ladder's own kills retire it anyway.)
+  if (st.signal == SIGKILL && confinement_) confinement_->retire();
   // A shim's pidfd stays: it is how its tier tells the tree is empty. Closing
   // the others takes them out of the epoll set (nothing else holds them).
   if (main_watched_ && (keep || shim())) env_->reactor().unwatch(main_.pidfd.get());

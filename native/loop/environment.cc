@@ -244,20 +244,33 @@ SysError Environment::start_in_leaf(const SpawnOptions& opts, uint64_t id, Spawn
                                     CpuCounters* base, SpawnedCall* out,
                                     const std::function<SysError(CgroupDir&)>& start) {
   SysError e;
-  for (int round = 0; round < 2; ++round) {
+  bool gave_up_clone3 = false;
+  for (int round = 0; round < 3; ++round) {
     bool kept = false;
     e = subtrees_.make_leaf(opts.group, id, opts.limits, opts.helper, stack_, leaf, base, &kept, &out->guardian_error);
     if (e) break;
     req->cgroup_dir = leaf->dir_fd();
     e = start(*leaf);
-    const bool missed_leaf = e && (e.syscall == std::string("clone3") || e.syscall == std::string("clone") ||
-                                   e.path == "cgroup.procs");
-    if (!kept || !missed_leaf) break;
-    // A kept leaf that someone removed (an empty cgroup is anyone's to
-    // rmdir who may write the subtree), so the clone could not reach it:
-    // every kept leaf of this subtree is suspect, and the call gets a new one.
+    if (!e) break;
+    const bool clone_failed = e.syscall == std::string("clone3") || e.syscall == std::string("clone");
+    const bool killed_at_birth = e.err == kKilledAtBirth && e.syscall == std::string("clone3");
+    if (kept && (clone_failed || e.path == "cgroup.procs")) {
+      // A kept leaf that someone removed (an empty cgroup is anyone's to
+      // rmdir who may write the subtree), so the clone could not reach it,
+      // or that someone killed through its cgroup.kill (its command, say),
+      // so the kernel kills whatever is born into it: every kept leaf of
+      // this subtree is suspect, and the call gets a new one.
+      leaf->remove();
+      subtrees_.drop_kept(opts.group);
+      continue;
+    }
+    if (!killed_at_birth || gave_up_clone3) break;
+    // Killed at birth in a new leaf: the kernel holds this process's own
+    // cgroup for killed (see kKilledAtBirth). Children join their leaf by
+    // cgroup.procs from now on.
+    gave_up_clone3 = true;
+    give_up_clone3();
     leaf->remove();
-    subtrees_.drop_kept(opts.group);
   }
   if (e) {
     // The clone() fallback opens the leaf's cgroup.procs by its descriptor:

@@ -42,6 +42,8 @@ SysError Environment::spawn_sealed(const SpawnOptions& opts, SpawnRequest req, S
   CgroupDir leaf;
   CpuCounters base;
   SpawnResult proc;
+  // The shim's pidfd is nobody else's until spawn_process returns.
+  req.birth_kill_is_error = true;
   SysError e = start_in_leaf(opts, id, &req, &leaf, &base, out, [&](CgroupDir&) { return spawn_process(req, stack_, &proc); });
   if (e) {
     // The helper itself could not start: say so, not "spawn <file> ENOENT".

@@ -287,11 +287,20 @@ SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<S
   if (SysError e = open()) return e;
   Ref<SpawnJob> job(new SpawnJob(tag, std::move(*req)));
   if (here) {
-    // Nobody waits on its state: no futex is touched.
+    // Nobody waits on its state: no futex is touched. Nor can anyone else
+    // signal the child before it returns.
+    job->req_.birth_kill_is_error = true;
     job->state_.store(SpawnJob::kCloning, std::memory_order_relaxed);
     job->error_ = spawn_process(job->req_, *here, &job->result_, &job->early_);
     job->state_.store(SpawnJob::kDone, std::memory_order_release);
     job->spawner_done();
+    if (job->error_.err == kKilledAtBirth) {
+      // Nothing of it ran, and it is reaped: given back, for the caller to
+      // start again where the kernel lets it live.
+      SysError e = job->error_;
+      *req = std::move(job->req_);
+      return e;
+    }
   } else if (SysError e = enqueue(job, kMaxThreads)) {
     *req = std::move(job->req_);
     return e;
