@@ -32,8 +32,10 @@ const FULL = {
     reps: { 1: 7, 10: 7, 100: 3, 1000: 5 },
     modes: ['term', 'ignore'],
     grace: 200,
-    // cgroup.kill: the kernel's floor (one write, SIGKILL, no grace).
-    methods: ['proctree', 'killpg', 'tree-kill', 'cgroup.kill'],
+    // cgroup.kill: the kernel's floor (one write, SIGKILL, no grace);
+    // proctree (worker): the same terminate() on a worker thread, the
+    // control for the event-loop gap.
+    methods: ['proctree', 'killpg', 'tree-kill', 'cgroup.kill', 'proctree (worker)'],
     // tree-kill runs one `ps --ppid` per process of the tree, all at once and
     // each reading all of /proc: at 1000 processes that takes minutes.
     skip: { 'tree-kill': [1000] },

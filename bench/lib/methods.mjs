@@ -5,6 +5,7 @@
 // of them sees that cgroup).
 import cp from 'node:child_process';
 import { once } from 'node:events';
+import { Worker } from 'node:worker_threads';
 
 import { execa } from 'execa';
 import { spawn as proctreeSpawn } from 'proctree';
@@ -179,6 +180,7 @@ class Execa extends Baseline {
 /** proctree: terminate() runs its own freeze → TERM each → thaw → grace → cgroup.kill ladder. */
 class Proctree {
   static label = 'proctree';
+  static stopsItself = true;
   static start(harness, file, args, { grace }) {
     const call = proctreeSpawn(file, args, { stdio: 'ignore', grace });
     const h = new Proctree();
@@ -204,6 +206,44 @@ class Proctree {
 }
 
 /**
+ * A control for the event loop while a tree stops: the same proctree call
+ * and terminate(), run on a worker thread (proctree-worker.mjs). The
+ * bench's thread only watches its loop, so its stalls are what the kernel's
+ * scheduler alone does to a loop while the tree's processes exit.
+ */
+class ProctreeWorker {
+  static label = 'proctree on a worker thread (control)';
+  static stopsItself = true;
+
+  static async start(harness, file, args, { grace }) {
+    const h = new ProctreeWorker();
+    h.worker = new Worker(new URL('./proctree-worker.mjs', import.meta.url), { workerData: { file, args, grace } });
+    const [first] = await once(h.worker, 'message');
+    h.pid = first.pid;
+    h.treeDir = first.cgroup;
+    return h;
+  }
+
+  #ask(message) {
+    return new Promise((resolve) => {
+      this.worker.once('message', resolve);
+      this.worker.postMessage(message);
+    });
+  }
+
+  async cleanup() {
+    const { report, errors } = await this.#ask('stop');
+    this.report = report;
+    this.errors = errors;
+  }
+
+  async close() {
+    await bounded(this.#ask('close'), 6000);
+    await this.worker.terminate();
+  }
+}
+
+/**
  * Runs one proctree call, so that what proctree starts once per harness (its
  * guardian) exists, then records it as a harness helper: reported, and not
  * counted as a call's survivor.
@@ -220,4 +260,5 @@ export const METHODS = {
   execa: Execa,
   'tree-kill': TreeKill,
   'cgroup.kill': CgroupKill,
+  'proctree (worker)': ProctreeWorker,
 };

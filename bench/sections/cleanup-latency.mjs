@@ -15,6 +15,10 @@ import { cell, num, ratioCell, sleep, summarize, table } from '../lib/stats.mjs'
 export const title = 'Cleanup latency vs tree size';
 
 const FANOUT = 10;
+// The worker-thread control (methods.mjs), and the margin the issue's gap
+// goal had over its own control: 5 ms against 4.1 ms.
+const WORKER = 'proctree (worker)';
+const CONTROL_MARGIN = 5 / 4.1;
 const SIGTERM_BIT = 1n << 14n; // bit (signal number − 1) of /proc/<pid>/status masks
 
 function ignoresTerm(pid) {
@@ -45,7 +49,7 @@ async function trial(size, mode, methodName, job, ctx) {
   const { harness } = ctx;
   const Method = METHODS[methodName];
   const started = performance.now();
-  const handle = Method.start(harness, ctx.bin.tree, ['tree', String(size), String(FANOUT), mode], {
+  const handle = await Method.start(harness, ctx.bin.tree, ['tree', String(size), String(FANOUT), mode], {
     grace: job.grace,
   });
   try {
@@ -54,7 +58,7 @@ async function trial(size, mode, methodName, job, ctx) {
     // the scheduler alone does to a loop while the tree's processes exit.
     const stopWatch = watchLoop();
     const t0 = performance.now();
-    if (methodName === 'proctree') {
+    if (Method.stopsItself) {
       await handle.cleanup(job.grace);
     } else {
       // Baselines escalate only if the tree is still populated when grace
@@ -195,13 +199,30 @@ export function report(results, { job }) {
       });
     }
     const wallStall = loopOf('term', big, 'longestStallMs');
+    const control = loopOf('term', big, 'longestStallMs', WORKER);
+    const controlText = control.n
+      ? `; the control, the same terminate() on a worker thread with this thread only watching its loop, ${cell(control)} ms`
+      : '';
     checks.push({
       issue: 29,
       name: 'issue29.terminate1000LoopGap',
       value: wallStall.median,
       pass: wallStall.median <= 5,
-      text: `longest gap between ticks of a 1 ms setInterval while terminate() stops a ${big}-process tree, as a harness sees it (runqueue waits included): ${cell(wallStall)} ms; of that, the process's own (runqueue waits excluded) ${cell(loopOf('term', big, 'longestOwnStallMs'))} ms (required: ≤ 5 ms)`,
+      text: `longest gap between ticks of a 1 ms setInterval while terminate() stops a ${big}-process tree, as a harness sees it (runqueue waits included): ${cell(wallStall)} ms; of that, the process's own (runqueue waits excluded) ${cell(loopOf('term', big, 'longestOwnStallMs'))} ms${controlText} (required: ≤ 5 ms)`,
     });
+    if (control.n) {
+      // The issue set 5 ms where its worker-thread control gave 4.1 ms: on a
+      // machine whose scheduler alone stalls a loop longer, the goal is the
+      // same margin over this machine's control.
+      const f = wallStall.median / control.median;
+      checks.push({
+        issue: 29,
+        name: 'issue29.terminate1000LoopGapVsControl',
+        value: f,
+        pass: f <= CONTROL_MARGIN,
+        text: `the same gap against its control on this machine (the same terminate() on a worker thread; what the scheduler alone does to a loop while the tree exits): ${num(f)}× (${cell(wallStall)} ms vs ${cell(control)} ms) (required: ≤ ${num(CONTROL_MARGIN)}×, the margin of the 5 ms goal over the 4.1 ms control it was set against)`,
+      });
+    }
     const own = loopOf('term', big, 'longestOwnStallMs');
     checks.push({
       issue: 14,
@@ -252,7 +273,7 @@ export function report(results, { job }) {
         ]
       : []),
     '',
-    `Longest event-loop stall over the same stretch, from the start of cleanup to verified empty (see [how the loop is watched](#how-it-measures)). proctree's loop runs its ladder; a baseline's loop reads its tree's members from /proc once (the bench's check that the process group is still its own), sends one signal to the group and runs the bench's wait for \`populated 0\` (a 1 ms poll), so its wall stalls show what a thousand processes woken at once do to any loop through the scheduler:`,
+    `Longest event-loop stall over the same stretch, from the start of cleanup to verified empty (see [how the loop is watched](#how-it-measures)). proctree's loop runs its ladder; the control's loop runs nothing of the stop (a worker thread of the same process runs the same terminate()); a baseline's loop reads its tree's members from /proc once (the bench's check that the process group is still its own), sends one signal to the group and runs the bench's wait for \`populated 0\` (a 1 ms poll), so its wall stalls show what a thousand processes woken at once do to any loop through the scheduler:`,
     '',
     table(stallHeader, stallRows),
   ].join('\n');
