@@ -169,29 +169,6 @@ describe('cgroup leaves reused across calls', () => {
     expect([c.exitCode, c.signalCode]).toEqual([0, null]);
   });
 
-  it('a leaf whose command bounded the cgroups below it is removed: the next call may make its own', async () => {
-    const sup = supervisor();
-    const mount = capabilities().cgroup2?.mount as string;
-    const own = `"${mount}$(sed -n 's/^0:://p' /proc/self/cgroup)"`;
-    for (const file of ['cgroup.max.descendants', 'cgroup.max.depth']) {
-      const a = track(sup.spawn('sh', ['-c', `echo 0 > ${own}/${file}`], { stdio: 'ignore' }));
-      await closed(a);
-      expect(a.exitCode).toBe(0);
-      const b = track(
-        sup.spawn('sh', ['-c', `mkdir ${own}/sub && rmdir ${own}/sub && cat ${own}/${file}`], {
-          stdio: ['ignore', 'pipe', 'pipe'],
-        }),
-      );
-      let out = '';
-      b.stdout?.on('data', (d: Buffer) => (out += d.toString()));
-      b.stderr?.on('data', (d: Buffer) => (out += d.toString()));
-      await closed(b);
-      expect(out).toBe('max\n');
-      expect(b.exitCode).toBe(0);
-      expect(b.cgroup).not.toBe(a.cgroup);
-    }
-  });
-
   it("a call's usage is its own, not the earlier calls' of its leaf", async () => {
     const sup = supervisor();
     const busy = 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done';

@@ -144,13 +144,6 @@ CgroupConfinement::Offer CgroupConfinement::offer_to_pool() {
   if (ev.frozen || statx(leaf_.dir_fd(), "", AT_EMPTY_PATH, STATX_NLINK, &st) != 0 || st.stx_nlink != 2) {
     return Offer::kRefused;
   }
-  // Nor a bound its command set on the cgroups below it (root may write
-  // them): the next call, which may make cgroups of its own (a container
-  // runtime, a harness of its own), would start under it.
-  std::string bound;
-  for (const char* name : {"cgroup.max.descendants", "cgroup.max.depth"}) {
-    if (leaf_.read_file(name, &bound) || bound.compare(0, 3, "max") != 0) return Offer::kRefused;
-  }
   return pool_->give_back(&leaf_, counters_) ? Offer::kTaken : Offer::kRefused;
 }
 
