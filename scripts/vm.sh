@@ -175,6 +175,10 @@ export PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin HOME=/root LANG=C.UTF-8
 export NODE_PATH=/opt/proctree-test/app/node_modules
 halt() {
   echo "PROCTREE-VM-EXIT $1 $(cut -d' ' -f1 /proc/uptime)"
+  # The kernel prints its power-off lines straight to the console, past the
+  # tty that may still be sending this one (seen cut in two by them, which
+  # lost the status): a moment for it to go out first.
+  sleep 1
   echo o >/proc/sysrq-trigger
   sleep 5
   echo b >/proc/sysrq-trigger
