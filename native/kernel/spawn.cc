@@ -213,30 +213,32 @@ class SharedReport {
 
 constexpr int kExitShowsMs = 1000;
 
-// Whether the child has exited (not reaped: it stays a zombie for its pidfd).
-bool child_exited(int pidfd) {
-  siginfo_t info{};
+// The child's exit, if it has exited, left for its reaper (it stays a zombie
+// for its pidfd): false while it runs.
+bool peek_exit(int pidfd, siginfo_t* info) {
+  *info = siginfo_t{};
   int r;
   do {
-    r = waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(pidfd), &info, WEXITED | WNOHANG | WNOWAIT);
+    r = waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(pidfd), info, WEXITED | WNOHANG | WNOWAIT);
   } while (r < 0 && errno == EINTR);
-  return r == 0 && info.si_pid != 0;
+  return r == 0 && info->si_pid != 0;
+}
+
+bool child_exited(int pidfd) {
+  siginfo_t info;
+  return peek_exit(pidfd, &info);
 }
 
 // Whether a child that let go of our memory without running a single step
-// died of SIGKILL (not reaped). Such a child is dying, but a vfork ends as
-// it releases its memory, a moment before its exit shows: that moment is
-// waited for (bounded: an exit can be held up).
+// died of SIGKILL. Such a child is dying, but a vfork ends as it releases
+// its memory, a moment before its exit shows: that moment is waited for
+// (bounded: an exit can be held up).
 bool child_killed(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
   while (poll(&p, 1, kExitShowsMs) < 0 && errno == EINTR) {
   }
-  siginfo_t info{};
-  int r;
-  do {
-    r = waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(pidfd), &info, WEXITED | WNOHANG | WNOWAIT);
-  } while (r < 0 && errno == EINTR);
-  return r == 0 && info.si_pid != 0 && info.si_code == CLD_KILLED && info.si_status == SIGKILL;
+  siginfo_t info;
+  return peek_exit(pidfd, &info) && info.si_code == CLD_KILLED && info.si_status == SIGKILL;
 }
 
 }  // namespace
