@@ -1,8 +1,12 @@
 #include "kernel/pidfd.h"
 
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 
 #include "kernel/syscalls.h"
 
@@ -13,6 +17,42 @@ Fd pidfd_open(pid_t pid) { return Fd(static_cast<int>(syscall(__NR_pidfd_open, p
 int pidfd_signal(int pidfd, int sig) {
   if (syscall(__NR_pidfd_send_signal, pidfd, sig, nullptr, 0) == 0) return 0;
   return errno;
+}
+
+namespace {
+
+// <linux/pidfd.h> of Linux 6.13, which older headers lack.
+struct PidfdInfo {
+  uint64_t mask;
+  uint64_t cgroupid;
+  uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
+  int32_t exit_code;
+};
+constexpr uint64_t kPidfdInfoCgroupId = 1ULL << 2;
+constexpr unsigned long kPidfdGetInfo = _IOWR(0xFF, 11, PidfdInfo);
+
+std::atomic<bool> g_no_pidfd_info{false};
+
+}  // namespace
+
+int pidfd_cgroup_id(int pidfd, uint64_t* id) {
+  if (g_no_pidfd_info.load(std::memory_order_relaxed)) return ENOTTY;
+  PidfdInfo info{};
+  info.mask = kPidfdInfoCgroupId;
+  if (ioctl(pidfd, kPidfdGetInfo, &info) != 0) {
+    int e = errno;
+    if (e == ESRCH) return ESRCH;
+    // No such request here (before 6.13: ENOTTY; a kernel without
+    // cgroups, or one that refuses it: EINVAL and the like): never again.
+    g_no_pidfd_info.store(true, std::memory_order_relaxed);
+    return ENOTTY;
+  }
+  if (!(info.mask & kPidfdInfoCgroupId)) {
+    g_no_pidfd_info.store(true, std::memory_order_relaxed);
+    return ENOTTY;
+  }
+  *id = info.cgroupid;
+  return 0;
 }
 
 SysError pidfd_reap(int pidfd, ExitStatus* out, bool keep_zombie) {

@@ -4,6 +4,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+
 #include "kernel/fd.h"
 #include "kernel/sys_error.h"
 
@@ -13,6 +15,12 @@ namespace proctree {
 Fd pidfd_open(pid_t pid);
 // 0 on success, else errno (ESRCH: the process is gone).
 int pidfd_signal(int pidfd, int sig);
+
+// The cgroup2 id of the cgroup the process is in now (its directory's inode
+// number), asked of the pidfd itself (PIDFD_GET_INFO, Linux 6.13): 0 and
+// the id, ESRCH when the process is gone, ENOTTY where the kernel cannot
+// tell (asked once, then answered without a system call).
+int pidfd_cgroup_id(int pidfd, uint64_t* id);
 
 struct ExitStatus {
   bool done = false;  // false: still running

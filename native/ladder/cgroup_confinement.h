@@ -75,8 +75,11 @@ class CgroupConfinement : public Confinement {
   enum class Offer { kTaken, kPopulated, kRefused };
   Offer offer_to_pool();
   Kill kill(bool now);
+  // The leaf's cgroup id (0: unknown), read once.
+  uint64_t leaf_id() const;
 
   CgroupDir leaf_;
+  mutable uint64_t leaf_id_ = 0;
   Tier tier_;
   LeafPool* pool_ = nullptr;
   CpuCounters base_;

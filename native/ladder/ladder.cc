@@ -27,25 +27,42 @@ void Ladder::start(const std::string& reason, int grace_ms, int sig, pid_t main_
     start_kill();
     return;
   }
-  // Freeze first: a member that forks while we read the members would be
-  // missed, and a frozen member can neither fork nor exit under us. (Unless
-  // the owner froze the tree from above: then only wait for it to show.)
-  if (owner_froze_ || (c_->can_freeze() && !c_->set_frozen(true))) {
-    froze_ = !owner_froze_;
+  if (owner_froze_) {
+    // The owner froze the tree from above: wait for it to show, then one
+    // read, complete.
     if (c_->frozen()) {
       graceful_pass();
       return;
     }
-    phase_ = Phase::kFreezing;
-    phase_start_ns_ = host_->now_ns();
-    phase_limit_ms_ = std::min(grace_ms_, LadderLimits::kMaxFreezeWaitMs);
-    // cgroup.events notifies at most once per ~10 ms, and a young call has
-    // just used that up with 'populated 1': re-read at 1, 2, 4 … ms too.
-    freeze_recheck_ms_ = 1;
-    host_->arm_timer(freeze_recheck_ms_);
+    wait_for_freeze();
+    return;
+  }
+  if (c_->can_freeze()) {
+    // Signal first, then freeze: one unfrozen round signals everyone it
+    // reads, and the freeze that follows makes one more read complete (a
+    // member forked while that round went on, even a fork in flight at its
+    // read, is there once the tree shows frozen), so the members not yet
+    // signalled get it then, frozen, before anything of theirs runs. The
+    // freeze comes after the signals, not before: most of a tree usually
+    // dies of the graceful signal, and a freeze first stops every member
+    // (each one woken to do so, then again for the thaw) only for it to die.
+    verify_freeze_ = true;
+    begin_pass(1, true);
     return;
   }
   graceful_pass();
+}
+
+void Ladder::wait_for_freeze() {
+  phase_ = Phase::kFreezing;
+  phase_start_ns_ = host_->now_ns();
+  phase_limit_ms_ = std::min(grace_ms_, LadderLimits::kMaxFreezeWaitMs);
+  // cgroup.events notifies at most once per ~10 ms, and a young call has
+  // just used that up with 'populated 1': re-read at 1, 2, 4 … ms too (and
+  // at the tail pace while the tree is dying: it shows frozen only once
+  // the dying have gone, or empty).
+  freeze_recheck_ms_ = 1;
+  host_->arm_timer(freeze_recheck_ms_);
 }
 
 bool Ladder::escaped(pid_t pid) const {
@@ -58,11 +75,17 @@ int Ladder::ms_since(uint64_t t) const { return static_cast<int>((host_->now_ns(
 
 void Ladder::graceful_pass() {
   // Frozen, one read is complete; unfrozen (no freezer, or the freeze timed
-  // out), re-read until a read shows no one new. Each member exactly once.
+  // out), re-read until a read shows no one new. Each member exactly once:
+  // those the signal-first round reached are not signalled again.
+  const bool frozen = (froze_ || owner_froze_) && c_->frozen();
+  begin_pass(frozen ? 1 : LadderLimits::kMaxPassRounds, false);
+}
+
+void Ladder::begin_pass(int rounds, bool fresh) {
   phase_ = Phase::kSignalling;
-  pass_max_rounds_ = (froze_ || owner_froze_) && c_->frozen() ? 1 : LadderLimits::kMaxPassRounds;
+  pass_max_rounds_ = rounds;
   pass_rounds_ = 0;
-  pass_done_.clear();
+  if (fresh) pass_done_.clear();
   pass_todo_.clear();
   pass_next_ = 0;
   continue_pass();
@@ -113,8 +136,29 @@ void Ladder::continue_pass() {
 }
 
 void Ladder::end_pass() {
-  pass_done_.clear();
   pass_todo_.clear();
+  if (verify_freeze_) {
+    // The signal-first round is over: the freeze that makes the next read
+    // complete (an empty tree needs none).
+    verify_freeze_ = false;
+    if (c_->empty()) {
+      pass_done_.clear();
+      finish();
+      return;
+    }
+    if (c_->can_freeze() && !c_->set_frozen(true)) {
+      froze_ = true;
+      if (c_->frozen()) {
+        graceful_pass();
+      } else {
+        wait_for_freeze();
+      }
+      return;
+    }
+    begin_pass(LadderLimits::kMaxPassRounds, false);
+    return;
+  }
+  pass_done_.clear();
   if (froze_) {
     c_->set_frozen(false);
     froze_ = false;
@@ -204,6 +248,11 @@ void Ladder::on_members_exited(size_t n) {
   if (watched_live_ > 0 || dying_) return;
   dying_ = true;
   tail_polls_ = 0;
+  if (phase_ == Phase::kFreezing) {
+    freeze_recheck_ms_ = LadderLimits::kTailPollMs;
+    host_->arm_timer(freeze_recheck_ms_);
+    return;
+  }
   if (phase_ != Phase::kGrace || c_->empty()) return;
   wait(phase_limit_ms_ - ms_since(phase_start_ns_));
 }
@@ -243,7 +292,7 @@ void Ladder::on_timer() {
       } else if (c_->frozen() || ms_since(phase_start_ns_) >= phase_limit_ms_) {
         graceful_pass();
       } else {
-        freeze_recheck_ms_ *= 2;
+        freeze_recheck_ms_ = dying_ ? LadderLimits::kTailPollMs : freeze_recheck_ms_ * 2;
         host_->arm_timer(std::min(freeze_recheck_ms_, phase_limit_ms_ - ms_since(phase_start_ns_) + 1));
       }
       break;

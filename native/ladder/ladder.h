@@ -1,6 +1,8 @@
-// The kill ladder, written once for every tier: optional freeze → snapshot of
-// the members → the graceful signal once to each (+ SIGCONT) → thaw → wait
-// up to `grace` → kill everything → verify empty → report. It drives a
+// The kill ladder, written once for every tier: the graceful signal once to
+// each member read (+ SIGCONT) → freeze (where the tier can) → one more read,
+// complete once frozen, and the signal to those not signalled yet → thaw →
+// wait up to `grace` → kill everything → verify empty → report. Without a
+// freeze, the members are re-read in rounds until a read shows no one new. It drives a
 // Confinement (confinement.h) and asks its host for the clock and one timer,
 // so it runs the same on the event loop and in unit tests with a fake clock.
 #pragma once
@@ -119,7 +121,9 @@ class Ladder {
  private:
   enum class Phase { kIdle, kFreezing, kSignalling, kGrace, kKilling, kDone };
 
+  void wait_for_freeze();
   void graceful_pass();
+  void begin_pass(int rounds, bool fresh);
   void continue_pass();
   void end_pass();
   void start_kill();
@@ -146,6 +150,7 @@ class Ladder {
   int freeze_recheck_ms_ = 1;
   bool froze_ = false;
   bool owner_froze_ = false;  // frozen by the owner; released once
+  bool verify_freeze_ = false;  // the signal-first round runs; the freeze follows
   size_t watched_ = 0;
   size_t watched_live_ = 0;  // watched members not yet seen exit
   bool dying_ = false;       // the tree is expected empty soon: tail polls
@@ -154,7 +159,8 @@ class Ladder {
   uint64_t last_kill_ns_ = 0;
   size_t most_members_ = 0;
   // The graceful pass in progress: every member exactly once, re-read in
-  // rounds until a read shows no one new (one round when frozen).
+  // rounds until a read shows no one new (one round when frozen; the
+  // signal-first round's members stay done through the frozen one).
   std::unordered_set<pid_t> pass_done_;
   std::vector<pid_t> pass_todo_;
   size_t pass_next_ = 0;

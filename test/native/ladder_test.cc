@@ -653,23 +653,33 @@ TEST(read_error_is_reported_once_and_the_ladder_goes_on) {
   CHECK(s.all_dead());
 }
 
-// A freezer that freezes at once: one read is complete (a frozen member can
-// neither fork nor exit), then thaw before the grace.
-TEST(frozen_pass_reads_once_then_thaws) {
+// With a freezer: one unfrozen round signals everyone it reads, then the
+// freeze, then one frozen read, which is complete: a member forked after the
+// round's read (as by a fork in flight at that read) gets the signal there,
+// and no one gets it twice. A member that could only appear after the frozen
+// read (none can, frozen) is the kill's.
+TEST(signal_first_then_one_frozen_read_then_thaw) {
   Setup s;
   CHECK(s.make(kStayOnSignal, {{kInside, kStayOnSignal}, {kOwnSession, kStayOnSignal}}));
   s.fake.freezable = true;
   s.fake.freeze_delay_ms = 0;
-  pid_t late = -1;
+  pid_t forked = -1, late = -1;
+  std::vector<bool> frozen_at_read;
   s.fake.after_read = [&](int n) {
+    frozen_at_read.push_back(s.fake.frozen());
     if (n == 1) {
+      forked = s.tree.add(kInside, kStayOnSignal);
+      s.fake.add(forked);
+    }
+    if (n == 2) {
       late = s.tree.add(kInside, kStayOnSignal);
       s.fake.add(late);
     }
   };
   s.ladder.start("terminate", 1000, graceful(), s.tree.main_pid());
-  CHECK_EQ(s.fake.reads, 1);
-  CHECK_EQ(s.ladder.report().signaled, 3);
+  CHECK_EQ(s.fake.reads, 2);
+  CHECK(frozen_at_read == std::vector<bool>({false, true}));
+  CHECK_EQ(s.ladder.report().signaled, 4);
   CHECK_EQ(s.ladder.report().escaped, 1);
   CHECK(s.fake.freeze_calls == std::vector<bool>({true, false}));
   CHECK(!s.ladder.holds_freeze());
@@ -677,15 +687,40 @@ TEST(frozen_pass_reads_once_then_thaws) {
   CHECK_EQ(s.host.armed, 1000);
   CHECK(s.host.fire(&s.ladder));
   CHECK(s.ladder.done());
-  CHECK_EQ(s.ladder.report().killed, 4);
+  CHECK_EQ(s.ladder.report().killed, 5);
   CHECK(s.all_dead());
+  CHECK(!s.tree.alive(forked));
   CHECK(!s.tree.alive(late));
-  std::map<pid_t, int> got = s.tree.received(3);
+  std::map<pid_t, int> got = s.tree.received(4);
+  for (pid_t p : s.pids) CHECK_EQ(got[p], 1);
+  CHECK_EQ(got[forked], 1);
   CHECK_EQ(got[late], 0);
 }
 
-// A freeze that takes a few ms: the ladder re-checks at 1, 2, 4 … ms, and
-// signals once the tree is frozen; or as soon as the host reports the change.
+// The signal-first round leaves the tree empty (everyone died of the
+// signal): no freeze is written at all.
+TEST(tree_emptied_by_the_first_round_is_not_frozen) {
+  Setup s;
+  CHECK(s.make(kExitOnSignal, {{kInside, kExitOnSignal}, {kInside, kExitOnSignal}}));
+  s.fake.freezable = true;
+  // The members are gone before the round ends (the fake's empty() reads
+  // their pidfds): each waited for once it is signalled.
+  s.fake.after_confirm = [&](std::vector<Held>* held) {
+    for (Held& h : *held) {
+      proctree::pidfd_signal(h.pidfd.get(), graceful());
+      readable(h.pidfd.get(), 3000);
+    }
+  };
+  s.ladder.start("terminate", 1000, graceful(), s.tree.main_pid());
+  CHECK(s.ladder.done());
+  CHECK(s.fake.freeze_calls.empty());
+  CHECK_EQ(s.fake.reads, 1);
+  CHECK(s.all_dead());
+}
+
+// A freeze that takes a few ms (after the signal-first round): the ladder
+// re-checks at 1, 2, 4 … ms, and reads once the tree is frozen; or as soon
+// as the host reports the change.
 TEST(slow_freeze_is_rechecked_then_signalled_frozen) {
   Setup s;
   CHECK(s.make(kStayOnSignal, {{kInside, kStayOnSignal}}));
@@ -694,11 +729,12 @@ TEST(slow_freeze_is_rechecked_then_signalled_frozen) {
   uint64_t t0 = s.host.now;
   s.ladder.start("terminate", 1000, graceful(), s.tree.main_pid());
   CHECK(s.ladder.holds_freeze());
-  CHECK_EQ(s.fake.reads, 0);
+  CHECK_EQ(s.fake.reads, 1);  // the signal-first round
+  CHECK_EQ(s.ladder.report().signaled, 2);
   CHECK_EQ(s.host.armed, 1);
   int fired = 0;
-  while (s.fake.reads == 0 && fired < 20 && s.host.fire(&s.ladder)) ++fired;
-  CHECK_EQ(s.fake.reads, 1);  // frozen: one read
+  while (s.fake.reads == 1 && fired < 20 && s.host.fire(&s.ladder)) ++fired;
+  CHECK_EQ(s.fake.reads, 2);  // frozen: one read
   CHECK(s.host.arms.size() >= 4);
   CHECK_EQ(s.host.arms[0], 1);
   CHECK_EQ(s.host.arms[1], 2);
@@ -713,13 +749,13 @@ TEST(slow_freeze_is_rechecked_then_signalled_frozen) {
   t.fake.freezable = true;
   t.fake.freeze_delay_ms = -1;
   t.ladder.start("terminate", 1000, graceful(), t.tree.main_pid());
-  CHECK_EQ(t.fake.reads, 0);
+  CHECK_EQ(t.fake.reads, 1);
   t.ladder.on_change();  // not frozen yet: nothing happens
-  CHECK_EQ(t.fake.reads, 0);
+  CHECK_EQ(t.fake.reads, 1);
   t.fake.frozen_now = true;
   int cancels = t.host.cancels;
   t.ladder.on_change();
-  CHECK_EQ(t.fake.reads, 1);
+  CHECK_EQ(t.fake.reads, 2);
   CHECK_EQ(t.host.cancels, cancels + 1);
   CHECK_EQ(t.ladder.report().signaled, 2);
   CHECK_EQ(t.host.armed, 1000);
@@ -737,8 +773,9 @@ TEST(freeze_that_never_completes_is_given_up) {
     s.fake.freeze_delay_ms = -1;
     uint64_t t0 = s.host.now;
     s.ladder.start("terminate", grace, graceful(), s.tree.main_pid());
+    CHECK_EQ(s.fake.reads, 1);  // the signal-first round
     int fired = 0;
-    while (s.fake.reads == 0 && fired < 40 && s.host.fire(&s.ladder)) ++fired;
+    while (s.fake.reads == 1 && fired < 40 && s.host.fire(&s.ladder)) ++fired;
     const int bound = std::min(grace, LadderLimits::kMaxFreezeWaitMs);
     int waited = s.host.elapsed_ms(t0);
     std::printf("     grace %d: signalled unfrozen after %d ms of fake time, %d timer(s)\n", grace, waited, fired);
@@ -747,6 +784,8 @@ TEST(freeze_that_never_completes_is_given_up) {
     CHECK(fired <= 12);
     CHECK_EQ(s.fake.reads, 2);  // unfrozen: re-read until nothing new
     CHECK_EQ(s.ladder.report().signaled, 3);
+    std::map<pid_t, int> got = s.tree.received(3);
+    for (pid_t p : s.pids) CHECK_EQ(got[p], 1);
     CHECK(s.fake.freeze_calls == std::vector<bool>({true, false}));
     CHECK(!s.ladder.holds_freeze());
     CHECK_EQ(s.host.armed, grace);
@@ -757,7 +796,8 @@ TEST(freeze_that_never_completes_is_given_up) {
   }
 }
 
-// The tree empties while the ladder waits for the freeze: done, thawed.
+// The tree empties while the ladder waits for the freeze that follows the
+// signal-first round: done, thawed.
 TEST(tree_emptied_while_freezing_finishes_thawed) {
   Setup s;
   CHECK(s.make(kStayOnSignal, {}));
@@ -765,13 +805,41 @@ TEST(tree_emptied_while_freezing_finishes_thawed) {
   s.fake.freeze_delay_ms = -1;
   s.ladder.start("terminate", 1000, graceful(), s.tree.main_pid());
   CHECK(s.ladder.holds_freeze());
+  CHECK_EQ(s.ladder.report().signaled, 1);
   CHECK(s.tree.kill_and_reap(s.pids[0]));
   CHECK(s.host.fire(&s.ladder));
   CHECK(s.ladder.done());
   CHECK(!s.ladder.holds_freeze());
   CHECK(s.fake.freeze_calls == std::vector<bool>({true, false}));
-  CHECK_EQ(s.ladder.report().signaled, 0);
+  CHECK_EQ(s.fake.reads, 1);
   CHECK_EQ(s.ladder.report().killed, 0);
+}
+
+// The members the first round signalled are dying (the watched ones have
+// exited): the tree shows frozen only once the dying are gone, so the wait
+// for the freeze looks at the tree at the tail pace, not 1, 2, 4 … ms.
+TEST(freeze_wait_of_a_dying_tree_is_at_the_tail_pace) {
+  Setup s;
+  CHECK(s.make(kExitOnSignal, {{kInside, kStayOnSignal}}));
+  s.fake.freezable = true;
+  s.fake.freeze_delay_ms = -1;
+  s.ladder.start("terminate", 1000, graceful(), s.tree.main_pid());
+  CHECK(s.ladder.holds_freeze());
+  CHECK_EQ(s.host.armed, 1);
+  CHECK(s.host.fire(&s.ladder));
+  CHECK_EQ(s.host.armed, 2);
+  s.ladder.on_members_exited(s.host.watched.size());
+  CHECK_EQ(s.host.armed, LadderLimits::kTailPollMs);
+  for (int i = 0; i < 5; ++i) {
+    CHECK(s.host.fire(&s.ladder));
+    CHECK_EQ(s.host.armed, LadderLimits::kTailPollMs);
+  }
+  // The one left gets frozen: one read, nothing new, thaw, grace.
+  s.fake.frozen_now = true;
+  CHECK(s.host.fire(&s.ladder));
+  CHECK_EQ(s.fake.reads, 2);
+  CHECK(s.fake.freeze_calls == std::vector<bool>({true, false}));
+  CHECK_EQ(s.ladder.report().signaled, 2);
 }
 
 // A kill that never empties the tree: after kKillWaitMs of fake time the

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "check.h"
 #include "fixtures.h"
 #include "kernel/pidfd.h"
+#include "ladder/cgroup_confinement.h"
 
 using proctree::Held;
 using proctree::SysError;
@@ -251,3 +253,60 @@ TEST(no_free_descriptor_is_emfile) {
 }
 
 CHECK_MAIN()
+
+// The cgroup tier's confirmation: a held pidfd is a member if its process
+// is in the leaf now (told by the pidfd itself where the kernel can, 6.13;
+// by one read of the list otherwise), or in a cgroup below it (the read).
+// One outside the leaf and one that is gone are dropped; the order of the
+// rest stays.
+TEST(cgroup_confinement_confirms_leaf_and_nested_members_only) {
+  proctree::CgroupDir dir;
+  std::string why;
+  std::string path = fixtures::make_test_cgroup(&dir, &why);
+  if (path.empty()) SKIP(why);
+  fixtures::CgroupGuard guard(&dir);
+  fixtures::Children children;
+  proctree::CgroupDir nested;
+  CHECK_EQ(proctree::CgroupDir::create(path + "/inner", false, &nested).err, 0);
+  pid_t in_leaf = children.add(fixtures::start_sleeper());
+  pid_t in_nested = children.add(fixtures::start_sleeper());
+  pid_t outside = children.add(fixtures::start_sleeper());
+  pid_t gone = children.add(fixtures::start_sleeper());
+  CHECK(in_leaf > 0 && in_nested > 0 && outside > 0 && gone > 0);
+  CHECK_EQ(dir.write_file("cgroup.procs", std::to_string(in_leaf).c_str()).err, 0);
+  CHECK_EQ(nested.write_file("cgroup.procs", std::to_string(in_nested).c_str()).err, 0);
+  CHECK_EQ(dir.write_file("cgroup.procs", std::to_string(gone).c_str()).err, 0);
+  std::vector<Held> held;
+  for (pid_t p : {in_leaf, outside, gone, in_nested}) held.push_back(Held{p, proctree::pidfd_open(p)});
+  for (const Held& h : held) CHECK(h.pidfd.valid());
+  // Killed and reaped: its pidfd names a process that no longer is.
+  kill(gone, SIGKILL);
+  CHECK(children.reap(gone));
+
+  uint64_t id = 0;
+  int told = proctree::pidfd_cgroup_id(held[0].pidfd.get(), &id);
+  struct stat st;
+  CHECK_EQ(stat(path.c_str(), &st), 0);
+  if (told == 0) {
+    CHECK_EQ(id, static_cast<uint64_t>(st.st_ino));
+    std::printf("     the kernel tells a pidfd's cgroup (PIDFD_GET_INFO)\n");
+  } else {
+    CHECK_EQ(told, ENOTTY);
+    std::printf("     the kernel does not tell a pidfd's cgroup: the list is read\n");
+  }
+  uint64_t gone_id = 0;
+  CHECK(proctree::pidfd_cgroup_id(held[2].pidfd.get(), &gone_id) != 0);
+
+  proctree::CgroupDir leaf;
+  CHECK_EQ(proctree::CgroupDir::open_existing(path, &leaf).err, 0);
+  proctree::CgroupConfinement confinement(std::move(leaf));
+  CHECK_EQ(confinement.confirm(&held).err, 0);
+  std::vector<pid_t> kept;
+  for (const Held& h : held) kept.push_back(h.pid);
+  CHECK(kept == std::vector<pid_t>({in_leaf, in_nested}));
+  for (pid_t p : {in_leaf, in_nested, outside}) {
+    kill(p, SIGKILL);
+    CHECK(children.reap(p));
+  }
+  nested.close();
+}
