@@ -237,7 +237,7 @@ export interface NativeBinding {
   probe(helperPath: string): NativeProbes;
   spawn(spec: NativeSpawnSpec, onEvent: NativeEventCallback): NativeSpawned | { error: NativeErrorShape };
   terminate(id: number, graceMs: number, signal: number, reason: string): boolean;
-  /** The ladder on many calls at once, one freeze per shared subtree: per call, whether a cleanup event will come. */
+  /** The ladder on many calls at once, sharing each turn's time: per call, whether a cleanup event will come. */
   terminateGroup(ids: readonly number[], signals: readonly number[], graceMs: number, reason: string): boolean[];
   kill(id: number, signal: number): number;
   members(id: number): number[];

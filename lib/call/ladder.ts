@@ -66,8 +66,9 @@ function ladderStarted(s: CallState, reporting: boolean, kills: boolean): boolea
 
 /**
  * The ladder on many calls at once (a supervisor's shutdown): one call into
- * the addon, which freezes each cgroup subtree they share with one write
- * instead of one freeze and thaw per call.
+ * the addon, whose ladders share a few milliseconds of each turn of the loop
+ * for their starts and signal passes, so that stopping a hundred calls does
+ * not block the loop.
  */
 export function terminateMany(calls: readonly CallState[], reason: CleanupReason, grace: number): Promise<CleanupReport[]> {
   const ready: CallState[] = [];

@@ -93,9 +93,9 @@ class Confinement {
   // If the tree is empty, releases it and returns true (a failed release is
   // reported in *error); else false.
   virtual bool release_if_empty(SysError* error);
-  // What the tier made for this call may not serve another call later: it
-  // was (or its subtree is about to be) frozen or killed, and a deferred
-  // write may still be on its way; or something outside names it (a job id).
+  // What the tier made for this call may not serve another call later: a
+  // ladder ran on it, or it was frozen or killed, and a deferred write may
+  // still be on its way; or something outside names it (a job id).
   virtual void retire() {}
   // Closes what the tier kept open for the call's end (a leaf's
   // descriptors); whoever needs them later reopens them.

@@ -9,9 +9,8 @@
 
 namespace proctree {
 
-void Ladder::start(const std::string& reason, int grace_ms, int sig, pid_t main_pid, bool frozen_by_owner) {
+void Ladder::start(const std::string& reason, int grace_ms, int sig, pid_t main_pid) {
   if (phase_ != Phase::kIdle) return;
-  owner_froze_ = frozen_by_owner;
   start_ns_ = host_->now_ns();
   report_ = CleanupReport{};
   report_.reason = reason;
@@ -23,18 +22,12 @@ void Ladder::start(const std::string& reason, int grace_ms, int sig, pid_t main_
     finish();
     return;
   }
+  // A tree a ladder ran on never serves another call, even one that died
+  // of the graceful signal before anything was written to it: its leaf
+  // goes with it, as the caller of terminate() expects.
+  c_->retire();
   if (grace_ms_ == 0) {
     start_kill();
-    return;
-  }
-  if (owner_froze_) {
-    // The owner froze the tree from above: wait for it to show, then one
-    // read, complete.
-    if (c_->frozen()) {
-      graceful_pass();
-      return;
-    }
-    wait_for_freeze();
     return;
   }
   if (c_->can_freeze()) {
@@ -73,11 +66,48 @@ bool Ladder::escaped(pid_t pid) const {
 
 int Ladder::ms_since(uint64_t t) const { return static_cast<int>((host_->now_ns() - t) / 1000000ULL); }
 
+void Ladder::settle() {
+  // After the signal-first round: while the members it signalled first are
+  // exiting (the watched ones; then emptiness is polled at the tail pace,
+  // as in the grace), the tree is left to die unfrozen; a tree that does not
+  // start dying within kSettleMs, or is not empty after the tail polls, is
+  // frozen for the complete read. Freezing a dying tree would cost a write
+  // (and a thaw) that wakes every member, only to wait for the same exits.
+  if (c_->empty()) {
+    pass_done_.clear();
+    finish();
+    return;
+  }
+  if (dying_ && tail_polls_ < LadderLimits::kMaxTailPolls) {
+    wait(LadderLimits::kTailPollMs);
+    return;
+  }
+  const int left = LadderLimits::kSettleMs - ms_since(phase_start_ns_);
+  if (!dying_ && left > 0) {
+    host_->arm_timer(left);
+    return;
+  }
+  verify_freeze();
+}
+
+void Ladder::verify_freeze() {
+  if (c_->can_freeze() && !c_->set_frozen(true)) {
+    froze_ = true;
+    if (c_->frozen()) {
+      graceful_pass();
+    } else {
+      wait_for_freeze();
+    }
+    return;
+  }
+  begin_pass(LadderLimits::kMaxPassRounds, false);
+}
+
 void Ladder::graceful_pass() {
   // Frozen, one read is complete; unfrozen (no freezer, or the freeze timed
   // out), re-read until a read shows no one new. Each member exactly once:
   // those the signal-first round reached are not signalled again.
-  const bool frozen = (froze_ || owner_froze_) && c_->frozen();
+  const bool frozen = froze_ && c_->frozen();
   begin_pass(frozen ? 1 : LadderLimits::kMaxPassRounds, false);
 }
 
@@ -138,24 +168,17 @@ void Ladder::continue_pass() {
 void Ladder::end_pass() {
   pass_todo_.clear();
   if (verify_freeze_) {
-    // The signal-first round is over: the freeze that makes the next read
-    // complete (an empty tree needs none).
+    // The signal-first round is over. A tree that dies of the signal needs
+    // no freeze: it is given a moment to (see settle()).
     verify_freeze_ = false;
     if (c_->empty()) {
       pass_done_.clear();
       finish();
       return;
     }
-    if (c_->can_freeze() && !c_->set_frozen(true)) {
-      froze_ = true;
-      if (c_->frozen()) {
-        graceful_pass();
-      } else {
-        wait_for_freeze();
-      }
-      return;
-    }
-    begin_pass(LadderLimits::kMaxPassRounds, false);
+    phase_ = Phase::kSettling;
+    phase_start_ns_ = host_->now_ns();
+    settle();
     return;
   }
   pass_done_.clear();
@@ -163,7 +186,6 @@ void Ladder::end_pass() {
     c_->set_frozen(false);
     froze_ = false;
   }
-  release_owner_freeze();
   if (c_->empty()) {
     finish();
     return;
@@ -179,7 +201,6 @@ void Ladder::start_kill() {
     c_->set_frozen(false);
     froze_ = false;
   }
-  release_owner_freeze();
   // Who is alive now is what the kill phase kills; counted like the
   // graceful pass counts, over confirmed members (a number read a moment
   // ago may be a process that has just exited, or someone else's by now).
@@ -253,6 +274,10 @@ void Ladder::on_members_exited(size_t n) {
     host_->arm_timer(freeze_recheck_ms_);
     return;
   }
+  if (phase_ == Phase::kSettling) {
+    settle();
+    return;
+  }
   if (phase_ != Phase::kGrace || c_->empty()) return;
   wait(phase_limit_ms_ - ms_since(phase_start_ns_));
 }
@@ -268,6 +293,13 @@ void Ladder::on_change() {
       } else if (c_->frozen()) {
         host_->cancel_timer();
         graceful_pass();
+      }
+      break;
+    case Phase::kSettling:
+      if (c_->empty()) {
+        host_->cancel_timer();
+        pass_done_.clear();
+        finish();
       }
       break;
     case Phase::kGrace:
@@ -300,6 +332,9 @@ void Ladder::on_timer() {
     case Phase::kSignalling:
       continue_pass();
       break;
+    case Phase::kSettling:
+      settle();
+      break;
     case Phase::kGrace:
       if (c_->empty()) {
         finish();
@@ -325,14 +360,7 @@ void Ladder::on_timer() {
   }
 }
 
-void Ladder::release_owner_freeze() {
-  if (!owner_froze_) return;
-  owner_froze_ = false;
-  host_->freeze_released();
-}
-
 void Ladder::finish() {
-  release_owner_freeze();
   phase_ = Phase::kDone;
   report_.duration_ms = static_cast<double>(host_->now_ns() - start_ns_) / 1e6;
   host_->ladder_finished();

@@ -49,6 +49,10 @@ struct LadderLimits {
   // the watched members.
   static constexpr int kTailPollMs = 1;
   static constexpr int kMaxTailPolls = 64;
+  // After the signal-first round, how long a tree that shows no sign of
+  // dying (none of the watched members exited) runs on before it is frozen
+  // for the complete read.
+  static constexpr int kSettleMs = 5;
 };
 
 struct CleanupReport {
@@ -74,10 +78,6 @@ class LadderHost {
   virtual void watch_member(Fd pidfd) = 0;
   // The report is ready (done() is true).
   virtual void ladder_finished() = 0;
-  // The ladder needs the tree frozen no longer (its graceful pass is over,
-  // or it went straight to the kill, or the tree was empty): called once,
-  // for a ladder whose freeze was its owner's (see start()).
-  virtual void freeze_released() {}
   // How many of `wanted` members the ladder may signal now: the owner may
   // share one budget per turn of its event loop among many ladders (a
   // supervisor's shutdown starts a hundred at once). When it grants none,
@@ -94,11 +94,7 @@ class Ladder {
 
   // Starts the ladder; later calls do nothing. main_pid: the command's pid,
   // whose group and session define "escaped" (-1: unknown, none counted).
-  // frozen_by_owner: the owner has frozen the tree already, from above (a
-  // whole supervisor's subtree at once): the ladder waits for the freeze to
-  // show, never writes the freeze itself, and says freeze_released() when
-  // the owner may thaw.
-  void start(const std::string& reason, int grace_ms, int sig, pid_t main_pid, bool frozen_by_owner = false);
+  void start(const std::string& reason, int grace_ms, int sig, pid_t main_pid);
   bool started() const { return phase_ != Phase::kIdle; }
   bool running() const { return started() && !done(); }
   bool done() const { return phase_ == Phase::kDone; }
@@ -119,9 +115,11 @@ class Ladder {
   void on_timer();
 
  private:
-  enum class Phase { kIdle, kFreezing, kSignalling, kGrace, kKilling, kDone };
+  enum class Phase { kIdle, kFreezing, kSignalling, kSettling, kGrace, kKilling, kDone };
 
   void wait_for_freeze();
+  void settle();
+  void verify_freeze();
   void graceful_pass();
   void begin_pass(int rounds, bool fresh);
   void continue_pass();
@@ -130,7 +128,6 @@ class Ladder {
   void kill_round();
   void wait_kill();
   void wait(int ms);
-  void release_owner_freeze();
   void finish();
   void give_up();
   bool escaped(pid_t pid) const;
@@ -149,7 +146,6 @@ class Ladder {
   int phase_limit_ms_ = 0;  // how long the current phase may last
   int freeze_recheck_ms_ = 1;
   bool froze_ = false;
-  bool owner_froze_ = false;  // frozen by the owner; released once
   bool verify_freeze_ = false;  // the signal-first round runs; the freeze follows
   size_t watched_ = 0;
   size_t watched_live_ = 0;  // watched members not yet seen exit

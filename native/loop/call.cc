@@ -237,47 +237,10 @@ void Call::check_paused() {
   env_->post(std::move(ev));
 }
 
-bool Call::terminate_frozen_by_group(int grace_ms, int sig, const std::string& reason) {
-  settle_exec(0);
-  if (finished_ || ladder_.started() || !confinement_) {
-    freeze_released();
-    return terminate(grace_ms, sig, reason);
-  }
-  watch_emptiness();
-  // A paused leaf stays frozen under the subtree's freeze until the owner
-  // thaws the subtree: then it runs, and gets its signal, with the rest.
-  if (paused_) confinement_->set_frozen(false, true);
-  paused_ = false;
-  pause_wanted_ = -1;
-  ladder_.start(reason, grace_ms, sig, command_, true);
-  check_finished();
-  return true;
-}
-
-void Call::prepare_stop() {
-  settle_exec(0);
-  if (finished_ || !confinement_) return;
-  // The subtree's freeze and thaw are written later, off the loop's thread:
-  // a leaf handed on before they land would start its next call frozen.
-  // (The leaf's own freeze and kill retire it where they are written.)
-  confinement_->retire();
-  watch_emptiness();
-  confinement_->empty();
-}
-
-std::string Call::subtree_path() const {
-  if (tier_ != Tier::kCgroup || !confinement_) return {};
-  const std::string& leaf = static_cast<CgroupConfinement*>(confinement_.get())->leaf().path();
-  size_t slash = leaf.rfind('/');
-  return slash == std::string::npos ? std::string() : leaf.substr(0, slash);
-}
-
 std::string Call::leaf_path() const {
   if ((tier_ != Tier::kCgroup && tier_ != Tier::kSystemd) || !confinement_) return {};
   return static_cast<CgroupConfinement*>(confinement_.get())->leaf().path();
 }
-
-void Call::freeze_released() { env_->group_freeze_released(id_); }
 
 size_t Call::pass_budget(size_t wanted) { return env_->take_pass_budget(id_, wanted); }
 

@@ -134,16 +134,6 @@ class Call : public LadderHost {
   // The ladder (idempotent). Returns whether a 'cleanup' event has been or
   // will be posted (false: the tree was already gone).
   bool terminate(int grace_ms, int sig, const std::string& reason);
-  // The same, as one of many whose common cgroup subtree the Environment
-  // has frozen already (terminate_group): the call tells the Environment
-  // when its ladder needs that freeze no longer.
-  bool terminate_frozen_by_group(int grace_ms, int sig, const std::string& reason);
-  // Opens what the ladder will read (cgroup.events, and its watch), before
-  // the Environment freezes a whole subtree: opening cgroup files while the
-  // kernel freezes a large subtree can wait for it.
-  void prepare_stop();
-  // The cgroup this call's leaf is in ("" outside the cgroup tiers).
-  std::string subtree_path() const;
   // The call's own leaf (cgroup and systemd tiers), else "".
   std::string leaf_path() const;
   // One signal to every member now, no escalation; how many got it.
@@ -175,7 +165,6 @@ class Call : public LadderHost {
   void cancel_timer() override;
   void watch_member(Fd pidfd) override;
   void ladder_finished() override;
-  void freeze_released() override;
   size_t pass_budget(size_t wanted) override;
   // The Environment has budget for this call's graceful pass again.
   void resume_pass();

@@ -149,14 +149,13 @@ class Environment {
   // when the call began (a reused leaf carries its earlier calls').
   void retire(uint64_t id, CpuCounters* base);
 
-  // Runs the ladder on many calls at once (a supervisor's shutdown): every
-  // cgroup subtree they share is frozen with one write, each call's ladder
-  // signals its members while it is frozen, and the subtree is thawed once
-  // the last of them is done with it. Returns, per call, whether a cleanup
-  // event has been or will be posted.
+  // Runs the ladder on many calls at once (a supervisor's shutdown): the
+  // ladders start in this turn while it has time, the rest in the next
+  // turns, and all of them share each turn's few milliseconds for their
+  // signal passes. Returns, per call, whether a cleanup event has been or
+  // will be posted.
   std::vector<bool> terminate_group(const std::vector<uint64_t>& ids, const std::vector<int>& sigs, int grace_ms,
                                     const std::string& reason);
-  void group_freeze_released(uint64_t call_id);
   // Members a ladder may signal now (LadderHost::pass_budget): all ladders
   // together get a few milliseconds of each turn of the loop. A call granted
   // none is resumed (Call::resume_pass) in a later turn.
@@ -269,13 +268,6 @@ class Environment {
   std::unique_ptr<BrokerClient> broker_;
   SysError broker_error_;  // set once it is gone: later spawns fail with it
   std::unordered_map<uint64_t, uint64_t> brokered_;  // request id -> call id
-  // Subtrees frozen by terminate_group, and the calls still using each freeze.
-  struct GroupFreeze {
-    CgroupDir subtree;
-    size_t holders = 0;
-  };
-  std::unordered_map<std::string, GroupFreeze> group_freezes_;  // by subtree path
-  std::unordered_map<uint64_t, std::string> freeze_holder_;     // call id -> subtree path
   size_t referenced_ = 0;  // live calls that keep the loop alive
   std::deque<CallEvent> pending_;
   bool flushing_ = false;
@@ -287,7 +279,6 @@ class Environment {
     int sig;
     int grace_ms;
     std::string reason;
-    bool group_frozen;
   };
   std::deque<DeferredStop> deferred_stops_;
   uint64_t turn_start_ns_ = 0;  // 0: this turn has not spent any time yet

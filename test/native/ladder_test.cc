@@ -653,8 +653,9 @@ TEST(read_error_is_reported_once_and_the_ladder_goes_on) {
   CHECK(s.all_dead());
 }
 
-// With a freezer: one unfrozen round signals everyone it reads, then the
-// freeze, then one frozen read, which is complete: a member forked after the
+// With a freezer: one unfrozen round signals everyone it reads; a tree that
+// does not die of it is frozen kSettleMs later for one frozen read, which is
+// complete: a member forked after the
 // round's read (as by a fork in flight at that read) gets the signal there,
 // and no one gets it twice. A member that could only appear after the frozen
 // read (none can, frozen) is the kill's.
@@ -677,6 +678,11 @@ TEST(signal_first_then_one_frozen_read_then_thaw) {
     }
   };
   s.ladder.start("terminate", 1000, graceful(), s.tree.main_pid());
+  // No sign of dying (no watched member exits): frozen after kSettleMs.
+  CHECK_EQ(s.fake.reads, 1);
+  CHECK(s.fake.freeze_calls.empty());
+  CHECK_EQ(s.host.armed, LadderLimits::kSettleMs);
+  CHECK(s.host.fire(&s.ladder));
   CHECK_EQ(s.fake.reads, 2);
   CHECK(frozen_at_read == std::vector<bool>({false, true}));
   CHECK_EQ(s.ladder.report().signaled, 4);
@@ -726,8 +732,9 @@ TEST(slow_freeze_is_rechecked_then_signalled_frozen) {
   CHECK(s.make(kStayOnSignal, {{kInside, kStayOnSignal}}));
   s.fake.freezable = true;
   s.fake.freeze_delay_ms = 5;
-  uint64_t t0 = s.host.now;
   s.ladder.start("terminate", 1000, graceful(), s.tree.main_pid());
+  CHECK(s.host.fire(&s.ladder));  // settled: the freeze is written
+  uint64_t t0 = s.host.now;
   CHECK(s.ladder.holds_freeze());
   CHECK_EQ(s.fake.reads, 1);  // the signal-first round
   CHECK_EQ(s.ladder.report().signaled, 2);
@@ -735,10 +742,11 @@ TEST(slow_freeze_is_rechecked_then_signalled_frozen) {
   int fired = 0;
   while (s.fake.reads == 1 && fired < 20 && s.host.fire(&s.ladder)) ++fired;
   CHECK_EQ(s.fake.reads, 2);  // frozen: one read
-  CHECK(s.host.arms.size() >= 4);
-  CHECK_EQ(s.host.arms[0], 1);
-  CHECK_EQ(s.host.arms[1], 2);
-  CHECK_EQ(s.host.arms[2], 4);
+  CHECK(s.host.arms.size() >= 5);
+  CHECK_EQ(s.host.arms[0], LadderLimits::kSettleMs);
+  CHECK_EQ(s.host.arms[1], 1);
+  CHECK_EQ(s.host.arms[2], 2);
+  CHECK_EQ(s.host.arms[3], 4);
   CHECK_EQ(s.host.elapsed_ms(t0), 7);
   CHECK(s.fake.freeze_calls == std::vector<bool>({true, false}));
   CHECK_EQ(s.ladder.report().signaled, 2);
@@ -749,6 +757,7 @@ TEST(slow_freeze_is_rechecked_then_signalled_frozen) {
   t.fake.freezable = true;
   t.fake.freeze_delay_ms = -1;
   t.ladder.start("terminate", 1000, graceful(), t.tree.main_pid());
+  CHECK(t.host.fire(&t.ladder));  // settled: the freeze is written
   CHECK_EQ(t.fake.reads, 1);
   t.ladder.on_change();  // not frozen yet: nothing happens
   CHECK_EQ(t.fake.reads, 1);
@@ -771,8 +780,9 @@ TEST(freeze_that_never_completes_is_given_up) {
     CHECK(s.make(kStayOnSignal, {{kInside, kStayOnSignal}, {kInside, kStayOnSignal}}));
     s.fake.freezable = true;
     s.fake.freeze_delay_ms = -1;
-    uint64_t t0 = s.host.now;
     s.ladder.start("terminate", grace, graceful(), s.tree.main_pid());
+    CHECK(s.host.fire(&s.ladder));  // settled: the freeze is written
+    uint64_t t0 = s.host.now;
     CHECK_EQ(s.fake.reads, 1);  // the signal-first round
     int fired = 0;
     while (s.fake.reads == 1 && fired < 40 && s.host.fire(&s.ladder)) ++fired;
@@ -804,6 +814,7 @@ TEST(tree_emptied_while_freezing_finishes_thawed) {
   s.fake.freezable = true;
   s.fake.freeze_delay_ms = -1;
   s.ladder.start("terminate", 1000, graceful(), s.tree.main_pid());
+  CHECK(s.host.fire(&s.ladder));  // settled: the freeze is written
   CHECK(s.ladder.holds_freeze());
   CHECK_EQ(s.ladder.report().signaled, 1);
   CHECK(s.tree.kill_and_reap(s.pids[0]));
@@ -816,30 +827,46 @@ TEST(tree_emptied_while_freezing_finishes_thawed) {
 }
 
 // The members the first round signalled are dying (the watched ones have
-// exited): the tree shows frozen only once the dying are gone, so the wait
-// for the freeze looks at the tree at the tail pace, not 1, 2, 4 … ms.
-TEST(freeze_wait_of_a_dying_tree_is_at_the_tail_pace) {
+// exited): the tree is left to die unfrozen, looked at every kTailPollMs,
+// and frozen for the complete read only if it is not empty once those
+// polls are spent.
+TEST(dying_tree_is_left_to_die_unfrozen_then_frozen_if_not_empty) {
   Setup s;
   CHECK(s.make(kExitOnSignal, {{kInside, kStayOnSignal}}));
   s.fake.freezable = true;
-  s.fake.freeze_delay_ms = -1;
+  s.fake.freeze_delay_ms = 0;
   s.ladder.start("terminate", 1000, graceful(), s.tree.main_pid());
-  CHECK(s.ladder.holds_freeze());
-  CHECK_EQ(s.host.armed, 1);
-  CHECK(s.host.fire(&s.ladder));
-  CHECK_EQ(s.host.armed, 2);
+  CHECK_EQ(s.host.armed, LadderLimits::kSettleMs);
   s.ladder.on_members_exited(s.host.watched.size());
   CHECK_EQ(s.host.armed, LadderLimits::kTailPollMs);
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 1; i < LadderLimits::kMaxTailPolls; ++i) {
     CHECK(s.host.fire(&s.ladder));
     CHECK_EQ(s.host.armed, LadderLimits::kTailPollMs);
   }
-  // The one left gets frozen: one read, nothing new, thaw, grace.
-  s.fake.frozen_now = true;
+  CHECK(s.fake.freeze_calls.empty());
+  CHECK_EQ(s.fake.reads, 1);
+  // Polls spent, one member still there: frozen, read once (nothing new),
+  // thawed, and the grace begins.
   CHECK(s.host.fire(&s.ladder));
   CHECK_EQ(s.fake.reads, 2);
   CHECK(s.fake.freeze_calls == std::vector<bool>({true, false}));
   CHECK_EQ(s.ladder.report().signaled, 2);
+  CHECK_EQ(s.host.armed, 1000);
+}
+
+// The same tree emptying while it is left to die: done, never frozen.
+TEST(tree_that_dies_of_the_first_round_is_never_frozen) {
+  Setup s;
+  CHECK(s.make(kExitOnSignal, {{kInside, kExitOnSignal}}));
+  s.fake.freezable = true;
+  s.ladder.start("terminate", 1000, graceful(), s.tree.main_pid());
+  for (pid_t p : s.pids) CHECK(s.tree.wait_dead(p));
+  s.ladder.on_members_exited(s.host.watched.size());
+  s.ladder.on_change();
+  CHECK(s.ladder.done());
+  CHECK(s.fake.freeze_calls.empty());
+  CHECK_EQ(s.ladder.report().signaled, 2);
+  CHECK_EQ(s.ladder.report().killed, 0);
 }
 
 // A kill that never empties the tree: after kKillWaitMs of fake time the
