@@ -32,13 +32,13 @@ void Ladder::start(const std::string& reason, int grace_ms, int sig, pid_t main_
   }
   if (c_->can_freeze()) {
     // Signal first, then freeze: one unfrozen round signals everyone it
-    // reads, and the freeze that follows makes one more read complete (a
-    // member forked while that round went on, even a fork in flight at its
-    // read, is there once the tree shows frozen), so the members not yet
-    // signalled get it then, frozen, before anything of theirs runs. The
-    // freeze comes after the signals, not before: most of a tree usually
-    // dies of the graceful signal, and a freeze first stops every member
-    // (each one woken to do so, then again for the thaw) only for it to die.
+    // reads; unless the tree dies of it (settle()), the freeze that follows
+    // makes one more read complete (a member forked while that round went
+    // on, even a fork in flight at its read, is there once the tree shows
+    // frozen), so the members not yet signalled get it then. The freeze
+    // comes after the signals, not before: most of a tree usually dies of
+    // the graceful signal, and a freeze first stops every member (each one
+    // woken to do so, then again for the thaw) only for it to die.
     verify_freeze_ = true;
     begin_pass(1, true);
     return;
@@ -73,16 +73,18 @@ void Ladder::settle() {
   // start dying within kSettleMs, or is not empty after the tail polls, is
   // frozen for the complete read. Freezing a dying tree would cost a write
   // (and a thaw) that wakes every member, only to wait for the same exits.
+  // Never longer than the grace: what the first read missed must still get
+  // the signal and its grace before the kill.
   if (c_->empty()) {
     pass_done_.clear();
     finish();
     return;
   }
-  if (dying_ && tail_polls_ < LadderLimits::kMaxTailPolls) {
+  if (dying_ && tail_polls_ < LadderLimits::kMaxTailPolls && ms_since(phase_start_ns_) < grace_ms_) {
     wait(LadderLimits::kTailPollMs);
     return;
   }
-  const int left = LadderLimits::kSettleMs - ms_since(phase_start_ns_);
+  const int left = std::min(LadderLimits::kSettleMs, grace_ms_) - ms_since(phase_start_ns_);
   if (!dying_ && left > 0) {
     host_->arm_timer(left);
     return;
@@ -171,11 +173,6 @@ void Ladder::end_pass() {
     // The signal-first round is over. A tree that dies of the signal needs
     // no freeze: it is given a moment to (see settle()).
     verify_freeze_ = false;
-    if (c_->empty()) {
-      pass_done_.clear();
-      finish();
-      return;
-    }
     phase_ = Phase::kSettling;
     phase_start_ns_ = host_->now_ns();
     settle();

@@ -854,6 +854,26 @@ TEST(dying_tree_is_left_to_die_unfrozen_then_frozen_if_not_empty) {
   CHECK_EQ(s.host.armed, 1000);
 }
 
+// A short grace bounds that wait: the complete read, and the signal to what
+// the first read missed, come once the grace's time has gone by.
+TEST(wait_for_a_dying_tree_is_bounded_by_the_grace) {
+  Setup s;
+  CHECK(s.make(kExitOnSignal, {{kInside, kStayOnSignal}}));
+  s.fake.freezable = true;
+  s.fake.freeze_delay_ms = 0;
+  const int grace = 3;
+  s.ladder.start("terminate", grace, graceful(), s.tree.main_pid());
+  CHECK_EQ(s.host.armed, grace);
+  s.ladder.on_members_exited(s.host.watched.size());
+  int fired = 0;
+  while (s.fake.reads < 2 && fired < 10 && s.host.fire(&s.ladder)) ++fired;
+  CHECK_EQ(fired, grace);
+  CHECK_EQ(s.fake.reads, 2);
+  CHECK(s.fake.freeze_calls == std::vector<bool>({true, false}));
+  // The grace begins, looked at the tail pace (the tree is dying).
+  CHECK_EQ(s.host.armed, LadderLimits::kTailPollMs);
+}
+
 // The same tree emptying while it is left to die: done, never frozen.
 TEST(tree_that_dies_of_the_first_round_is_never_frozen) {
   Setup s;
