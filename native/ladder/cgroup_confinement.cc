@@ -32,8 +32,8 @@ SysError CgroupConfinement::confirm(std::vector<Held>* held) const {
   // in the leaf now, whatever became of the number it was opened by. That
   // saves a read of the whole list per batch, which a tree of thousands
   // dying meanwhile makes slow (the list's lock is the exits' too).
-  enum : char { kInLeaf, kGone, kAsk };
-  std::vector<char> state(held->size(), kAsk);
+  enum Seen : char { kInLeaf, kGone, kAsk };
+  std::vector<Seen> state(held->size(), kAsk);
   bool ask = leaf_id() == 0;
   for (size_t i = 0; i < held->size() && !ask; ++i) {
     uint64_t id = 0;
@@ -55,7 +55,7 @@ SysError CgroupConfinement::confirm(std::vector<Held>* held) const {
   }
   size_t kept = 0;
   for (size_t i = 0; i < held->size(); ++i) {
-    const char st = ask ? kAsk : state[i];
+    const Seen st = ask ? kAsk : state[i];
     const bool member =
         st == kInLeaf || (st == kAsk && std::binary_search(listed.begin(), listed.end(), (*held)[i].pid));
     if (!member) continue;
