@@ -39,6 +39,9 @@ function settleExec(s: CallState, waitMs?: number): void {
   // A deferred clone learns its pid here (the others knew it at spawn()).
   if (typeof res === 'number') s.pid = res;
   else if (!started) s.pid = undefined;
+  // Settled before its event came (its output was read first, say): a
+  // sealed command runs only once its shim has sealed, as execStarted says.
+  if (typeof res === 'number' && s.flag(SEALING)) s.call.sealed = true;
   publishPid(s);
   if (!started) fail(s, spawnError(res, s.call.spawnfile, s.call.spawnargs));
 }
