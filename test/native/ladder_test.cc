@@ -691,16 +691,18 @@ TEST(signal_first_then_one_frozen_read_then_thaw) {
   CHECK(!s.ladder.holds_freeze());
   CHECK(!s.fake.freeze_requested);
   CHECK_EQ(s.host.armed, 1000);
+  // Each signalled member's handler has run (and the late one's has not)
+  // before the grace runs out: the kill must not race the deliveries.
+  std::map<pid_t, int> got = s.tree.received(4);
+  for (pid_t p : s.pids) CHECK_EQ(got[p], 1);
+  CHECK_EQ(got[forked], 1);
+  CHECK_EQ(got[late], 0);
   CHECK(s.host.fire(&s.ladder));
   CHECK(s.ladder.done());
   CHECK_EQ(s.ladder.report().killed, 5);
   CHECK(s.all_dead());
   CHECK(!s.tree.alive(forked));
   CHECK(!s.tree.alive(late));
-  std::map<pid_t, int> got = s.tree.received(4);
-  for (pid_t p : s.pids) CHECK_EQ(got[p], 1);
-  CHECK_EQ(got[forked], 1);
-  CHECK_EQ(got[late], 0);
 }
 
 // The signal-first round leaves the tree empty (everyone died of the
