@@ -348,6 +348,28 @@ SysError CgroupDir::read_events(CgroupEvents* out) const {
   return SysError::none();
 }
 
+SysError cgroup_id_of(const std::string& path, unsigned long long* id) {
+  // The kernfs node id is the file handle name_to_handle_at gives (as ss
+  // uses it), which is the inode number on a 64-bit kernel; the inode
+  // number is the fallback.
+  struct {
+    file_handle fh;
+    uint64_t id;
+  } h{};
+  h.fh.handle_bytes = sizeof h.id;
+  int mount_id;
+  if (name_to_handle_at(AT_FDCWD, path.c_str(), &h.fh, &mount_id, 0) == 0 && h.fh.handle_bytes == sizeof h.id) {
+    memcpy(id, h.fh.f_handle, sizeof h.id);
+    return SysError::none();
+  }
+  struct statx st;
+  if (statx(AT_FDCWD, path.c_str(), 0, STATX_INO, &st) != 0 || !(st.stx_mask & STATX_INO)) {
+    return SysError::from_errno("statx", path);
+  }
+  *id = static_cast<unsigned long long>(st.stx_ino);
+  return SysError::none();
+}
+
 SysError CgroupDir::read_procs(std::vector<pid_t>* out) const {
   out->clear();
   return walk_tree(

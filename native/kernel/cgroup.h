@@ -41,6 +41,10 @@ SysError locate_cgroup2(CgroupLocation* out);
 SysError locate_cgroup2_in(const std::string& mountinfo, const std::string& self_cgroup,
                            CgroupLocation* out);
 
+// A cgroup's id (the kernel's kernfs node id: what sock_diag's cgroup
+// filter and PIDFD_GET_INFO report): its file handle, else its inode number.
+SysError cgroup_id_of(const std::string& path, unsigned long long* id);
+
 struct CgroupEvents {
   bool populated = false;
   bool frozen = false;

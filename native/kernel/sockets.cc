@@ -235,24 +235,6 @@ void attach_holders(const std::vector<Found>& found, const std::unordered_map<un
   normalize_listeners(out);
 }
 
-SysError cgroup_id_of(const std::string& path, unsigned long long* id) {
-  // The id sock_diag compares is the kernfs node id: the file handle
-  // name_to_handle_at gives (as ss does), which is the inode number on a
-  // 64-bit kernel; the inode number is the fallback.
-  struct {
-    file_handle fh;
-    uint64_t id;
-  } h{};
-  h.fh.handle_bytes = sizeof h.id;
-  int mount_id;
-  if (name_to_handle_at(AT_FDCWD, path.c_str(), &h.fh, &mount_id, 0) == 0 && h.fh.handle_bytes == sizeof h.id) {
-    memcpy(id, h.fh.f_handle, sizeof h.id);
-    return SysError::none();
-  }
-  *id = inode_of(AT_FDCWD, path.c_str());
-  return *id != 0 ? SysError::none() : SysError::from_errno("statx", path);
-}
-
 // The cgroup at path and everything below: ids and members (appended).
 SysError walk_cgroups(const std::string& path, std::vector<unsigned long long>* ids, std::vector<pid_t>* pids) {
   std::vector<std::string> todo{path};

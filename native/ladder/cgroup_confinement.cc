@@ -32,32 +32,32 @@ SysError CgroupConfinement::confirm(std::vector<Held>* held) const {
   // in the leaf now, whatever became of the number it was opened by. That
   // saves a read of the whole list per batch, which a tree of thousands
   // dying meanwhile makes slow (the list's lock is the exits' too).
-  enum Seen : char { kInLeaf, kGone, kAsk };
-  std::vector<Seen> state(held->size(), kAsk);
-  bool ask = leaf_id() == 0;
-  for (size_t i = 0; i < held->size() && !ask; ++i) {
+  enum Seen : char { kInLeaf, kGone, kListed };
+  std::vector<Seen> seen(held->size(), kListed);
+  const unsigned long long leaf = leaf_id();
+  bool read = false;
+  for (size_t i = 0; i < held->size(); ++i) {
     uint64_t id = 0;
-    int r = pidfd_cgroup_id((*held)[i].pidfd.get(), &id);
-    if (r == 0 && id == leaf_id_) {
-      state[i] = kInLeaf;
+    int r = leaf != 0 ? pidfd_cgroup_id((*held)[i].pidfd.get(), &id) : ENOTTY;
+    if (r == 0 && id == leaf) {
+      seen[i] = kInLeaf;
     } else if (r == ESRCH) {
-      state[i] = kGone;
-    } else if (r != 0) {
-      ask = true;  // not told: the read confirms them all
+      seen[i] = kGone;
+    } else {
+      read = true;  // below the leaf, elsewhere, or not told: the list says
     }
   }
+  // One read proves membership for every other held pidfd at once; the held
+  // pidfds stay as they are if it fails.
   std::vector<pid_t> listed;
-  // One read proves membership for every other held pidfd at once (below
-  // the leaf, or not told): the held pidfds stay as they are if it fails.
-  if (ask || std::find(state.begin(), state.end(), kAsk) != state.end()) {
+  if (read) {
     if (SysError e = members(&listed)) return e;
     std::sort(listed.begin(), listed.end());
   }
   size_t kept = 0;
   for (size_t i = 0; i < held->size(); ++i) {
-    const Seen st = ask ? kAsk : state[i];
-    const bool member =
-        st == kInLeaf || (st == kAsk && std::binary_search(listed.begin(), listed.end(), (*held)[i].pid));
+    const bool member = seen[i] == kInLeaf ||
+                        (seen[i] == kListed && std::binary_search(listed.begin(), listed.end(), (*held)[i].pid));
     if (!member) continue;
     if (kept != i) (*held)[kept] = std::move((*held)[i]);
     ++kept;
@@ -66,11 +66,10 @@ SysError CgroupConfinement::confirm(std::vector<Held>* held) const {
   return SysError::none();
 }
 
-uint64_t CgroupConfinement::leaf_id() const {
+unsigned long long CgroupConfinement::leaf_id() const {
   if (leaf_id_ == 0 && leaf_.valid()) {
-    // A cgroup2 directory's inode number is its cgroup id.
-    struct statx st;
-    if (statx(leaf_.dir_fd(), "", AT_EMPTY_PATH, STATX_INO, &st) == 0) leaf_id_ = st.stx_ino;
+    unsigned long long id = 0;
+    if (!cgroup_id_of(leaf_.path(), &id)) leaf_id_ = id;
   }
   return leaf_id_;
 }

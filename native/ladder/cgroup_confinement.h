@@ -76,10 +76,10 @@ class CgroupConfinement : public Confinement {
   Offer offer_to_pool();
   Kill kill(bool now);
   // The leaf's cgroup id (0: unknown), read once.
-  uint64_t leaf_id() const;
+  unsigned long long leaf_id() const;
 
   CgroupDir leaf_;
-  mutable uint64_t leaf_id_ = 0;
+  mutable unsigned long long leaf_id_ = 0;
   Tier tier_;
   LeafPool* pool_ = nullptr;
   CpuCounters base_;

@@ -76,7 +76,6 @@ void Ladder::settle() {
   // Never longer than the grace: what the first read missed must still get
   // the signal and its grace before the kill.
   if (c_->empty()) {
-    pass_done_.clear();
     finish();
     return;
   }
@@ -95,14 +94,12 @@ void Ladder::settle() {
 void Ladder::verify_freeze() {
   if (c_->can_freeze() && !c_->set_frozen(true)) {
     froze_ = true;
-    if (c_->frozen()) {
-      graceful_pass();
-    } else {
+    if (!c_->frozen()) {
       wait_for_freeze();
+      return;
     }
-    return;
   }
-  begin_pass(LadderLimits::kMaxPassRounds, false);
+  graceful_pass();
 }
 
 void Ladder::graceful_pass() {
@@ -293,12 +290,6 @@ void Ladder::on_change() {
       }
       break;
     case Phase::kSettling:
-      if (c_->empty()) {
-        host_->cancel_timer();
-        pass_done_.clear();
-        finish();
-      }
-      break;
     case Phase::kGrace:
     case Phase::kKilling:
       if (c_->empty()) {
@@ -358,6 +349,8 @@ void Ladder::on_timer() {
 }
 
 void Ladder::finish() {
+  pass_done_.clear();
+  pass_todo_.clear();
   phase_ = Phase::kDone;
   report_.duration_ms = static_cast<double>(host_->now_ns() - start_ns_) / 1e6;
   host_->ladder_finished();

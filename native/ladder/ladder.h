@@ -1,10 +1,11 @@
 // The kill ladder, written once for every tier: the graceful signal once to
-// each member read (+ SIGCONT) → freeze (where the tier can) → one more read,
-// complete once frozen, and the signal to those not signalled yet → thaw →
-// wait up to `grace` → kill everything → verify empty → report. Without a
-// freeze, the members are re-read in rounds until a read shows no one new. It drives a
-// Confinement (confinement.h) and asks its host for the clock and one timer,
-// so it runs the same on the event loop and in unit tests with a fake clock.
+// each member read (+ SIGCONT) → unless the tree dies of it first, freeze
+// (where the tier can) → one more read, complete once frozen, and the signal
+// to those not signalled yet → thaw → wait up to `grace` → kill everything →
+// verify empty → report. Without a freeze, the members are re-read in rounds
+// until a read shows no one new. It drives a Confinement (confinement.h) and
+// asks its host for the clock and one timer, so it runs the same on the
+// event loop and in unit tests with a fake clock.
 #pragma once
 
 #include <sys/types.h>
