@@ -48,6 +48,7 @@
         "native/loop/environment_turns.cc",
         "native/loop/errno_name.cc",
         "native/loop/file_writer.cc",
+        "native/loop/job_thread.cc",
         "native/loop/ports_worker.cc",
         "native/loop/streams.cc",
         "native/loop/reactor.cc",

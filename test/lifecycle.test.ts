@@ -140,6 +140,20 @@ describe('events and results', () => {
     expect(a.signaled).toBe(1);
   });
 
+  it('terminate() of a tree larger than one signal pass signals each member once', async () => {
+    // More members than the ladder signals in one slice (128): the pass runs
+    // off the JavaScript thread where the tier allows, the report the same.
+    const t = token();
+    const n = 300;
+    const call = track(spawn('bash', ['-c', `for i in $(seq ${n}); do sleep ${t} & done; wait`], { stdio: 'ignore' }));
+    expect((await waitForLive(t, n, 'sleep', 60_000)).length).toBe(n);
+    const report = await call.terminate({ grace: 20_000 });
+    expect(report.signaled).toBe(n + 1);
+    expect(report.killed).toBe(0);
+    expect(report.leftovers).toEqual([]);
+    expect(liveWith(t)).toEqual([]);
+  }, 120_000);
+
   it('terminate() after the tree is gone resolves with nothing to do', async () => {
     const call = track(spawn('true', [], { stdio: 'ignore' }));
     await call.done;

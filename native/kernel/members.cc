@@ -6,12 +6,6 @@
 #include "kernel/pidfd.h"
 
 namespace proctree {
-namespace {
-
-// A batch holds at most this many pidfds at once.
-constexpr size_t kBatch = 256;
-
-}  // namespace
 
 void keep_listed(std::vector<Held>* held, std::vector<pid_t>* listed) {
   std::sort(listed->begin(), listed->end());
@@ -21,7 +15,7 @@ void keep_listed(std::vector<Held>* held, std::vector<pid_t>* listed) {
 }
 
 SysError for_each_confirmed(const std::vector<pid_t>& pids, const ConfirmMembers& confirm,
-                            const std::function<void(Held&)>& fn) {
+                            const std::function<void(Held&)>& fn, size_t batch) {
   SysError first;
   size_t i = 0;
   std::vector<Held> held;
@@ -29,7 +23,7 @@ SysError for_each_confirmed(const std::vector<pid_t>& pids, const ConfirmMembers
   while (i < pids.size()) {
     held.clear();
     index.clear();
-    while (i < pids.size() && held.size() < kBatch) {
+    while (i < pids.size() && held.size() < std::max<size_t>(batch, 1)) {
       Fd fd = pidfd_open(pids[i]);
       if (!fd) {
         // Gone already (ESRCH): nothing to do. Out of descriptors: work

@@ -29,11 +29,15 @@ struct Held {
 // Removes from *held those that are not members now.
 using ConfirmMembers = std::function<SysError(std::vector<Held>* held)>;
 
-// For each of `pids` that is confirmed a member: fn(held). Returns the first
-// error that kept some member from being held (EMFILE when not even one
-// pidfd could be opened) or confirmed; the others were still handled.
+// Members held at once by default.
+constexpr size_t kHeldBatch = 256;
+
+// For each of `pids` that is confirmed a member: fn(held), `batch` held and
+// confirmed at a time (fn may take the pidfd). Returns the first error that
+// kept some member from being held (EMFILE when not even one pidfd could be
+// opened) or confirmed; the others were still handled.
 SysError for_each_confirmed(const std::vector<pid_t>& pids, const ConfirmMembers& confirm,
-                            const std::function<void(Held&)>& fn);
+                            const std::function<void(Held&)>& fn, size_t batch = kHeldBatch);
 
 // Keeps the entries of *held whose pid is in `listed` (which it sorts).
 void keep_listed(std::vector<Held>* held, std::vector<pid_t>* listed);

@@ -66,6 +66,14 @@ SysError CgroupConfinement::confirm(std::vector<Held>* held) const {
   return SysError::none();
 }
 
+bool CgroupConfinement::share_reads() const {
+  // The leaf's descriptor (opened on first use) and its id, now: the reads
+  // elsewhere only use them. Both stay until the call ends, after its ladder.
+  if (!leaf_.valid() || leaf_.dir_fd() < 0) return false;
+  leaf_id();
+  return true;
+}
+
 unsigned long long CgroupConfinement::leaf_id() const {
   if (leaf_id_ == 0 && leaf_.valid()) {
     unsigned long long id = 0;

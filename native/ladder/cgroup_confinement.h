@@ -45,6 +45,7 @@ class CgroupConfinement : public Confinement {
   const char* verified() const override { return "cgroup.events"; }
   SysError members(std::vector<pid_t>* out) const override;
   SysError confirm(std::vector<Held>* held) const override;
+  bool share_reads() const override;
   bool empty() const override;
   bool can_freeze() const override;
   SysError set_frozen(bool frozen, bool now = false) override;

@@ -58,6 +58,11 @@ class Confinement {
   virtual SysError members(std::vector<pid_t>* out) const = 0;
   // Keeps in *held those that are members now (see kernel/members.h).
   virtual SysError confirm(std::vector<Held>* held) const = 0;
+  // Whether members() and confirm() may run on another thread while this
+  // one goes on with the rest (the ladder's pass over a large tree): they
+  // then read only what stays the same until the ladder ends. Whatever they
+  // would open or look up on first use is done now, on the owner's thread.
+  virtual bool share_reads() const { return false; }
   // Whether the tree is empty now, as far as this tier can tell.
   virtual bool empty() const = 0;
   // Emptiness raises no event in this tier: look again this often (ms).

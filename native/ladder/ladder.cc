@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <memory>
 
 #include "kernel/pidfd.h"
 
@@ -121,32 +122,63 @@ void Ladder::begin_pass(int rounds, bool fresh) {
 }
 
 void Ladder::continue_pass() {
+  if (pass_away_) return;  // on_pass_returned() goes on
+  if (pass_rounds_ == 0 && !next_round()) {
+    end_pass();
+    return;
+  }
+  // A pass over more members than one slice runs on the host's thread,
+  // where the tier's reads may (Confinement::share_reads): the system calls
+  // for a tree of thousands take milliseconds, which in slices between the
+  // harness's turns would stall its loop in each one, every slice stretched
+  // by the exits it causes competing for the CPU.
+  if (pass_todo_.size() - pass_next_ > LadderLimits::kPassSlice && c_->share_reads()) {
+    pass_away_ = true;
+    // The pidfds of the last members signalled are closed once the pass is
+    // back (the closure goes after its return is told): nothing left to do
+    // after the last signal delays the ladder.
+    auto spent = std::make_shared<std::vector<Fd>>();
+    if (host_->run_elsewhere([this, spent] { run_pass(nullptr, spent.get()); })) return;
+    pass_away_ = false;
+  }
+  if (run_pass(host_, nullptr)) end_pass();
+}
+
+bool Ladder::next_round() {
+  if (pass_rounds_ >= pass_max_rounds_) return false;
+  ++pass_rounds_;
+  std::vector<pid_t> pids;
+  if (SysError e = c_->members(&pids)) {
+    if (!error_) error_ = e;
+    return false;
+  }
+  most_members_ = std::max(most_members_, pids.size());
+  pass_todo_.clear();
+  pass_next_ = 0;
+  for (pid_t pid : pids) {
+    if (pass_done_.insert(pid).second) pass_todo_.push_back(pid);
+  }
+  return !pass_todo_.empty();
+}
+
+bool Ladder::run_pass(LadderHost* budget, std::vector<Fd>* spent) {
   for (;;) {
-    if (pass_next_ >= pass_todo_.size()) {
-      if (pass_rounds_ >= pass_max_rounds_) break;
-      ++pass_rounds_;
-      std::vector<pid_t> pids;
-      if (SysError e = c_->members(&pids)) {
-        if (!error_) error_ = e;
-        break;
-      }
-      most_members_ = std::max(most_members_, pids.size());
-      pass_todo_.clear();
-      pass_next_ = 0;
-      for (pid_t pid : pids) {
-        if (pass_done_.insert(pid).second) pass_todo_.push_back(pid);
-      }
-      if (pass_todo_.empty()) break;
-    }
-    size_t n = host_->pass_budget(std::min(LadderLimits::kPassSlice, pass_todo_.size() - pass_next_));
+    if (spent) spent->clear();
+    if (pass_next_ >= pass_todo_.size() && !next_round()) return true;
+    // In slices the budget grants; elsewhere, up to kPassHeld at once: held
+    // and confirmed before the first of their signals, whose wake-ups then
+    // compete with this thread for the CPU.
+    const size_t left = pass_todo_.size() - pass_next_;
+    const size_t n = budget ? budget->pass_budget(std::min(LadderLimits::kPassSlice, left))
+                            : std::min(LadderLimits::kPassHeld, left);
     // No budget left in this turn: the host calls on_timer() in a later one.
-    if (n == 0) return;
+    if (n == 0) return false;
     std::vector<pid_t> batch(pass_todo_.begin() + static_cast<long>(pass_next_),
                              pass_todo_.begin() + static_cast<long>(pass_next_ + n));
     pass_next_ += n;
     SysError e = for_each_confirmed(
         batch, [this](std::vector<Held>* held) { return c_->confirm(held); },
-        [this](Held& h) {
+        [this, budget, spent](Held& h) {
           bool out = escaped(h.pid);
           if (pidfd_signal(h.pidfd.get(), sig_) != 0) return;  // gone meanwhile, or not ours to signal
           ++report_.signaled;
@@ -155,12 +187,28 @@ void Ladder::continue_pass() {
           if (sig_ != SIGCONT && sig_ != SIGKILL) pidfd_signal(h.pidfd.get(), SIGCONT);
           if (watched_ < LadderLimits::kMaxWatchedMembers) {
             ++watched_;
-            ++watched_live_;
-            host_->watch_member(std::move(h.pidfd));
+            if (budget) {
+              ++watched_live_;
+              host_->watch_member(std::move(h.pidfd));
+            } else {
+              away_watch_.push_back(std::move(h.pidfd));
+            }
+          } else if (spent) {
+            spent->push_back(std::move(h.pidfd));
           }
-        });
+        },
+        budget ? kHeldBatch : n);
     if (e && !error_) error_ = e;
   }
+}
+
+void Ladder::on_pass_returned() {
+  if (!pass_away_) return;
+  pass_away_ = false;
+  // Handed over only now: watched_live_ is this thread's.
+  watched_live_ += away_watch_.size();
+  for (Fd& fd : away_watch_) host_->watch_member(std::move(fd));
+  away_watch_.clear();
   end_pass();
 }
 

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -43,6 +44,10 @@ struct LadderLimits {
   // of thousands goes on in later turns of the owner's loop, so that no
   // single turn blocks it for long.
   static constexpr size_t kPassSlice = 128;
+  // Members held at once by a pass that runs on the host's thread
+  // (LadderHost::run_elsewhere): a tree of a thousand is held and confirmed
+  // before its first signal.
+  static constexpr size_t kPassHeld = 1024;
   // Once the tree is dying (the watched members have all exited, or the
   // kill was sent), emptiness is re-read this often, this many times:
   // cgroup.events notifies at most once per ~10 ms, so waiting for its event
@@ -84,6 +89,12 @@ class LadderHost {
   // supervisor's shutdown starts a hundred at once). When it grants none,
   // it calls the ladder's on_timer() in a later turn, with budget again.
   virtual size_t pass_budget(size_t wanted) { return wanted; }
+  // Runs work (a signal pass over a large tree: system calls on the tree
+  // only, nothing of the host's) on a thread of the host's, off its event
+  // loop, and once it has run calls the ladder's on_pass_returned() on the
+  // ladder's own thread. False: the host cannot; the ladder runs the pass
+  // itself, in budgeted slices.
+  virtual bool run_elsewhere(std::function<void()> /*work*/) { return false; }
 };
 
 class Ladder {
@@ -114,6 +125,8 @@ class Ladder {
   // on_change() too).
   void on_members_exited(size_t n);
   void on_timer();
+  // The pass handed to LadderHost::run_elsewhere() has run.
+  void on_pass_returned();
 
  private:
   enum class Phase { kIdle, kFreezing, kSignalling, kSettling, kGrace, kKilling, kDone };
@@ -124,6 +137,15 @@ class Ladder {
   void graceful_pass();
   void begin_pass(int rounds, bool fresh);
   void continue_pass();
+  // The pass's rounds (read, confirm, signal) until done: in slices of
+  // budget's pass_budget(), false when it granted none; or, with no budget
+  // (on the host's thread), in batches of kPassHeld, the pidfds to watch
+  // kept in away_watch_ for on_pass_returned(), the last batch's others in
+  // *spent.
+  bool run_pass(LadderHost* budget, std::vector<Fd>* spent);
+  // The next round's read into pass_todo_; false: no round left, or no one
+  // new.
+  bool next_round();
   void end_pass();
   void start_kill();
   void kill_round();
@@ -163,6 +185,11 @@ class Ladder {
   size_t pass_next_ = 0;
   int pass_rounds_ = 0;
   int pass_max_rounds_ = 1;
+  // The pass runs on the host's thread (run_elsewhere): until it returns,
+  // the pass's state above, report_'s counts, error_, most_members_ and
+  // watched_ are that thread's; this thread touches none of them.
+  bool pass_away_ = false;
+  std::vector<Fd> away_watch_;
 };
 
 }  // namespace proctree

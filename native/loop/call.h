@@ -112,7 +112,9 @@ class Call : public LadderHost {
   const char* verified() const { return confinement_ ? confinement_->verified() : "cgroup.events"; }
   bool finished() const { return finished_; }
   void close_descriptors() {
-    if (confinement_) confinement_->close_descriptors();
+    // Not under a running ladder: its pass may be reading through them on
+    // another thread (and it would reopen them anyway).
+    if (confinement_ && !ladder_.running()) confinement_->close_descriptors();
   }
   bool referenced() const { return ref_; }
   void set_referenced(bool ref);
@@ -166,6 +168,9 @@ class Call : public LadderHost {
   void watch_member(Fd pidfd) override;
   void ladder_finished() override;
   size_t pass_budget(size_t wanted) override;
+  bool run_elsewhere(std::function<void()> work) override;
+  // The pass run_elsewhere() handed over has run.
+  void on_pass_returned();
   // The Environment has budget for this call's graceful pass again.
   void resume_pass();
 

@@ -57,6 +57,8 @@ SysError Environment::ensure_open() {
     if (SysError e = reactor_.watch_loop(writes_.done_fd(), Reactor::LoopFd::kWrites)) return e;
     if (SysError e = ports_.open()) return e;
     if (SysError e = reactor_.watch_loop(ports_.done_fd(), Reactor::LoopFd::kPorts)) return e;
+    if (SysError e = passes_.open()) return e;
+    if (SysError e = reactor_.watch_loop(passes_.done_fd(), Reactor::LoopFd::kPasses)) return e;
     if (SysError e = spawner_.open()) return e;
     if (SysError e = reactor_.watch_loop(spawner_.event_fd(), Reactor::LoopFd::kSpawns)) return e;
     if (host_->watch_reactor(reactor_.fd(), [](void* self) { static_cast<Environment*>(self)->host_turn(); }, this)) {
@@ -180,7 +182,7 @@ void Environment::schedule_delivery() {
 }
 
 void Environment::update_keep_alive() {
-  bool alive = !closing_ && (referenced_ > 0 || !pending_.empty() || writes_.busy() || ports_.busy());
+  bool alive = !closing_ && (referenced_ > 0 || !pending_.empty() || writes_.busy() || ports_.busy() || passes_.busy());
   if (alive == kept_alive_) return;
   kept_alive_ = alive;
   host_->keep_alive(alive);
@@ -537,6 +539,8 @@ void Environment::shutdown_sync(int wait_ms) {
   // The broker kills every leaf of its scope once its socket closes: closed
   // first, it does so while we do the same (the leaves are ours too).
   if (broker_) broker_->close();
+  // A pass running elsewhere ends first: the calls finish below.
+  passes_.close();
   kill_all_sync();
   for (int waited = 0; waited < wait_ms; waited += 2) {
     bool any = subtrees_.populated();
@@ -572,6 +576,8 @@ void Environment::close() {
     host_->unwatch_reactor();
   }
   waiter_.stop();
+  // Before the calls go: a pass running elsewhere is a ladder's.
+  passes_.close();
   std::vector<Call*> calls;
   for (auto& kv : calls_) calls.push_back(kv.second);
   calls_.clear();

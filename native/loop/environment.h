@@ -160,6 +160,9 @@ class Environment {
   // together get a few milliseconds of each turn of the loop. A call granted
   // none is resumed (Call::resume_pass) in a later turn.
   size_t take_pass_budget(uint64_t call_id, size_t wanted);
+  // A ladder's pass over a large tree, run on the passes' thread
+  // (LadderHost::run_elsewhere); the call's on_pass_returned() follows.
+  bool run_pass_elsewhere(uint64_t call_id, std::function<void()> work);
 
   // Environment teardown or process exit: SIGKILL every call, wait a bounded
   // time for the trees to empty, remove every directory we made.
@@ -192,6 +195,7 @@ class Environment {
   void on_wake();
   void on_writes_done();
   void on_ports_done();
+  void on_passes_done();
   // Spawner threads finished spawns: their exec reports are in.
   void on_spawns_done();
 
@@ -239,6 +243,7 @@ class Environment {
   Subtrees subtrees_;
   FileWriter writes_;
   PortsWorker ports_;
+  JobThread passes_{"proctree-pass", 256 * 1024};
   uint64_t next_ports_request_ = 0;
   Waiter waiter_;
   bool host_watches_ = false;  // the runtime's loop watches the reactor, not waiter_

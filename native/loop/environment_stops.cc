@@ -48,6 +48,19 @@ size_t Environment::take_pass_budget(uint64_t call_id, size_t wanted) {
   return 0;
 }
 
+bool Environment::run_pass_elsewhere(uint64_t call_id, std::function<void()> work) {
+  if (passes_.run(call_id, std::move(work))) return false;
+  update_keep_alive();
+  return true;
+}
+
+void Environment::on_passes_done() {
+  for (uint64_t id : passes_.take_done()) {
+    if (Call* c = find(id)) c->on_pass_returned();
+  }
+  update_keep_alive();
+}
+
 void Environment::on_wake() {
   uint64_t n;
   while (read(wake_.get(), &n, sizeof n) < 0 && errno == EINTR) {

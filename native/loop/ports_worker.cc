@@ -1,52 +1,33 @@
 #include "loop/ports_worker.h"
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <utility>
 
 #include "kernel/cgroup.h"
-#include "loop/thread.h"
 
 namespace proctree {
 
 PortsWorker::~PortsWorker() {
   close();
-  pthread_cond_destroy(&cv_);
   pthread_mutex_destroy(&mu_);
 }
 
-SysError PortsWorker::open() {
-  if (done_) return SysError::none();
-  done_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!done_) return SysError::from_errno("eventfd");
-  return SysError::none();
-}
-
 SysError PortsWorker::query(PortsQuery q) {
-  if (closed_ || !done_) return SysError::of(ECANCELED, "ports");
-  if (!started_) {
-    // A small stack: the work is /proc reads and one netlink socket.
-    if (SysError e = start_thread(run, this, &thread_, 256 * 1024)) return e;
-    started_ = true;
-  }
-  pthread_mutex_lock(&mu_);
-  queue_.push_back(std::move(q));
-  pthread_cond_signal(&cv_);
-  pthread_mutex_unlock(&mu_);
-  ++outstanding_;
-  return SysError::none();
+  SysError e = jobs_.run(q.request, [this, q = std::move(q)] {
+    PortsAnswer a = answer(q);
+    pthread_mutex_lock(&mu_);
+    answers_.push_back(std::move(a));
+    pthread_mutex_unlock(&mu_);
+  });
+  return e && e.err == ECANCELED ? SysError::of(ECANCELED, "ports") : e;
 }
 
 std::vector<PortsAnswer> PortsWorker::take_done() {
   std::vector<PortsAnswer> out;
-  uint64_t n = 0;
-  if (!done_ || read(done_.get(), &n, sizeof n) != sizeof n) return out;
+  if (jobs_.take_done().empty()) return out;
   pthread_mutex_lock(&mu_);
-  out.swap(done_list_);
+  out.swap(answers_);
   pthread_mutex_unlock(&mu_);
-  outstanding_ = out.size() >= outstanding_ ? 0 : outstanding_ - out.size();
   return out;
 }
 
@@ -74,44 +55,9 @@ PortsAnswer PortsWorker::answer(const PortsQuery& q) {
   return a;
 }
 
-void* PortsWorker::run(void* arg) {
-  name_this_thread("proctree-ports");
-  PortsWorker* self = static_cast<PortsWorker*>(arg);
-  pthread_mutex_lock(&self->mu_);
-  for (;;) {
-    while (!self->stopping_ && self->queue_.empty()) pthread_cond_wait(&self->cv_, &self->mu_);
-    if (self->stopping_) break;
-    PortsQuery q = std::move(self->queue_.front());
-    self->queue_.pop_front();
-    pthread_mutex_unlock(&self->mu_);
-    PortsAnswer a = answer(q);
-    pthread_mutex_lock(&self->mu_);
-    self->done_list_.push_back(std::move(a));
-    pthread_mutex_unlock(&self->mu_);
-    uint64_t one = 1;
-    while (write(self->done_.get(), &one, sizeof one) < 0 && errno == EINTR) {
-    }
-    pthread_mutex_lock(&self->mu_);
-  }
-  pthread_mutex_unlock(&self->mu_);
-  return nullptr;
-}
-
 void PortsWorker::close() {
-  if (closed_) return;
-  closed_ = true;
-  if (started_) {
-    pthread_mutex_lock(&mu_);
-    stopping_ = true;
-    queue_.clear();
-    pthread_cond_signal(&cv_);
-    pthread_mutex_unlock(&mu_);
-    join_thread(thread_);
-    started_ = false;
-  }
-  done_list_.clear();
-  outstanding_ = 0;
-  done_.reset();
+  jobs_.close();
+  answers_.clear();
 }
 
 }  // namespace proctree

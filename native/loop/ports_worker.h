@@ -1,23 +1,21 @@
 // What calls listen on (call.ports()), asked off the JavaScript thread: the
 // /proc reads and the sock_diag query of kernel/sockets.h take a few
 // milliseconds for a tree of a hundred processes, too long for the harness's
-// event loop. One worker thread of our own (started on first use) answers
-// queries in order; each answer is counted on an eventfd in the reactor's
-// set and taken on the JavaScript thread (take_done), as the FileWriter's
-// writes are.
+// event loop. A JobThread of its own answers queries in order; each answer
+// is taken on the JavaScript thread (take_done).
 #pragma once
 
 #include <pthread.h>
 #include <sys/types.h>
 
 #include <cstdint>
-#include <deque>
 #include <string>
 #include <vector>
 
 #include "kernel/fd.h"
 #include "kernel/sockets.h"
 #include "kernel/sys_error.h"
+#include "loop/job_thread.h"
 
 namespace proctree {
 
@@ -48,8 +46,8 @@ class PortsWorker {
   ~PortsWorker();
 
   // The completion eventfd (for the reactor).
-  SysError open();
-  int done_fd() const { return done_.get(); }
+  SysError open() { return jobs_.open(); }
+  int done_fd() const { return jobs_.done_fd(); }
 
   // Queues q; its answer comes through take_done(). Fails only when no
   // thread could be started (nothing is queued then).
@@ -57,7 +55,7 @@ class PortsWorker {
   // The eventfd turned readable: the answers finished since the last call.
   std::vector<PortsAnswer> take_done();
   // Queries queued or in flight (the loop stays alive for them).
-  bool busy() const { return outstanding_ > 0; }
+  bool busy() const { return jobs_.busy(); }
   // Teardown: what is queued is dropped; a query in flight finishes, then
   // the thread is joined.
   void close();
@@ -66,19 +64,11 @@ class PortsWorker {
   static PortsAnswer answer(const PortsQuery& q);
 
  private:
-  static void* run(void* self);
-
-  Fd done_;
-  uint64_t outstanding_ = 0;  // JavaScript thread only
-  bool started_ = false;
-  bool closed_ = false;
-  pthread_t thread_{};
-  // Shared with the worker (pthread's own primitives: see file_writer.h).
+  // A small stack: the work is /proc reads and one netlink socket.
+  JobThread jobs_{"proctree-ports", 256 * 1024};
+  // The answers, from the worker's thread (pthread's own mutex: see job_thread.h).
   pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
-  pthread_cond_t cv_ = PTHREAD_COND_INITIALIZER;
-  std::deque<PortsQuery> queue_;
-  std::vector<PortsAnswer> done_list_;
-  bool stopping_ = false;
+  std::vector<PortsAnswer> answers_;
 };
 
 }  // namespace proctree

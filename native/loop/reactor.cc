@@ -21,6 +21,7 @@ constexpr uint64_t kWakeTag = ~uint64_t{0} - 4;
 constexpr uint64_t kWritesTag = ~uint64_t{0} - 5;
 constexpr uint64_t kSpawnsTag = ~uint64_t{0} - 6;
 constexpr uint64_t kPortsTag = ~uint64_t{0} - 7;
+constexpr uint64_t kPassesTag = ~uint64_t{0} - 8;
 // Call ids count up from 1 and never reach bit 61: the top bits say what
 // kind of descriptor became ready.
 constexpr uint64_t kControlBit = uint64_t{1} << 62;
@@ -56,6 +57,7 @@ SysError Reactor::watch_loop(int fd, LoopFd which) {
                  : which == LoopFd::kWake ? kWakeTag
                  : which == LoopFd::kWrites ? kWritesTag
                  : which == LoopFd::kPorts  ? kPortsTag
+                 : which == LoopFd::kPasses ? kPassesTag
                                             : kSpawnsTag;
   return add(epoll_.get(), fd, EPOLLIN, tag);
 }
@@ -157,7 +159,7 @@ void Reactor::dispatch() {
   bool inotify_ready = false;
   int broker = -1;  // -1: not ready; 0: readable; 1: writable too
   bool broker_process = false;
-  bool timers = false, wake = false, writes = false, spawns = false, ports = false;
+  bool timers = false, wake = false, writes = false, spawns = false, ports = false, passes = false;
   int n = epoll_wait(epoll_.get(), evs, kMaxEventsPerTurn, 0);
   for (int i = 0; i < n; ++i) {
     uint64_t tag = evs[i].data.u64;
@@ -173,6 +175,8 @@ void Reactor::dispatch() {
       spawns = true;
     } else if (tag == kPortsTag) {
       ports = true;
+    } else if (tag == kPassesTag) {
+      passes = true;
     } else if (tag == kBrokerSocketTag) {
       broker = (evs[i].events & EPOLLOUT) ? 1 : 0;
     } else if (tag == kBrokerProcessTag) {
@@ -194,6 +198,9 @@ void Reactor::dispatch() {
   if (wake) env_->on_wake();
   if (writes) env_->on_writes_done();
   if (ports) env_->on_ports_done();
+  // A ladder's pass that ran elsewhere goes on before the exits and changes
+  // it may have caused are seen.
+  if (passes) env_->on_passes_done();
   if (inotify_ready && !drain_inotify(&changed)) {
     // The kernel dropped events (IN_Q_OVERFLOW): a lost 'populated 0' would
     // leave a call open forever, so every watched call looks again.

@@ -31,7 +31,7 @@ class Reactor {
   // Whether anything in the set is ready now (never blocks).
   bool ready_now() const;
   // The loop's own descriptors (see Environment::turn).
-  enum class LoopFd { kTimers, kWake, kWrites, kSpawns, kPorts };
+  enum class LoopFd { kTimers, kWake, kWrites, kSpawns, kPorts, kPasses };
   SysError watch_loop(int fd, LoopFd which);
   SysError watch_main(int pidfd, uint64_t call_id);
   SysError watch_control(int fd, uint64_t call_id);

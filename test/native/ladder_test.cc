@@ -19,6 +19,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "check.h"
@@ -273,6 +274,15 @@ class FakeHost : public proctree::LadderHost {
     return std::min(wanted, budget_per_turn);
   }
 
+  // Passes offered elsewhere (run_elsewhere) are kept for the test to run.
+  bool elsewhere = false;
+  std::vector<std::function<void()>> away;
+  bool run_elsewhere(std::function<void()> work) override {
+    if (!elsewhere) return false;
+    away.push_back(std::move(work));
+    return true;
+  }
+
   void advance(int ms) { now += static_cast<uint64_t>(ms) * 1000000ULL; }
   int elapsed_ms(uint64_t since) const { return static_cast<int>((now - since) / 1000000ULL); }
 
@@ -331,6 +341,7 @@ class FakeConfinement : public Confinement {
     return true;
   }
   int poll_ms() const override { return poll; }
+  bool share_reads() const override { return shares; }
 
   bool can_freeze() const override { return freezable; }
   SysError set_frozen(bool f, bool /*now*/ = false) override {
@@ -378,6 +389,7 @@ class FakeConfinement : public Confinement {
   std::function<void(std::vector<Held>*)> after_confirm;   // what was confirmed may exit now
   int fail_read = 0;                    // the n-th members() fails (EIO)
   int poll = 0;
+  bool shares = false;                  // share_reads()
   bool freezable = false;
   int freeze_delay_ms = 0;              // -1: never completes
   bool frozen_now = false;
@@ -1006,6 +1018,69 @@ TEST(tree_whose_watched_members_exit_during_the_pass_is_polled_at_the_tail_pace)
   CHECK_EQ(s.ladder.report().signaled, static_cast<int>(s.pids.size()));
   CHECK_EQ(s.host.armed, LadderLimits::kTailPollMs);
   CHECK(s.tree.alive(s.pids.back()));
+}
+
+// A pass over more members than one slice goes to the host's thread (where
+// the tier shares its reads): the ladder waits for it, touching nothing of
+// it meanwhile, and takes the watched pidfds when it is back. Each member
+// still gets the signal once.
+TEST(pass_over_a_large_tree_runs_elsewhere_each_member_once) {
+  Setup s;
+  const size_t n = LadderLimits::kPassSlice + 40;
+  CHECK(s.make(kStayOnSignal, std::vector<std::pair<char, char>>(n, {kInside, kStayOnSignal})));
+  s.host.elsewhere = true;
+  s.fake.shares = true;
+  std::vector<std::thread::id> read_on;
+  s.fake.after_read = [&](int) { read_on.push_back(std::this_thread::get_id()); };
+  s.ladder.start("terminate", 3000, graceful(), s.tree.main_pid());
+  CHECK_EQ(s.host.away.size(), 1u);
+  CHECK(s.ladder.running());
+  CHECK(s.host.watched.empty());
+  // Away: a timer or a change meanwhile reads nothing and signals no one.
+  const int reads = s.fake.reads;
+  s.ladder.on_timer();
+  s.ladder.on_change();
+  CHECK_EQ(s.fake.reads, reads);
+  std::thread elsewhere(s.host.away[0]);
+  elsewhere.join();
+  CHECK(s.host.watched.empty());  // handed over on return only
+  s.ladder.on_pass_returned();
+  CHECK_EQ(s.host.watched.size(), LadderLimits::kMaxWatchedMembers);
+  CHECK_EQ(s.ladder.report().signaled, static_cast<int>(s.pids.size()));
+  // Unfrozen (this fake has no freezer), the rounds after the first read
+  // ran elsewhere, until one showed no one new.
+  CHECK(read_on.size() >= 2u);
+  CHECK(read_on[0] == std::this_thread::get_id());
+  CHECK(read_on[1] != std::this_thread::get_id());
+  // On to the grace, unchanged.
+  CHECK_EQ(s.host.armed, 3000);
+  std::map<pid_t, int> got = s.tree.received(static_cast<int>(s.pids.size()));
+  CHECK_EQ(got.size(), s.pids.size());
+  for (pid_t p : s.pids) CHECK_EQ(got[p], 1);
+  // A second return changes nothing.
+  s.ladder.on_pass_returned();
+  CHECK_EQ(s.host.watched.size(), LadderLimits::kMaxWatchedMembers);
+}
+
+// A small tree's pass, or one whose tier cannot share its reads, runs here.
+TEST(pass_over_a_small_tree_or_unshared_reads_runs_here) {
+  {
+    Setup s;
+    CHECK(s.make(kStayOnSignal, {{kInside, kStayOnSignal}, {kInside, kStayOnSignal}}));
+    s.host.elsewhere = true;
+    s.fake.shares = true;
+    s.ladder.start("terminate", 3000, graceful(), s.tree.main_pid());
+    CHECK(s.host.away.empty());
+    CHECK_EQ(s.ladder.report().signaled, 3);
+  }
+  {
+    Setup s;
+    CHECK(s.make(kStayOnSignal, std::vector<std::pair<char, char>>(LadderLimits::kPassSlice + 1, {kInside, kStayOnSignal})));
+    s.host.elsewhere = true;
+    s.ladder.start("terminate", 3000, graceful(), s.tree.main_pid());
+    CHECK(s.host.away.empty());
+    CHECK_EQ(s.ladder.report().signaled, static_cast<int>(s.pids.size()));
+  }
 }
 
 TEST(tier_without_events_is_polled_during_the_grace) {

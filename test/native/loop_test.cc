@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "check.h"
@@ -22,6 +24,7 @@
 #include "loop/environment.h"
 #include "loop/errno_name.h"
 #include "loop/file_writer.h"
+#include "loop/job_thread.h"
 #include "loop/ports_worker.h"
 #include "loop/timers.h"
 #include "loop/waiter.h"
@@ -148,6 +151,72 @@ TEST(file_writer_writes_in_order_off_the_thread) {
 // What a tree listens on is asked on the worker's thread; the answers come
 // through the eventfd, in order, each with its request id; close() drops
 // what is queued and joins the thread.
+// JobThread: jobs run in order on a thread of their own; their ids come back
+// through the eventfd; what a job captured is freed after its end is told;
+// close() drops what is queued behind a running job and joins.
+TEST(job_thread_runs_in_order_off_the_thread) {
+  proctree::JobThread jobs("proctree-test", 0);
+  CHECK_EQ(jobs.open().err, 0);
+  const pid_t me = static_cast<pid_t>(gettid());
+  std::atomic<int> order{0};
+  pid_t ran_on[2] = {0, 0};
+  int seen[2] = {0, 0};
+  auto kept = std::make_shared<int>(1);
+  CHECK_EQ(jobs.run(11, [&, kept] {
+                 ran_on[0] = static_cast<pid_t>(gettid());
+                 seen[0] = ++order;
+               }).err,
+           0);
+  CHECK_EQ(jobs.run(12, [&] {
+                 ran_on[1] = static_cast<pid_t>(gettid());
+                 seen[1] = ++order;
+               }).err,
+           0);
+  CHECK(jobs.busy());
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 500 && ids.size() < 2; ++i) {
+    if (!readable(jobs.done_fd(), 10)) continue;
+    for (uint64_t id : jobs.take_done()) ids.push_back(id);
+  }
+  CHECK(!jobs.busy());
+  CHECK_EQ(ids.size(), 2u);
+  CHECK_EQ(ids[0], 11u);
+  CHECK_EQ(ids[1], 12u);
+  CHECK_EQ(seen[0], 1);
+  CHECK_EQ(seen[1], 2);
+  CHECK(ran_on[0] > 0 && ran_on[0] != me);
+  CHECK_EQ(ran_on[0], ran_on[1]);
+  // The first job's closure (and its copy of `kept`) is gone by now.
+  for (int i = 0; i < 300 && kept.use_count() > 1; ++i) usleep(1000);
+  CHECK_EQ(kept.use_count(), 1);
+
+  // close() lets a running job finish, then joins; later jobs are refused.
+  int fds[2];
+  CHECK_EQ(pipe2(fds, O_CLOEXEC), 0);
+  std::atomic<bool> started{false}, finished{false};
+  CHECK_EQ(jobs.run(13, [&] {
+                 started = true;
+                 char c;
+                 while (read(fds[0], &c, 1) < 0 && errno == EINTR) {
+                 }
+                 finished = true;
+               }).err,
+           0);
+  for (int i = 0; i < 3000 && !started; ++i) usleep(1000);
+  CHECK(started);
+  std::thread later([&] {
+    usleep(20 * 1000);
+    ssize_t w = write(fds[1], "x", 1);
+    (void)w;
+  });
+  jobs.close();
+  later.join();
+  CHECK(finished);
+  CHECK(jobs.run(15, [] {}).err != 0);
+  close(fds[0]);
+  close(fds[1]);
+}
+
 TEST(ports_worker_answers_off_the_thread) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   CHECK(fd >= 0);
