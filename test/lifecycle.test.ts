@@ -154,6 +154,19 @@ describe('events and results', () => {
     expect(liveWith(t)).toEqual([]);
   }, 120_000);
 
+  it('terminate() of a large tree that ignores the signal counts every member it kills', async () => {
+    const t = token();
+    const n = 300;
+    const script = `trap '' TERM; for i in $(seq ${n}); do sleep ${t} & done; wait`;
+    const call = track(spawn('bash', ['-c', script], { stdio: 'ignore' }));
+    expect((await waitForLive(t, n, 'sleep', 60_000)).length).toBe(n);
+    const report = await call.terminate({ grace: 300 });
+    expect(report.signaled).toBe(n + 1);
+    expect(report.killed).toBe(n + 1);
+    expect(report.leftovers).toEqual([]);
+    expect(liveWith(t)).toEqual([]);
+  }, 120_000);
+
   it('terminate() after the tree is gone resolves with nothing to do', async () => {
     const call = track(spawn('true', [], { stdio: 'ignore' }));
     await call.done;

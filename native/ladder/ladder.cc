@@ -205,6 +205,10 @@ bool Ladder::run_pass(LadderHost* budget, std::vector<Fd>* spent) {
 void Ladder::on_pass_returned() {
   if (!pass_away_) return;
   pass_away_ = false;
+  if (phase_ == Phase::kCounting) {
+    begin_kill();
+    return;
+  }
   // Handed over only now: watched_live_ is this thread's.
   watched_live_ += away_watch_.size();
   for (Fd& fd : away_watch_) host_->watch_member(std::move(fd));
@@ -246,12 +250,24 @@ void Ladder::start_kill() {
   // Who is alive now is what the kill phase kills; counted like the
   // graceful pass counts, over confirmed members (a number read a moment
   // ago may be a process that has just exited, or someone else's by now).
-  // Without a graceful pass (grace 0) the escapes are counted here.
+  // Without a graceful pass (grace 0) the escapes are counted here. A tree
+  // of more than a slice is counted on the host's thread, as its pass is.
   std::vector<pid_t> pids;
   if (SysError e = c_->members(&pids)) {
     if (!error_) error_ = e;
   }
   most_members_ = std::max(most_members_, pids.size());
+  phase_ = Phase::kCounting;
+  if (pids.size() > LadderLimits::kPassSlice && c_->share_reads()) {
+    pass_away_ = true;
+    if (host_->run_elsewhere([this, pids] { count_alive(pids); })) return;
+    pass_away_ = false;
+  }
+  count_alive(pids);
+  begin_kill();
+}
+
+void Ladder::count_alive(const std::vector<pid_t>& pids) {
   SysError e = for_each_confirmed(
       pids, [this](std::vector<Held>* held) { return c_->confirm(held); },
       [this](Held& h) {
@@ -259,8 +275,12 @@ void Ladder::start_kill() {
         if (pidfd_signal(h.pidfd.get(), 0) != 0) return;  // gone: neither killed nor escaped
         ++report_.killed;
         if (out) ++report_.escaped;
-      });
+      },
+      LadderLimits::kPassHeld);
   if (e && !error_) error_ = e;
+}
+
+void Ladder::begin_kill() {
   phase_ = Phase::kKilling;
   phase_start_ns_ = host_->now_ns();
   phase_limit_ms_ = LadderLimits::kKillWaitMs;

@@ -89,8 +89,8 @@ class LadderHost {
   // supervisor's shutdown starts a hundred at once). When it grants none,
   // it calls the ladder's on_timer() in a later turn, with budget again.
   virtual size_t pass_budget(size_t wanted) { return wanted; }
-  // Runs work (a signal pass over a large tree: system calls on the tree
-  // only, nothing of the host's) on a thread of the host's, off its event
+  // Runs work (a pass over a large tree, its signals or the kill phase's
+  // count: system calls on the tree only, nothing of the host's) on a thread of the host's, off its event
   // loop, and once it has run calls the ladder's on_pass_returned() on the
   // ladder's own thread. False: the host cannot; the ladder runs the pass
   // itself, in budgeted slices.
@@ -125,11 +125,12 @@ class Ladder {
   // on_change() too).
   void on_members_exited(size_t n);
   void on_timer();
-  // The pass handed to LadderHost::run_elsewhere() has run.
+  // The pass (or the kill phase's count) handed to
+  // LadderHost::run_elsewhere() has run.
   void on_pass_returned();
 
  private:
-  enum class Phase { kIdle, kFreezing, kSignalling, kSettling, kGrace, kKilling, kDone };
+  enum class Phase { kIdle, kFreezing, kSignalling, kSettling, kGrace, kCounting, kKilling, kDone };
 
   void wait_for_freeze();
   void settle();
@@ -148,6 +149,10 @@ class Ladder {
   bool next_round();
   void end_pass();
   void start_kill();
+  // How many of pids are confirmed members alive now (report_.killed,
+  // escapes too with grace 0): here, or on the host's thread.
+  void count_alive(const std::vector<pid_t>& pids);
+  void begin_kill();
   void kill_round();
   void wait_kill();
   void wait(int ms);
@@ -185,9 +190,10 @@ class Ladder {
   size_t pass_next_ = 0;
   int pass_rounds_ = 0;
   int pass_max_rounds_ = 1;
-  // The pass runs on the host's thread (run_elsewhere): until it returns,
-  // the pass's state above, report_'s counts, error_, most_members_ and
-  // watched_ are that thread's; this thread touches none of them.
+  // A pass (or the kill phase's count) runs on the host's thread
+  // (run_elsewhere): until it returns, the pass's state above, report_'s
+  // counts, error_, most_members_ and watched_ are that thread's; this
+  // thread touches none of them.
   bool pass_away_ = false;
   std::vector<Fd> away_watch_;
 };

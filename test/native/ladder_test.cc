@@ -1062,6 +1062,36 @@ TEST(pass_over_a_large_tree_runs_elsewhere_each_member_once) {
   CHECK_EQ(s.host.watched.size(), LadderLimits::kMaxWatchedMembers);
 }
 
+// The kill phase's count of a large tree goes elsewhere too; the kill waits
+// for it, then goes out.
+TEST(kill_phase_count_of_a_large_tree_runs_elsewhere_then_kills) {
+  Setup s;
+  const size_t n = LadderLimits::kPassSlice + 40;
+  CHECK(s.make(kStayOnSignal, std::vector<std::pair<char, char>>(n, {kInside, kStayOnSignal})));
+  s.host.elsewhere = true;
+  s.fake.shares = true;
+  s.ladder.start("terminate", 100, graceful(), s.tree.main_pid());
+  CHECK_EQ(s.host.away.size(), 1u);
+  std::thread(s.host.away[0]).join();
+  s.ladder.on_pass_returned();
+  CHECK_EQ(s.host.armed, 100);
+  CHECK_EQ(s.tree.received(static_cast<int>(s.pids.size())).size(), s.pids.size());
+  // Grace over: the count goes elsewhere, and nothing is killed before it is back.
+  CHECK(s.host.fire(&s.ladder));
+  CHECK_EQ(s.host.away.size(), 2u);
+  s.ladder.on_timer();
+  s.ladder.on_change();
+  CHECK_EQ(s.fake.kill_calls, 0);
+  CHECK(s.all_alive());
+  std::thread(s.host.away[1]).join();
+  s.ladder.on_pass_returned();
+  CHECK(s.fake.kill_calls >= 1);
+  CHECK_EQ(s.ladder.report().killed, static_cast<int>(s.pids.size()));
+  CHECK(s.host.fire_until_done(&s.ladder, 400) >= 0);
+  CHECK(s.ladder.done());
+  CHECK(s.all_dead());
+}
+
 // A small tree's pass, or one whose tier cannot share its reads, runs here.
 TEST(pass_over_a_small_tree_or_unshared_reads_runs_here) {
   {
