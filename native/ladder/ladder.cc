@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <memory>
 
 #include "kernel/pidfd.h"
 
@@ -134,11 +133,7 @@ void Ladder::continue_pass() {
   // by the exits it causes competing for the CPU.
   if (pass_todo_.size() - pass_next_ > LadderLimits::kPassSlice && c_->share_reads()) {
     pass_away_ = true;
-    // The pidfds of the last members signalled are closed once the pass is
-    // back (the closure goes after its return is told): nothing left to do
-    // after the last signal delays the ladder.
-    auto spent = std::make_shared<std::vector<Fd>>();
-    if (host_->run_elsewhere([this, spent] { run_pass(nullptr, spent.get()); })) return;
+    if (host_->run_elsewhere([this](std::vector<Fd>* late) { run_pass(nullptr, late); })) return;
     pass_away_ = false;
   }
   if (run_pass(host_, nullptr)) end_pass();
@@ -161,9 +156,9 @@ bool Ladder::next_round() {
   return !pass_todo_.empty();
 }
 
-bool Ladder::run_pass(LadderHost* budget, std::vector<Fd>* spent) {
+bool Ladder::run_pass(LadderHost* budget, std::vector<Fd>* late) {
   for (;;) {
-    if (spent) spent->clear();
+    if (late) late->clear();
     if (pass_next_ >= pass_todo_.size() && !next_round()) return true;
     // In slices the budget grants; elsewhere, up to kPassHeld at once: held
     // and confirmed before the first of their signals, whose wake-ups then
@@ -178,7 +173,7 @@ bool Ladder::run_pass(LadderHost* budget, std::vector<Fd>* spent) {
     pass_next_ += n;
     SysError e = for_each_confirmed(
         batch, [this](std::vector<Held>* held) { return c_->confirm(held); },
-        [this, budget, spent](Held& h) {
+        [this, budget, late](Held& h) {
           bool out = escaped(h.pid);
           if (pidfd_signal(h.pidfd.get(), sig_) != 0) return;  // gone meanwhile, or not ours to signal
           ++report_.signaled;
@@ -193,8 +188,8 @@ bool Ladder::run_pass(LadderHost* budget, std::vector<Fd>* spent) {
             } else {
               away_watch_.push_back(std::move(h.pidfd));
             }
-          } else if (spent) {
-            spent->push_back(std::move(h.pidfd));
+          } else if (late) {
+            late->push_back(std::move(h.pidfd));
           }
         },
         budget ? kHeldBatch : n);
@@ -260,7 +255,7 @@ void Ladder::start_kill() {
   phase_ = Phase::kCounting;
   if (pids.size() > LadderLimits::kPassSlice && c_->share_reads()) {
     pass_away_ = true;
-    if (host_->run_elsewhere([this, pids] { count_alive(pids); })) return;
+    if (host_->run_elsewhere([this, pids](std::vector<Fd>*) { count_alive(pids); })) return;
     pass_away_ = false;
   }
   count_alive(pids);

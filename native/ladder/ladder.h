@@ -94,7 +94,11 @@ class LadderHost {
   // loop, and once it has run calls the ladder's on_pass_returned() on the
   // ladder's own thread. False: the host cannot; the ladder runs the pass
   // itself, in budgeted slices.
-  virtual bool run_elsewhere(std::function<void()> /*work*/) { return false; }
+  // work may move descriptors into *late: the host closes them after
+  // on_pass_returned() is on its way (the pidfds of the last members
+  // signalled: nothing left to do after the last signal delays the ladder).
+  using AwayWork = std::function<void(std::vector<Fd>* late)>;
+  virtual bool run_elsewhere(AwayWork /*work*/) { return false; }
 };
 
 class Ladder {
@@ -142,8 +146,8 @@ class Ladder {
   // budget's pass_budget(), false when it granted none; or, with no budget
   // (on the host's thread), in batches of kPassHeld, the pidfds to watch
   // kept in away_watch_ for on_pass_returned(), the last batch's others in
-  // *spent.
-  bool run_pass(LadderHost* budget, std::vector<Fd>* spent);
+  // *late.
+  bool run_pass(LadderHost* budget, std::vector<Fd>* late);
   // The next round's read into pass_todo_; false: no round left, or no one
   // new.
   bool next_round();

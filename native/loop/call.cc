@@ -244,7 +244,7 @@ std::string Call::leaf_path() const {
 
 size_t Call::pass_budget(size_t wanted) { return env_->take_pass_budget(id_, wanted); }
 
-bool Call::run_elsewhere(std::function<void()> work) { return env_->run_pass_elsewhere(id_, std::move(work)); }
+bool Call::run_elsewhere(AwayWork work) { return env_->run_pass_elsewhere(id_, std::move(work)); }
 
 void Call::on_pass_returned() {
   if (finished_ || !ladder_.running()) return;

@@ -168,7 +168,7 @@ class Call : public LadderHost {
   void watch_member(Fd pidfd) override;
   void ladder_finished() override;
   size_t pass_budget(size_t wanted) override;
-  bool run_elsewhere(std::function<void()> work) override;
+  bool run_elsewhere(AwayWork work) override;
   // The pass run_elsewhere() handed over has run.
   void on_pass_returned();
   // The Environment has budget for this call's graceful pass again.

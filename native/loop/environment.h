@@ -162,7 +162,7 @@ class Environment {
   size_t take_pass_budget(uint64_t call_id, size_t wanted);
   // A ladder's pass over a large tree, run on the passes' thread
   // (LadderHost::run_elsewhere); the call's on_pass_returned() follows.
-  bool run_pass_elsewhere(uint64_t call_id, std::function<void()> work);
+  bool run_pass_elsewhere(uint64_t call_id, JobThread::Work work);
 
   // Environment teardown or process exit: SIGKILL every call, wait a bounded
   // time for the trees to empty, remove every directory we made.

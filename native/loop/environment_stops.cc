@@ -48,7 +48,7 @@ size_t Environment::take_pass_budget(uint64_t call_id, size_t wanted) {
   return 0;
 }
 
-bool Environment::run_pass_elsewhere(uint64_t call_id, std::function<void()> work) {
+bool Environment::run_pass_elsewhere(uint64_t call_id, JobThread::Work work) {
   if (passes_.run(call_id, std::move(work))) return false;
   update_keep_alive();
   return true;

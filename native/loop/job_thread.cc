@@ -22,7 +22,7 @@ SysError JobThread::open() {
   return SysError::none();
 }
 
-SysError JobThread::run(uint64_t id, std::function<void()> work) {
+SysError JobThread::run(uint64_t id, Work work) {
   if (closed_ || !done_) return SysError::of(ECANCELED, name_);
   if (!started_) {
     if (SysError e = start_thread(main, this, &thread_, stack_size_)) return e;
@@ -54,18 +54,18 @@ void* JobThread::main(void* arg) {
   for (;;) {
     while (!self->stopping_ && self->queue_.empty()) pthread_cond_wait(&self->cv_, &self->mu_);
     if (self->stopping_) break;
-    std::pair<uint64_t, std::function<void()>> job = std::move(self->queue_.front());
+    std::pair<uint64_t, Work> job = std::move(self->queue_.front());
     self->queue_.pop_front();
     pthread_mutex_unlock(&self->mu_);
-    job.second();
+    std::vector<Fd> late;
+    job.second(&late);
     pthread_mutex_lock(&self->mu_);
     self->finished_.push_back(job.first);
     pthread_mutex_unlock(&self->mu_);
     uint64_t one = 1;
     while (write(self->done_.get(), &one, sizeof one) < 0 && errno == EINTR) {
     }
-    // What the job captured goes after its end is told, here, off the
-    // JavaScript thread (descriptors it kept, to close them late).
+    late.clear();
     job.second = nullptr;
     pthread_mutex_lock(&self->mu_);
   }

@@ -29,10 +29,12 @@ class JobThread {
   SysError open();
   int done_fd() const { return done_.get(); }
 
-  // Queues work; id comes back from take_done() once it ran. What work
-  // captured is freed after that, on the thread. Fails only when no thread
-  // could be started (nothing is queued then).
-  SysError run(uint64_t id, std::function<void()> work);
+  // Queues work; id comes back from take_done() once it ran. The
+  // descriptors work moves into *late are closed after that, on the thread:
+  // nothing left to close delays the news of its end. Fails only when no
+  // thread could be started (nothing is queued then).
+  using Work = std::function<void(std::vector<Fd>* late)>;
+  SysError run(uint64_t id, Work work);
   // The eventfd turned readable: the ids of the jobs finished since the
   // last call, in the order they ran.
   std::vector<uint64_t> take_done();
@@ -57,7 +59,7 @@ class JobThread {
   // than what Node's own builds need (scripts/symbol-ceiling.js).
   pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
   pthread_cond_t cv_ = PTHREAD_COND_INITIALIZER;
-  std::deque<std::pair<uint64_t, std::function<void()>>> queue_;
+  std::deque<std::pair<uint64_t, Work>> queue_;
   std::vector<uint64_t> finished_;
   bool stopping_ = false;
 };

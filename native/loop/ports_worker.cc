@@ -13,7 +13,7 @@ PortsWorker::~PortsWorker() {
 }
 
 SysError PortsWorker::query(PortsQuery q) {
-  SysError e = jobs_.run(q.request, [this, q = std::move(q)] {
+  SysError e = jobs_.run(q.request, [this, q = std::move(q)](std::vector<Fd>*) {
     PortsAnswer a = answer(q);
     pthread_mutex_lock(&mu_);
     answers_.push_back(std::move(a));

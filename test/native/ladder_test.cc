@@ -276,8 +276,13 @@ class FakeHost : public proctree::LadderHost {
 
   // Passes offered elsewhere (run_elsewhere) are kept for the test to run.
   bool elsewhere = false;
-  std::vector<std::function<void()>> away;
-  bool run_elsewhere(std::function<void()> work) override {
+  std::vector<AwayWork> away;
+  // Runs the n-th on a thread of its own, then closes what it left late.
+  void run_away(size_t n) {
+    std::vector<Fd> late;
+    std::thread(away[n], &late).join();
+  }
+  bool run_elsewhere(AwayWork work) override {
     if (!elsewhere) return false;
     away.push_back(std::move(work));
     return true;
@@ -1041,8 +1046,7 @@ TEST(pass_over_a_large_tree_runs_elsewhere_each_member_once) {
   s.ladder.on_timer();
   s.ladder.on_change();
   CHECK_EQ(s.fake.reads, reads);
-  std::thread elsewhere(s.host.away[0]);
-  elsewhere.join();
+  s.host.run_away(0);
   CHECK(s.host.watched.empty());  // handed over on return only
   s.ladder.on_pass_returned();
   CHECK_EQ(s.host.watched.size(), LadderLimits::kMaxWatchedMembers);
@@ -1072,7 +1076,7 @@ TEST(kill_phase_count_of_a_large_tree_runs_elsewhere_then_kills) {
   s.fake.shares = true;
   s.ladder.start("terminate", 100, graceful(), s.tree.main_pid());
   CHECK_EQ(s.host.away.size(), 1u);
-  std::thread(s.host.away[0]).join();
+  s.host.run_away(0);
   s.ladder.on_pass_returned();
   CHECK_EQ(s.host.armed, 100);
   CHECK_EQ(s.tree.received(static_cast<int>(s.pids.size())).size(), s.pids.size());
@@ -1083,7 +1087,7 @@ TEST(kill_phase_count_of_a_large_tree_runs_elsewhere_then_kills) {
   s.ladder.on_change();
   CHECK_EQ(s.fake.kill_calls, 0);
   CHECK(s.all_alive());
-  std::thread(s.host.away[1]).join();
+  s.host.run_away(1);
   s.ladder.on_pass_returned();
   CHECK(s.fake.kill_calls >= 1);
   CHECK_EQ(s.ladder.report().killed, static_cast<int>(s.pids.size()));

@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -152,8 +151,8 @@ TEST(file_writer_writes_in_order_off_the_thread) {
 // through the eventfd, in order, each with its request id; close() drops
 // what is queued and joins the thread.
 // JobThread: jobs run in order on a thread of their own; their ids come back
-// through the eventfd; what a job captured is freed after its end is told;
-// close() drops what is queued behind a running job and joins.
+// through the eventfd; descriptors a job leaves late are closed after its end
+// is told; close() lets a running job finish and joins.
 TEST(job_thread_runs_in_order_off_the_thread) {
   proctree::JobThread jobs("proctree-test", 0);
   CHECK_EQ(jobs.open().err, 0);
@@ -161,13 +160,16 @@ TEST(job_thread_runs_in_order_off_the_thread) {
   std::atomic<int> order{0};
   pid_t ran_on[2] = {0, 0};
   int seen[2] = {0, 0};
-  auto kept = std::make_shared<int>(1);
-  CHECK_EQ(jobs.run(11, [&, kept] {
+  int left[2];
+  CHECK_EQ(pipe2(left, O_CLOEXEC), 0);
+  Fd write_end(left[1]);
+  CHECK_EQ(jobs.run(11, [&](std::vector<Fd>* late) {
                  ran_on[0] = static_cast<pid_t>(gettid());
                  seen[0] = ++order;
+                 late->push_back(std::move(write_end));
                }).err,
            0);
-  CHECK_EQ(jobs.run(12, [&] {
+  CHECK_EQ(jobs.run(12, [&](std::vector<Fd>*) {
                  ran_on[1] = static_cast<pid_t>(gettid());
                  seen[1] = ++order;
                }).err,
@@ -186,15 +188,17 @@ TEST(job_thread_runs_in_order_off_the_thread) {
   CHECK_EQ(seen[1], 2);
   CHECK(ran_on[0] > 0 && ran_on[0] != me);
   CHECK_EQ(ran_on[0], ran_on[1]);
-  // The first job's closure (and its copy of `kept`) is gone by now.
-  for (int i = 0; i < 300 && kept.use_count() > 1; ++i) usleep(1000);
-  CHECK_EQ(kept.use_count(), 1);
+  // The write end the first job left late is closed: the read end sees EOF.
+  CHECK(readable(left[0], 3000));
+  char c;
+  CHECK_EQ(read(left[0], &c, 1), 0);
+  close(left[0]);
 
   // close() lets a running job finish, then joins; later jobs are refused.
   int fds[2];
   CHECK_EQ(pipe2(fds, O_CLOEXEC), 0);
   std::atomic<bool> started{false}, finished{false};
-  CHECK_EQ(jobs.run(13, [&] {
+  CHECK_EQ(jobs.run(13, [&](std::vector<Fd>*) {
                  started = true;
                  char c;
                  while (read(fds[0], &c, 1) < 0 && errno == EINTR) {
@@ -212,7 +216,7 @@ TEST(job_thread_runs_in_order_off_the_thread) {
   jobs.close();
   later.join();
   CHECK(finished);
-  CHECK(jobs.run(15, [] {}).err != 0);
+  CHECK(jobs.run(15, [](std::vector<Fd>*) {}).err != 0);
   close(fds[0]);
   close(fds[1]);
 }
