@@ -44,6 +44,7 @@
         "native/loop/environment.cc",
         "native/loop/environment_broker.cc",
         "native/loop/environment_seal.cc",
+        "native/loop/environment_ports.cc",
         "native/loop/environment_stops.cc",
         "native/loop/environment_turns.cc",
         "native/loop/errno_name.cc",

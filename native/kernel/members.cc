@@ -15,7 +15,7 @@ void keep_listed(std::vector<Held>* held, std::vector<pid_t>* listed) {
 }
 
 SysError for_each_confirmed(const std::vector<pid_t>& pids, const ConfirmMembers& confirm,
-                            const std::function<void(Held&)>& fn, size_t batch) {
+                            const std::function<void(Held&)>& fn, size_t batch, std::vector<Fd>* keep_last) {
   SysError first;
   size_t i = 0;
   std::vector<Held> held;
@@ -53,6 +53,11 @@ SysError for_each_confirmed(const std::vector<pid_t>& pids, const ConfirmMembers
       continue;
     }
     for (Held& h : held) fn(h);
+    if (keep_last && i >= pids.size()) {
+      for (Held& h : held) {
+        if (h.pidfd) keep_last->push_back(std::move(h.pidfd));
+      }
+    }
   }
   return first;
 }

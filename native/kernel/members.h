@@ -33,11 +33,15 @@ using ConfirmMembers = std::function<SysError(std::vector<Held>* held)>;
 constexpr size_t kHeldBatch = 256;
 
 // For each of `pids` that is confirmed a member: fn(held), `batch` held and
-// confirmed at a time (fn may take the pidfd). Returns the first error that
-// kept some member from being held (EMFILE when not even one pidfd could be
-// opened) or confirmed; the others were still handled.
+// confirmed at a time (fn may take the pidfd). The last batch's pidfds go to
+// *keep_last, if given, instead of being closed (the earlier ones are closed
+// before the next batch is opened: a shortage of descriptors splits a
+// batch). Returns the first error that kept some member from being held
+// (EMFILE when not even one pidfd could be opened) or confirmed; the others
+// were still handled.
 SysError for_each_confirmed(const std::vector<pid_t>& pids, const ConfirmMembers& confirm,
-                            const std::function<void(Held&)>& fn, size_t batch = kHeldBatch);
+                            const std::function<void(Held&)>& fn, size_t batch = kHeldBatch,
+                            std::vector<Fd>* keep_last = nullptr);
 
 // Keeps the entries of *held whose pid is in `listed` (which it sorts).
 void keep_listed(std::vector<Held>* held, std::vector<pid_t>* listed);

@@ -173,7 +173,7 @@ bool Ladder::run_pass(LadderHost* budget, std::vector<Fd>* late) {
     pass_next_ += n;
     SysError e = for_each_confirmed(
         batch, [this](std::vector<Held>* held) { return c_->confirm(held); },
-        [this, budget, late](Held& h) {
+        [this, budget](Held& h) {
           bool out = escaped(h.pid);
           if (pidfd_signal(h.pidfd.get(), sig_) != 0) return;  // gone meanwhile, or not ours to signal
           ++report_.signaled;
@@ -188,11 +188,9 @@ bool Ladder::run_pass(LadderHost* budget, std::vector<Fd>* late) {
             } else {
               away_watch_.push_back(std::move(h.pidfd));
             }
-          } else if (late) {
-            late->push_back(std::move(h.pidfd));
           }
         },
-        budget ? kHeldBatch : n);
+        budget ? kHeldBatch : n, late);
     if (e && !error_) error_ = e;
   }
 }

@@ -1,6 +1,7 @@
 // Stopping many calls at once without stalling the loop: the few
 // milliseconds of each turn of the loop that all ladders share for their
-// starts and signal passes (what does not fit goes on in the next turn).
+// starts and signal passes (what does not fit goes on in the next turn), and
+// the passes' thread, where a pass over a large tree runs instead.
 #include <unistd.h>
 
 #include <algorithm>
