@@ -199,7 +199,9 @@ function probeShortage(caps: Capabilities, confinement: 'auto' | Confinement): N
  */
 export function tierFor(confinement: 'auto' | Confinement): { tier: Confinement; shortage: NativeErrorShape | null } {
   const caps = capabilities();
-  const shortage = probeShortage(caps, confinement);
+  // Answers are kept only when no probe ran short (capabilities()): no
+  // walk over the probes per call then.
+  const shortage = caps === cached ? null : probeShortage(caps, confinement);
   if (shortage === null) return { tier: resolveWith(caps, confinement), shortage };
   if (confinement !== 'auto') return { tier: confinement, shortage };
   const hopeful = Object.fromEntries(
