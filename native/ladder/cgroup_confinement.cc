@@ -75,11 +75,13 @@ bool CgroupConfinement::share_reads() const {
 }
 
 unsigned long long CgroupConfinement::leaf_id() const {
-  if (leaf_id_ == 0 && leaf_.valid()) {
-    unsigned long long id = 0;
-    if (!cgroup_id_of(leaf_.path(), &id)) leaf_id_ = id;
+  unsigned long long id = leaf_id_.load(std::memory_order_relaxed);
+  unsigned long long read = 0;
+  if (id == 0 && leaf_.valid() && !cgroup_id_of(leaf_.path(), &read)) {
+    id = read;
+    leaf_id_.store(id, std::memory_order_relaxed);
   }
-  return leaf_id_;
+  return id;
 }
 
 bool CgroupConfinement::empty() const {

@@ -6,6 +6,8 @@
 // in cgroup.events proves it empty.
 #pragma once
 
+#include <atomic>
+
 #include "kernel/cgroup.h"
 #include "kernel/limits.h"
 #include "ladder/confinement.h"
@@ -80,7 +82,8 @@ class CgroupConfinement : public Confinement {
   unsigned long long leaf_id() const;
 
   CgroupDir leaf_;
-  mutable unsigned long long leaf_id_ = 0;
+  // Atomic: a pass on the host's thread (share_reads) may look it up too.
+  mutable std::atomic<unsigned long long> leaf_id_{0};
   Tier tier_;
   LeafPool* pool_ = nullptr;
   CpuCounters base_;
