@@ -7,15 +7,11 @@
 // are outstanding, as a request on libuv's thread pool did.
 #pragma once
 
-#include <pthread.h>
-
-#include <deque>
 #include <string>
-#include <utility>
 
-#include "kernel/fd.h"
 #include "kernel/sys_error.h"
 #include "ladder/confinement.h"
+#include "loop/job_thread.h"
 
 namespace proctree {
 
@@ -24,40 +20,28 @@ class FileWriter : public SlowWrites {
   FileWriter() = default;
   FileWriter(const FileWriter&) = delete;
   FileWriter& operator=(const FileWriter&) = delete;
-  ~FileWriter() override;
 
   // The completion eventfd; busy_changed(arg) on the JavaScript thread when
   // busy() may have changed.
   SysError open(void (*busy_changed)(void*), void* arg);
-  int done_fd() const { return done_.get(); }
+  int done_fd() const { return jobs_.done_fd(); }
 
   void write_later(const std::string& path, const char* value) override;
   // The eventfd turned readable.
   void on_done();
   // Writes queued or in flight.
-  bool busy() const { return outstanding_ > 0; }
+  bool busy() const { return jobs_.busy(); }
   // Teardown: what is queued is dropped (the caller kills synchronously);
   // a write in flight finishes, then the thread is joined.
   void close();
 
  private:
-  static void* run(void* self);
   static void write_now(const std::string& path, const std::string& value);
 
-  Fd done_;
+  JobThread jobs_{"proctree-write", 0};
   void (*busy_changed_)(void*) = nullptr;
   void* busy_arg_ = nullptr;
-  uint64_t outstanding_ = 0;  // JavaScript thread only
-  bool started_ = false;
   bool closed_ = false;
-  pthread_t thread_{};
-  // Shared with the worker. pthread's own, not std::condition_variable:
-  // libstdc++ 12 gave its wait() a symbol version (GLIBCXX_3.4.30) newer
-  // than what Node's own builds need (scripts/symbol-ceiling.js).
-  pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
-  pthread_cond_t cv_ = PTHREAD_COND_INITIALIZER;
-  std::deque<std::pair<std::string, std::string>> queue_;
-  bool stopping_ = false;
 };
 
 }  // namespace proctree

@@ -1,7 +1,8 @@
 // A thread of our own that runs jobs off the JavaScript thread, in order, and
 // tells of each finished one on an eventfd in the reactor's set, taken on the
-// JavaScript thread (take_done): what ports() queries and the ladders' passes
-// over large trees run on. Started on first use.
+// JavaScript thread (take_done): what the slow cgroup writes (FileWriter),
+// ports() queries and the ladders' passes over large trees run on. Started
+// on first use.
 #pragma once
 
 #include <pthread.h>

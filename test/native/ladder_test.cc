@@ -431,6 +431,16 @@ struct Setup {
     return true;
   }
 
+  // More members than one pass slice, all staying on the graceful signal,
+  // with a host that runs passes elsewhere and a tier that shares its reads.
+  bool make_large() {
+    const size_t n = LadderLimits::kPassSlice + 40;
+    if (!make(kStayOnSignal, std::vector<std::pair<char, char>>(n, {kInside, kStayOnSignal}))) return false;
+    host.elsewhere = true;
+    fake.shares = true;
+    return true;
+  }
+
   bool all_dead() const {
     for (pid_t p : pids) {
       if (tree.alive(p)) return false;
@@ -1031,10 +1041,7 @@ TEST(tree_whose_watched_members_exit_during_the_pass_is_polled_at_the_tail_pace)
 // still gets the signal once.
 TEST(pass_over_a_large_tree_runs_elsewhere_each_member_once) {
   Setup s;
-  const size_t n = LadderLimits::kPassSlice + 40;
-  CHECK(s.make(kStayOnSignal, std::vector<std::pair<char, char>>(n, {kInside, kStayOnSignal})));
-  s.host.elsewhere = true;
-  s.fake.shares = true;
+  CHECK(s.make_large());
   std::vector<std::thread::id> read_on;
   s.fake.after_read = [&](int) { read_on.push_back(std::this_thread::get_id()); };
   s.ladder.start("terminate", 3000, graceful(), s.tree.main_pid());
@@ -1070,10 +1077,7 @@ TEST(pass_over_a_large_tree_runs_elsewhere_each_member_once) {
 // for it, then goes out.
 TEST(kill_phase_count_of_a_large_tree_runs_elsewhere_then_kills) {
   Setup s;
-  const size_t n = LadderLimits::kPassSlice + 40;
-  CHECK(s.make(kStayOnSignal, std::vector<std::pair<char, char>>(n, {kInside, kStayOnSignal})));
-  s.host.elsewhere = true;
-  s.fake.shares = true;
+  CHECK(s.make_large());
   s.ladder.start("terminate", 100, graceful(), s.tree.main_pid());
   CHECK_EQ(s.host.away.size(), 1u);
   s.host.run_away(0);
