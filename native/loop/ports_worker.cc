@@ -1,5 +1,6 @@
 #include "loop/ports_worker.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <utility>
 
@@ -23,11 +24,18 @@ SysError PortsWorker::query(PortsQuery q) {
 }
 
 std::vector<PortsAnswer> PortsWorker::take_done() {
+  // Only the answers of queries told done: the next one may be in already,
+  // its end not told yet (it is counted when it is).
   std::vector<PortsAnswer> out;
-  if (jobs_.take_done().empty()) return out;
-  pthread_mutex_lock(&mu_);
-  out.swap(answers_);
-  pthread_mutex_unlock(&mu_);
+  for (uint64_t request : jobs_.take_done()) {
+    pthread_mutex_lock(&mu_);
+    auto it = std::find_if(answers_.begin(), answers_.end(), [&](const PortsAnswer& a) { return a.request == request; });
+    if (it != answers_.end()) {
+      out.push_back(std::move(*it));
+      answers_.erase(it);
+    }
+    pthread_mutex_unlock(&mu_);
+  }
   return out;
 }
 
