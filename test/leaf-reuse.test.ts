@@ -169,29 +169,6 @@ describe('cgroup leaves reused across calls', () => {
     expect([c.exitCode, c.signalCode]).toEqual([0, null]);
   });
 
-  it('a kept leaf someone killed, taken by a deferred spawn: that call starts in a new leaf, and runs', async () => {
-    const sup = supervisor();
-    const other = supervisor();
-    const a = await ranTrue(sup);
-    fs.writeFileSync(`${a.cgroup as string}/cgroup.kill`, '1');
-    // Spawns in one synchronous run spend the clone budget of the run
-    // (2 ms): the later ones are queued for a spawner thread, without a pid
-    // yet. Another supervisor's spend it, so that the next one of `sup`
-    // (the one its kept leaf would go to) is deferred.
-    const spent: ToolCall[] = [];
-    for (let i = 0; i < 200 && (spent.length === 0 || spent[spent.length - 1].pid !== undefined); i++) {
-      spent.push(track(other.spawn('true', [], { stdio: 'ignore' })));
-    }
-    const b = track(sup.spawn('true', [], { stdio: 'ignore' }));
-    let error: Error | null = null;
-    b.on('error', (e: Error) => (error = e));
-    await Promise.all([...spent.map(closed), closed(b)]);
-    expect(error).toBe(null);
-    expect([b.exitCode, b.signalCode]).toEqual([0, null]);
-    expect(b.cgroup).not.toBe(a.cgroup);
-    for (const c of spent) expect([c.exitCode, c.signalCode]).toEqual([0, null]);
-  });
-
   it("a call's usage is its own, not the earlier calls' of its leaf", async () => {
     const sup = supervisor();
     const busy = 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done';

@@ -193,12 +193,7 @@ SysError Environment::start_in_leaf(const SpawnOptions& opts, uint64_t id, Spawn
   bool gave_up_clone3 = false;
   for (int round = 0; round < 3; ++round) {
     bool kept = false;
-    // A deferred spawn (queued for a spawner thread) gets a new leaf: a kept
-    // one may have been killed by someone while it sat empty, and the kernel
-    // then kills what is born into it. A spawn here sees that at once and
-    // starts again in a new leaf (below); a queued one would only die.
-    e = subtrees_.make_leaf(opts.group, id, opts.limits, opts.helper, stack_, !opts.defer, leaf, base, &kept,
-                            &out->guardian_error);
+    e = subtrees_.make_leaf(opts.group, id, opts.limits, opts.helper, stack_, leaf, base, &kept, &out->guardian_error);
     if (e) break;
     req->cgroup_dir = leaf->dir_fd();
     e = start(*leaf);

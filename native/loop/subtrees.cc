@@ -65,8 +65,8 @@ SysError Subtrees::enable_for_leaves(Group* g, unsigned needed) {
 }
 
 SysError Subtrees::make_leaf(const std::string& group, uint64_t id, const LeafLimits& limits,
-                             const std::string& helper, ChildStack& stack, bool reuse, CgroupDir* out,
-                             CpuCounters* base, bool* kept, SysError* guardian_error) {
+                             const std::string& helper, ChildStack& stack, CgroupDir* out, CpuCounters* base,
+                             bool* kept, SysError* guardian_error) {
   CgroupLocation loc;
   if (SysError e = location(&loc)) return e;
   const unsigned needed = limits.controllers();
@@ -109,7 +109,7 @@ SysError Subtrees::make_leaf(const std::string& group, uint64_t id, const LeafLi
   }
   const unsigned controllers = g->second.controllers;
   std::vector<Pooled>& pool = g->second.pool;
-  if (reuse && !pool.empty()) {
+  if (!pool.empty()) {
     *out = std::move(pool.back().leaf);
     *base = pool.back().counters;
     base->controllers = controllers;

@@ -50,7 +50,7 @@ class Subtrees : public LeafPool {
   const std::string& parent() const { return parent_; }
 
   // A leaf for call `id` in subtree `group`: one kept from an earlier call
-  // (*kept; *base: its counters) if `reuse`, else a new one, c<id>. *guardian_error is set when the
+  // (*kept; *base: its counters), else a new one, c<id>. *guardian_error is set when the
   // guardian was found dead (or never started) and could not be started (the call
   // still runs; it is stopped on a normal exit, not on SIGKILL).
   // With limits: the controllers they need are enabled where they are
@@ -59,8 +59,7 @@ class Subtrees : public LeafPool {
   // (a kept leaf's earlier limits cleared). ENOTSUP with syscall "limits"
   // (its path: which controllers, why and the fix) where one cannot be had.
   SysError make_leaf(const std::string& group, uint64_t id, const LeafLimits& limits, const std::string& helper,
-                     ChildStack& stack, bool reuse, CgroupDir* out, CpuCounters* base, bool* kept,
-                     SysError* guardian_error);
+                     ChildStack& stack, CgroupDir* out, CpuCounters* base, bool* kept, SysError* guardian_error);
   // Removes the leaves kept for `group`'s next calls.
   void drop_kept(const std::string& group);
 
