@@ -7,7 +7,9 @@
 //     leaf (harness/, where the kernel can give them memory);
 //   * a fork bomb under pids: 64 is contained: pidsLimited, pids.peak <= 64,
 //     the ladder empties it (verified, 0 survivors in /proc), and the
-//     harness's event loop never stalls 50 ms while the bomb hits pids.max;
+//     harness's event loop never stalls 250 ms while the bomb hits pids.max
+//     (an emulated CPU under a loaded host: a blocked loop would stall for
+//     the whole bomb, seconds);
 //   * 512 MiB asked for under memoryBytes 128 MiB: oomKilled (SIGKILL),
 //     memory.peak <= the limit, the harness's RSS unchanged;
 //   * a busy loop under cpu: 0.25 uses at most 35 % of its wall time;
@@ -95,7 +97,7 @@ describe.skipIf(why !== null && !requireVm)(`limits in Debian 12's Linux 6.1 (sc
     expect(r.cgroup).toMatch(/^\/sys\/fs\/cgroup\/harness\/proctree-\d+-[0-9a-f]{12}\/c\d+$/);
   });
 
-  it('a fork bomb under pids: 64 is contained: pidsLimited, emptied, no survivor, no loop stall of 50 ms', () => {
+  it('a fork bomb under pids: 64 is contained: pidsLimited, emptied, no survivor, no loop stall of 250 ms', () => {
     const r = result('fork-bomb');
     expect(r, output).toMatchObject({
       pidsLimited: true,
@@ -106,7 +108,7 @@ describe.skipIf(why !== null && !requireVm)(`limits in Debian 12's Linux 6.1 (sc
     });
     expect(r.pidsPeak as number).toBeLessThanOrEqual(64);
     expect(r.pidsPeak as number).toBeGreaterThan(32);
-    expect(r.maxStallMs as number).toBeLessThan(50);
+    expect(r.maxStallMs as number).toBeLessThan(250);
   });
 
   it('512 MiB under memoryBytes 128 MiB: oomKilled, memory.peak within the limit, the harness untouched', () => {
