@@ -90,11 +90,11 @@ class LadderHost {
   // it calls the ladder's on_timer() in a later turn, with budget again.
   virtual size_t pass_budget(size_t wanted) { return wanted; }
   // Runs work (a pass over a large tree, its signals or the kill phase's
-  // count: system calls on the tree only, nothing of the host's) on a thread of the host's, off its event
-  // loop, and once it has run calls the ladder's on_pass_returned() on the
-  // ladder's own thread. False: the host cannot; the ladder runs the pass
-  // itself, in budgeted slices.
-  // work may move descriptors into *late: the host closes them after
+  // count: system calls on the tree only, nothing of the host's) on a
+  // thread of the host's, off its event loop, and once it has run calls the
+  // ladder's on_pass_returned() on the ladder's own thread. False: the host
+  // cannot; the ladder runs the pass itself, in budgeted slices. work may
+  // move descriptors into *late: the host closes them after
   // on_pass_returned() is on its way (the pidfds of the last members
   // signalled: nothing left to do after the last signal delays the ladder).
   using AwayWork = std::function<void(std::vector<Fd>* late)>;
