@@ -67,52 +67,28 @@ bool Ladder::escaped(pid_t pid) const {
 int Ladder::ms_since(uint64_t t) const { return static_cast<int>((host_->now_ns() - t) / 1000000ULL); }
 
 void Ladder::settle() {
-  // After the signal-first round: while the tree is dying of it, it is left
-  // to die unfrozen. Dying: the watched members exit (once they all have,
-  // emptiness is polled at the tail pace, as in the grace), or, for a tree
-  // larger than them, fewer members are left each time the settle time
-  // (from the round's end or the last such sign) is up. A tree that shows
-  // neither, or is still there kMaxSettleMs after the round, is frozen for
-  // the complete read. Freezing a dying tree would cost a write (and a
-  // thaw) that wakes every member, only to wait for the same exits. Never
-  // longer than the grace: what the first read missed must still get the
-  // signal and its grace before the kill.
+  // After the signal-first round: while the members it signalled first are
+  // exiting (the watched ones; then emptiness is polled at the tail pace,
+  // as in the grace), the tree is left to die unfrozen; a tree that does not
+  // start dying within kSettleMs, or is not empty after the tail polls, is
+  // frozen for the complete read. Freezing a dying tree would cost a write
+  // (and a thaw) that wakes every member, only to wait for the same exits.
+  // Never longer than the grace: what the first read missed must still get
+  // the signal and its grace before the kill.
   if (c_->empty()) {
     finish();
     return;
   }
-  const int since = ms_since(phase_start_ns_);
-  const int bound = std::min(grace_ms_, LadderLimits::kMaxSettleMs);
-  if (since < bound) {
-    if (dying_ && tail_polls_ < LadderLimits::kMaxTailPolls) {
-      wait(LadderLimits::kTailPollMs);
-      return;
-    }
-    const int settle_ms =
-        LadderLimits::kSettleMs + static_cast<int>(most_members_ / LadderLimits::kSettleMembersPerMs);
-    int left = settle_ms - ms_since(std::max(phase_start_ns_, last_exit_ns_));
-    if (left <= 0 && shrinking()) {
-      last_exit_ns_ = host_->now_ns();
-      left = settle_ms;
-    }
-    left = std::min(left, bound - since);
-    if (left > 0) {
-      // Some have exited: the end may come any moment, and cgroup.events
-      // tells it at most once per ~10 ms.
-      host_->arm_timer(last_exit_ns_ != 0 ? std::min(left, LadderLimits::kTailPollMs) : left);
-      return;
-    }
+  if (dying_ && tail_polls_ < LadderLimits::kMaxTailPolls && ms_since(phase_start_ns_) < grace_ms_) {
+    wait(LadderLimits::kTailPollMs);
+    return;
+  }
+  const int left = std::min(LadderLimits::kSettleMs, grace_ms_) - ms_since(phase_start_ns_);
+  if (!dying_ && left > 0) {
+    host_->arm_timer(left);
+    return;
   }
   verify_freeze();
-}
-
-bool Ladder::shrinking() {
-  if (most_members_ <= LadderLimits::kMaxWatchedMembers) return false;
-  std::vector<pid_t> pids;
-  if (c_->members(&pids)) return false;
-  const size_t was = settle_count_ != 0 ? settle_count_ : most_members_;
-  settle_count_ = pids.size();
-  return pids.size() < was;
 }
 
 void Ladder::verify_freeze() {
@@ -338,20 +314,14 @@ void Ladder::wait(int ms) {
 }
 
 void Ladder::on_members_exited(size_t n) {
-  if (n == 0) return;
   watched_live_ -= std::min(n, watched_live_);
-  last_exit_ns_ = host_->now_ns();
   // The members signalled first are all gone: the others, signalled at the
   // same moment, are going too; look for the end more often than
   // cgroup.events would tell it (the kernel holds its notification back up
   // to 10 ms). Also when they went during the pass, as a tree that dies of
   // the graceful signal does while a pass over thousands goes on: the
   // grace's wait, when the pass ends, starts at the tail pace.
-  if (watched_live_ > 0 || dying_) {
-    // Not all gone yet: the tree is dying as long as they keep going.
-    if (watched_live_ > 0 && phase_ == Phase::kSettling) settle();
-    return;
-  }
+  if (watched_live_ > 0 || dying_) return;
   dying_ = true;
   tail_polls_ = 0;
   if (phase_ == Phase::kFreezing) {

@@ -57,19 +57,8 @@ struct LadderLimits {
   static constexpr int kMaxTailPolls = 64;
   // After the signal-first round, how long a tree that shows no sign of
   // dying (none of the watched members exited) runs on before it is frozen
-  // for the complete read; a tree some of whose watched members exit is
-  // given as long again after each exit. One more ms per kSettleMembersPerMs
-  // members read: a thousand signalled at once exit in the scheduler's
-  // order, not in the pass's, and on two CPUs some take tens of ms to
-  // run at all (freezing a tree that is dying wakes every member to stop,
-  // only for it to die: a 1000-process tree took ~1.2× as long to empty).
+  // for the complete read.
   static constexpr int kSettleMs = 5;
-  static constexpr size_t kSettleMembersPerMs = 100;
-  // A tree larger than the watched members whose watched members are gone
-  // or quiet is counted when that time is up: while it keeps shrinking it
-  // is dying, and is left to, up to this long after the round (a member
-  // the round missed gets the signal at most this late).
-  static constexpr int kMaxSettleMs = 200;
 };
 
 struct CleanupReport {
@@ -149,9 +138,6 @@ class Ladder {
 
   void wait_for_freeze();
   void settle();
-  // Whether the tree has fewer members than at the last count (or than the
-  // round read): a large tree still dying.
-  bool shrinking();
   void verify_freeze();
   void graceful_pass();
   void begin_pass(int rounds, bool fresh);
@@ -196,8 +182,6 @@ class Ladder {
   size_t watched_ = 0;
   size_t watched_live_ = 0;  // watched members not yet seen exit
   bool dying_ = false;       // the tree is expected empty soon: tail polls
-  uint64_t last_exit_ns_ = 0;  // when a watched member was last seen exit, or the tree shrink
-  size_t settle_count_ = 0;    // members at the settle's last count
   int tail_polls_ = 0;
   bool one_shot_ = true;     // the last kill was the kernel's, whole tree
   uint64_t last_kill_ns_ = 0;

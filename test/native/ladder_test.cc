@@ -883,62 +883,6 @@ TEST(dying_tree_is_left_to_die_unfrozen_then_frozen_if_not_empty) {
   CHECK_EQ(s.host.armed, 1000);
 }
 
-// A watched member that exits is a sign of dying even when the others have
-// not yet: the tree gets the settle time again from that exit, looked at
-// the tail pace, and is frozen for the complete read only once the time
-// has passed with no further sign.
-TEST(watched_exit_gives_a_dying_tree_the_settle_time_again) {
-  Setup s;
-  CHECK(s.make(kExitOnSignal, {{kInside, kStayOnSignal}, {kInside, kStayOnSignal}}));
-  s.fake.freezable = true;
-  s.fake.freeze_delay_ms = 0;
-  s.ladder.start("terminate", 1000, graceful(), s.tree.main_pid());
-  CHECK_EQ(s.host.armed, LadderLimits::kSettleMs);
-  s.host.advance(LadderLimits::kSettleMs - 1);
-  CHECK(s.tree.wait_dead(s.pids[0]));
-  s.ladder.on_members_exited(1);
-  CHECK_EQ(s.host.armed, LadderLimits::kTailPollMs);
-  int fired = 0;
-  while (s.fake.freeze_calls.empty() && fired < 100 && s.host.fire(&s.ladder)) ++fired;
-  CHECK_EQ(fired, LadderLimits::kSettleMs);
-  CHECK_EQ(s.fake.reads, 2);
-  CHECK(s.fake.freeze_calls == std::vector<bool>({true, false}));
-  CHECK_EQ(s.ladder.report().signaled, 3);
-}
-
-// A tree larger than the watched members is counted when the settle time
-// is up with no watched exit: the signalled members exit in the
-// scheduler's order, so a tree that has shrunk is dying, and is not frozen
-// (a freeze would wake every member only for it to die); one that has not
-// shrunk since is.
-TEST(large_tree_that_shrinks_is_left_to_die_unfrozen) {
-  Setup s;
-  std::vector<std::pair<char, char>> members(LadderLimits::kMaxWatchedMembers - 1, {kInside, kStayOnSignal});
-  for (int i = 0; i < 4; ++i) members.push_back({kInside, kExitOnSignal});
-  CHECK(s.make(kStayOnSignal, members));
-  s.fake.freezable = true;
-  s.fake.freeze_delay_ms = 0;
-  s.ladder.start("terminate", 1000, graceful(), s.tree.main_pid());
-  CHECK_EQ(s.host.watched.size(), LadderLimits::kMaxWatchedMembers);
-  CHECK_EQ(s.host.armed, LadderLimits::kSettleMs);
-  for (size_t i = LadderLimits::kMaxWatchedMembers; i < s.pids.size(); ++i) CHECK(s.tree.wait_dead(s.pids[i]));
-  // Time up, no watched exit: counted, fewer than the round read.
-  CHECK(s.host.fire(&s.ladder));
-  CHECK_EQ(s.fake.reads, 2);
-  CHECK(s.fake.freeze_calls.empty());
-  CHECK_EQ(s.host.armed, LadderLimits::kTailPollMs);
-  // No one else goes: counted again when the time is up, then frozen.
-  int fired = 0;
-  while (s.fake.freeze_calls.empty() && fired < 100 && s.host.fire(&s.ladder)) ++fired;
-  CHECK_EQ(fired, LadderLimits::kSettleMs);
-  CHECK_EQ(s.fake.reads, 4);  // the count, then the frozen read
-  CHECK(s.fake.freeze_calls == std::vector<bool>({true, false}));
-  CHECK_EQ(s.ladder.report().signaled, static_cast<int>(s.pids.size()));
-  CHECK(s.host.fire(&s.ladder));
-  CHECK(s.ladder.done());
-  CHECK_EQ(s.ladder.report().killed, static_cast<int>(LadderLimits::kMaxWatchedMembers));
-}
-
 // A short grace bounds that wait: the complete read, and the signal to what
 // the first read missed, come once the grace's time has gone by.
 TEST(wait_for_a_dying_tree_is_bounded_by_the_grace) {
