@@ -225,6 +225,22 @@ describe('events and results', () => {
     await call.done;
   });
 
+  it('a tree that empties while its cgroup.events watch is being added still closes', async () => {
+    // The main process exits first; the tree empties a moment later, inside
+    // the window (widened by a test hook) between the read that found it
+    // populated and the watch: the watch's event never comes, so the call
+    // must read once more with the watch in place. A nested proctree hits
+    // this when its guardian exits just after the main process.
+    const cjs = path.resolve(__dirname, '../dist/cjs/index.js');
+    const script = `require(${JSON.stringify(cjs)}).run('sh', ['-c', '(sleep 0.1) & exit 0']).then(r => process.stdout.write('closed ' + r.exitCode))`;
+    const r = await run(process.execPath, ['-e', script], {
+      env: { ...process.env, PROCTREE_TEST_WATCH_DELAY_MS: '400' },
+      timeout: 20000,
+      grace: 0,
+    });
+    expect({ timedOut: r.timedOut, stdout: r.stdout, stderr: r.stderr }).toEqual({ timedOut: false, stdout: 'closed 0', stderr: '' });
+  });
+
   it('works from ESM and CommonJS alike (a real node process for each)', async () => {
     const esm = pathToFileURL(path.resolve(__dirname, '../dist/esm/index.mjs')).href;
     const r = await run(process.execPath, ['--input-type=module', '-e', `import { run } from '${esm}'; process.stdout.write((await run('echo', ['esm'])).stdout)`]);

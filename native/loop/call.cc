@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <unordered_set>
 
 #include "helper/shim_protocol.h"
@@ -325,6 +326,17 @@ void Call::watch_emptiness() {
   }
 }
 
+// PROCTREE_TEST_WATCH_DELAY_MS: a pause between the read that found the tree
+// populated and the cgroup.events watch, so that a test can make the tree
+// empty in between (the race the re-read in check_finished() closes).
+void Call::test_widen_watch_window() {
+  static const int delay_ms = [] {
+    const char* v = getenv("PROCTREE_TEST_WATCH_DELAY_MS");
+    return v ? std::max(0, std::min(atoi(v), 1000)) : 0;
+  }();
+  if (delay_ms > 0 && (tier() == Tier::kCgroup || tier() == Tier::kSystemd)) usleep(delay_ms * 1000);
+}
+
 void Call::check_finished() {
   if (finished_ || ladder_.running() || !confinement_) return;
   if (!main_exited_) {
@@ -338,7 +350,14 @@ void Call::check_finished() {
   confinement_->read_usage(&usage_);
   SysError release_error;
   if (!confinement_->release_if_empty(&release_error)) {
+    const bool watched = events_wd_ >= 0;
+    if (!watched) test_widen_watch_window();
     watch_emptiness();
+    // A watch added only now misses what changed before it: the tree may
+    // have emptied since the read above (as a nested proctree's guardian
+    // does a moment after the main process), and its event never comes.
+    // Read once more with the watch in place.
+    if (!watched && events_wd_ >= 0) check_finished();
     return;
   }
   if (release_error) post_error(release_error);
