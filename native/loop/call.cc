@@ -311,6 +311,14 @@ void Call::watch_emptiness() {
   if (finished_ || !confinement_) return;
   if (tier() == Tier::kCgroup || tier() == Tier::kSystemd) {
     if (events_wd_ >= 0) return;
+    // PROCTREE_TEST_WATCH_DELAY_MS (tests only): a pause before the watch,
+    // so that a test can empty the tree after a read found it populated and
+    // before the watch is there (the race check_finished() reads again for).
+    static const int test_delay_ms = [] {
+      const char* v = getenv("PROCTREE_TEST_WATCH_DELAY_MS");
+      return v ? std::max(0, std::min(atoi(v), 1000)) : 0;
+    }();
+    if (test_delay_ms > 0) usleep(static_cast<useconds_t>(test_delay_ms) * 1000);
     const CgroupDir& leaf = static_cast<CgroupConfinement*>(confinement_.get())->leaf();
     if (SysError e = env_->reactor().watch_cgroup(leaf.path() + "/cgroup.events", id_, &events_wd_)) {
       // Out of inotify watches (ENOSPC): the call goes on, polled instead.
@@ -324,17 +332,6 @@ void Call::watch_emptiness() {
     polling_ = true;
     arm_timer(confinement_->poll_ms());
   }
-}
-
-// PROCTREE_TEST_WATCH_DELAY_MS: a pause between the read that found the tree
-// populated and the cgroup.events watch, so that a test can make the tree
-// empty in between (the race the re-read in check_finished() closes).
-void Call::test_widen_watch_window() {
-  static const int delay_ms = [] {
-    const char* v = getenv("PROCTREE_TEST_WATCH_DELAY_MS");
-    return v ? std::max(0, std::min(atoi(v), 1000)) : 0;
-  }();
-  if (delay_ms > 0 && (tier() == Tier::kCgroup || tier() == Tier::kSystemd)) usleep(delay_ms * 1000);
 }
 
 void Call::check_finished() {
@@ -351,7 +348,6 @@ void Call::check_finished() {
   SysError release_error;
   if (!confinement_->release_if_empty(&release_error)) {
     const bool watched = events_wd_ >= 0;
-    if (!watched) test_widen_watch_window();
     watch_emptiness();
     // A watch added only now misses what changed before it: the tree may
     // have emptied since the read above (as a nested proctree's guardian

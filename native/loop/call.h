@@ -183,7 +183,6 @@ class Call : public LadderHost {
   void post_report();
   void post_error(const SysError& e);
   void check_finished();
-  void test_widen_watch_window();
   void watch_emptiness();
   void unwatch();
   void unwatch_control();
