@@ -1,6 +1,6 @@
 // Hundreds of calls leave nothing: no zombie, no descriptor, no cgroup, and
 // Node's own child_process keeps working beside us (we never reap what is not ours).
-import { spawn as cpSpawn } from 'node:child_process';
+import { spawn as cpSpawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 
@@ -88,5 +88,36 @@ describe('resources', () => {
     await new Promise((r) => call.on('exit', r));
     expect(zombieChildren()).toEqual([]);
     await call.done;
+  });
+
+  // The kernel grows a process's table of descriptors by doubling, and with
+  // more than one thread each growth waits for an RCU grace period (5-18 ms
+  // here) on the thread that wanted the descriptor: the JavaScript thread at
+  // its 257th, or a pass holding a large tree's pidfds, once per doubling.
+  // proctree grows the table ahead of its own use, on a thread of its own.
+  const tableSize = (limit: number | null): { before: number; after: number } => {
+    const script = `
+      const fs = require('node:fs');
+      const { run } = require(${JSON.stringify(path.resolve(__dirname, '../dist/cjs/index.js'))});
+      const size = () => Number(/FDSize:\\s*(\\d+)/.exec(fs.readFileSync('/proc/self/status', 'utf8'))[1]);
+      (async () => {
+        const before = size();
+        await run('true');
+        const deadline = Date.now() + 20000;
+        while (size() < 2048 && size() < ${limit ?? 2048} && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+        await run('true');
+        console.log(JSON.stringify({ before, after: size() }));
+      })();`;
+    const argv = ['-c', `${limit ? `ulimit -n ${limit} && ` : ''}exec "$0" -e "$1"`, process.execPath, script];
+    return JSON.parse(execFileSync('sh', argv, { encoding: 'utf8', timeout: 60_000 })) as { before: number; after: number };
+  };
+
+  it('grows the descriptor table ahead of its own descriptors, within RLIMIT_NOFILE', () => {
+    const fresh = tableSize(null);
+    expect(fresh.before).toBeLessThan(2048); // Node starts with room for 256
+    expect(fresh.after).toBeGreaterThanOrEqual(2048);
+    // A low limit ends the table there, and calls go on as before.
+    const low = tableSize(300);
+    expect(low.after).toBeLessThanOrEqual(512);
   });
 });

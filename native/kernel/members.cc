@@ -3,9 +3,16 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "kernel/fd_table.h"
 #include "kernel/pidfd.h"
 
 namespace proctree {
+namespace {
+
+// Besides a batch's pidfds: what confirming it opens, and other threads' use.
+constexpr size_t kFdSlack = 64;
+
+}  // namespace
 
 void keep_listed(std::vector<Held>* held, std::vector<pid_t>* listed) {
   std::sort(listed->begin(), listed->end());
@@ -32,6 +39,12 @@ SysError for_each_confirmed(const std::vector<pid_t>& pids, const ConfirmMembers
         if (errno != ESRCH && !first) first = SysError::from_errno("pidfd_open");
         ++i;
         continue;
+      }
+      // A large batch: room for all of it in one growth of the table, not
+      // one grace period per doubling (kernel/fd_table.h).
+      if (held.empty() && batch > kHeldBatch) {
+        const size_t want = std::min(batch, pids.size() - i) + kFdSlack;
+        grow_fd_table(fd.get(), fd.get() + static_cast<int>(std::min<size_t>(want, 1 << 20)));
       }
       held.push_back(Held{pids[i], std::move(fd)});
       index.push_back(i);

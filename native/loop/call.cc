@@ -13,6 +13,7 @@
 #include "kernel/cgroup.h"
 #include "ladder/cgroup_confinement.h"
 #include "loop/environment.h"
+#include "loop/fd_room.h"
 
 namespace proctree {
 namespace {
@@ -56,6 +57,7 @@ void Call::start() {
 }
 
 void Call::watch_main() {
+  keep_fd_room(main_.pidfd.get());
   main_watched_ = !env_->reactor().watch_main(main_.pidfd.get(), id_);
   if (control_) {
     control_watched_ = !env_->reactor().watch_control(control_.get(), id_);

@@ -18,6 +18,7 @@
 #include "ladder/pidns_confinement.h"
 #include "ladder/session_confinement.h"
 #include "ladder/subreaper_confinement.h"
+#include "loop/fd_room.h"
 
 namespace proctree {
 namespace {
@@ -46,6 +47,7 @@ SysError Environment::ensure_open() {
   opened_ = true;
   open_error_ = [this]() -> SysError {
     if (SysError e = reactor_.open()) return e;
+    keep_fd_room(reactor_.fd());
     if (SysError e = timers_.open()) return e;
     if (SysError e = reactor_.watch_loop(timers_.fd(), Reactor::LoopFd::kTimers)) return e;
     wake_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
