@@ -23,6 +23,7 @@ SysError CgroupConfinement::members(std::vector<pid_t>* out) const {
   // A sealed call's shim is the leaf's, not the tree's: never signalled
   // (cgroup.kill takes it with the rest), never a leftover.
   if (!e && init_ > 0) out->erase(std::remove(out->begin(), out->end(), init_), out->end());
+  if (!e) last_listed_.store(out->size(), std::memory_order_relaxed);
   return e;
 }
 
@@ -30,11 +31,16 @@ SysError CgroupConfinement::confirm(std::vector<Held>* held) const {
   // Where the kernel tells a pidfd's cgroup (6.13), a member held in the
   // leaf itself is confirmed by its pidfd: that names one process, and it is
   // in the leaf now, whatever became of the number it was opened by. That
-  // saves a read of the whole list per batch, which a tree of thousands
-  // dying meanwhile makes slow (the list's lock is the exits' too).
+  // saves a read of the whole list per batch when the batch is a small part
+  // of the tree. For a batch of at least a quarter of the list last read,
+  // one read is cheaper: about 0.2 µs a listed member (and as much with a
+  // thousand of them exiting) against 1.2-1.6 µs a pidfd; before a large
+  // tree's first signal, that is a millisecond less before it.
   enum Seen : char { kInLeaf, kGone, kListed };
   std::vector<Seen> seen(held->size(), kListed);
-  const unsigned long long leaf = leaf_id();
+  const unsigned long long leaf =
+      held->size() >= kListCheaperFrom && held->size() * 4 >= last_listed_.load(std::memory_order_relaxed) ? 0
+                                                                                                             : leaf_id();
   bool read = false;
   for (size_t i = 0; i < held->size(); ++i) {
     uint64_t id = 0;

@@ -75,6 +75,10 @@ class CgroupConfinement : public Confinement {
   }
 
  private:
+  // A batch this large, and a quarter of the list or more, is confirmed by
+  // one read of the list rather than one question per pidfd (confirm()).
+  static constexpr size_t kListCheaperFrom = 128;
+
   enum class Offer { kTaken, kPopulated, kRefused };
   Offer offer_to_pool();
   Kill kill(bool now);
@@ -84,6 +88,8 @@ class CgroupConfinement : public Confinement {
   CgroupDir leaf_;
   // Atomic: a pass on the host's thread (share_reads) may look it up too.
   mutable std::atomic<unsigned long long> leaf_id_{0};
+  // How many members() listed last (any thread): how large the tree is.
+  mutable std::atomic<size_t> last_listed_{0};
   Tier tier_;
   LeafPool* pool_ = nullptr;
   CpuCounters base_;
