@@ -1,6 +1,6 @@
 // Many calls under one supervisor, and nothing left behind however the harness
 // dies: normal exit, process.exit(), a throw, SIGTERM, SIGKILL.
-import { spawn as cpSpawn } from 'node:child_process';
+import { spawn as cpSpawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
@@ -121,6 +121,35 @@ describe('Supervisor', () => {
     await until(() => liveWith(t).length === 0, 2000);
     expect(liveWith(t)).toEqual([]);
     expect(() => sup.spawn('true')).toThrow(expect.objectContaining({ code: 'ERR_PROCTREE_SUPERVISOR_CLOSED' }));
+  });
+
+  it("shutdown() signals many small trees from proctree's passes thread, not in the loop's slices", () => {
+    // Each tree is far below the size whose pass leaves the loop on its own:
+    // only the group stop sends them there, so the thread exists afterwards
+    // only if it did. In a process of its own, where nothing started it before.
+    const t = token();
+    const script = `
+      const fs = require('node:fs');
+      const { Supervisor } = require(${JSON.stringify(path.resolve(__dirname, '../dist/cjs/index.js'))});
+      const threads = () => fs.readdirSync('/proc/self/task').map((id) => {
+        try { return fs.readFileSync('/proc/self/task/' + id + '/comm', 'utf8').trim(); } catch { return ''; }
+      });
+      (async () => {
+        const sup = new Supervisor({ name: 'passes-' + process.pid });
+        const calls = Array.from({ length: 8 }, () => sup.spawn('sh', ['-c', 'sleep ${t} & sleep ${t} & wait'], { stdio: 'ignore' }));
+        await Promise.all(calls.map((c) => new Promise((resolve) => c.once('spawn', resolve))));
+        const before = threads().includes('proctree-pass');
+        const reports = await sup.shutdown({ grace: 2000 });
+        console.log(JSON.stringify({ before, after: threads().includes('proctree-pass'),
+          clean: reports.length === 8 && reports.every((r) => r.verified === 'cgroup.events' && r.leftovers.length === 0) }));
+      })();`;
+    const out = JSON.parse(execFileSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 60_000 })) as {
+      before: boolean;
+      after: boolean;
+      clean: boolean;
+    };
+    expect(out).toEqual({ before: false, after: true, clean: true });
+    expect(liveWith(t)).toEqual([]);
   });
 
   it('queued calls never start after shutdown; later spawns fail clearly', async () => {

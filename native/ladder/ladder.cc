@@ -130,8 +130,9 @@ void Ladder::continue_pass() {
   // where the tier's reads may (Confinement::share_reads): the system calls
   // for a tree of thousands take milliseconds, which in slices between the
   // harness's turns would stall its loop in each one, every slice stretched
-  // by the exits it causes competing for the CPU.
-  if (pass_todo_.size() - pass_next_ > LadderLimits::kPassSlice && c_->share_reads()) {
+  // by the exits it causes competing for the CPU. So do the passes of many
+  // trees stopped together (LadderHost::pass_elsewhere).
+  if ((pass_todo_.size() - pass_next_ > LadderLimits::kPassSlice || host_->pass_elsewhere()) && c_->share_reads()) {
     pass_away_ = true;
     if (host_->run_elsewhere([this](std::vector<Fd>* late) { run_pass(nullptr, late); })) return;
     pass_away_ = false;

@@ -99,6 +99,11 @@ class LadderHost {
   // signalled: nothing left to do after the last signal delays the ladder).
   using AwayWork = std::function<void(std::vector<Fd>* late)>;
   virtual bool run_elsewhere(AwayWork /*work*/) { return false; }
+  // Even a pass over a small tree goes to run_elsewhere(): the host stops
+  // many trees at once (a supervisor's shutdown), and their passes in
+  // budgeted slices of its loop, one turn after another, would hold back
+  // the last trees' signals behind the exits the first ones caused.
+  virtual bool pass_elsewhere() { return false; }
 };
 
 class Ladder {

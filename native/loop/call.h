@@ -169,6 +169,10 @@ class Call : public LadderHost {
   void ladder_finished() override;
   size_t pass_budget(size_t wanted) override;
   bool run_elsewhere(AwayWork work) override;
+  bool pass_elsewhere() override { return stopped_with_others_; }
+  // Stopped with others at once (Environment::terminate_group): its passes
+  // go to the passes' thread, whatever the tree's size.
+  void stop_with_others() { stopped_with_others_ = true; }
   // The pass run_elsewhere() handed over has run.
   void on_pass_returned();
   // The Environment has budget for this call's graceful pass again.
@@ -245,6 +249,7 @@ class Call : public LadderHost {
   std::vector<Fd> watched_members_;
   Usage usage_;
   size_t peak_processes_ = 1;
+  bool stopped_with_others_ = false;
   bool paused_ = false;  // set_paused(true) was the last asked, and no ladder ran since
   int pause_wanted_ = -1;  // the frozen state a kFrozen event is due for (0, 1), or -1
   Timer timer_;

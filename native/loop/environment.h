@@ -303,6 +303,9 @@ class Environment {
   // What ladders may spend of one turn of the loop, and how many members
   // they may ask for at once within it.
   static constexpr uint64_t kTurnBudgetNs = 2000000;
+  // A group stop of this many calls or more sends their passes to the
+  // passes' thread (terminate_group).
+  static constexpr size_t kGroupPassesElsewhere = 4;
   static constexpr size_t kMembersPerGrant = 32;
   // A callback that starts sooner than this after the last one ended goes on
   // with its slice (see turn()); a yielded turn waits longer than this, so

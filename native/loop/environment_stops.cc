@@ -20,6 +20,9 @@ std::vector<bool> Environment::terminate_group(const std::vector<uint64_t>& ids,
   for (size_t i = 0; i < ids.size(); ++i) {
     Call* c = find(ids[i]);
     if (!c) continue;
+    // The passes of many trees: on the passes' thread, one after another
+    // and at once, not in the loop's slices (LadderHost::pass_elsewhere).
+    if (ids.size() >= kGroupPassesElsewhere) c->stop_with_others();
     if (!turn_has_time()) {
       // Later in this turn's place: a ladder that starts on an empty tree
       // still reports, so the answer is already known.
