@@ -28,8 +28,9 @@ const FULL = {
   spawnLatency: { tiersMB: [50, 1024, 4096], samples: { 50: 150, 1024: 150, 4096: 50 }, proctreeSamples: 300, warmup: 10, warmupCalls: 2000, floorSamples: 300 },
   cleanupLatency: {
     sizes: [1, 10, 100, 1000],
-    // 5 at 1000: issue 14's terminate() verdicts are read there.
-    reps: { 1: 7, 10: 7, 100: 3, 1000: 5 },
+    // 11 at 1000: issue 29's terminate() verdict is read there, and a
+    // thousand exits on two CPUs spread a median of 5 by a quarter.
+    reps: { 1: 7, 10: 7, 100: 3, 1000: 11 },
     modes: ['term', 'ignore'],
     grace: 200,
     // cgroup.kill: the kernel's floor (one write, SIGKILL, no grace);
@@ -44,7 +45,7 @@ const FULL = {
   // Issue 14: fds and heap per live call, spawn cost with `calls` live vs `fewLive`.
   memory: { calls: 1000, methods: ['proctree', 'proctree run()', 'child_process'], spawnSamples: 200, fewLive: 10 },
   // Issue 5: 100 calls × 10 processes, every one honouring SIGTERM.
-  shutdown: { trees: 100, perTree: 10, lifetimeS: 120, reps: 5, grace: 1000, methods: ['proctree', 'killpg', 'floor'] },
+  shutdown: { trees: 100, perTree: 10, lifetimeS: 120, reps: 9, grace: 1000, methods: ['proctree', 'killpg', 'floor'] },
   // Issue 12: PTY spawn → exit of /bin/true, proctree vs node-pty.
   ptyLatency: { samples: 200, warmup: 10 },
   // Issue 14: harness CPU per call against the C floor.
