@@ -128,7 +128,8 @@ void Environment::schedule_delivery() {
 }
 
 void Environment::update_keep_alive() {
-  bool alive = !closing_ && (referenced_ > 0 || !pending_.empty() || writes_.busy() || ports_.busy() || passes_.busy());
+  bool alive = !closing_ && (referenced_ > 0 || !pending_.empty() || writes_.busy() || ports_.busy() || passes_.busy() ||
+                               !returned_passes_.empty());
   if (alive == kept_alive_) return;
   kept_alive_ = alive;
   host_->keep_alive(alive);
@@ -535,6 +536,7 @@ void Environment::close() {
   ports_.close();
   deferred_stops_.clear();
   budget_waiters_.clear();
+  returned_passes_.clear();
   pending_.clear();
   timers_.close();
   reactor_.close();

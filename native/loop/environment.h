@@ -160,6 +160,9 @@ class Environment {
   // together get a few milliseconds of each turn of the loop. A call granted
   // none is resumed (Call::resume_pass) in a later turn.
   size_t take_pass_budget(uint64_t call_id, size_t wanted);
+  // Tells the ladders whose passes came back, while the turn has time; false
+  // if some are left for the next turn.
+  bool resume_returned_passes();
   // A ladder's pass over a large tree, run on the passes' thread
   // (LadderHost::run_elsewhere); the call's on_pass_returned() follows.
   bool run_pass_elsewhere(uint64_t call_id, JobThread::Work work);
@@ -286,6 +289,9 @@ class Environment {
     std::string reason;
   };
   std::deque<DeferredStop> deferred_stops_;
+  // Calls whose pass came back from the passes' thread, not yet told
+  // (resume_returned_passes).
+  std::deque<uint64_t> returned_passes_;
   uint64_t turn_start_ns_ = 0;  // 0: this turn has not spent any time yet
   // When our last callback into the runtime ended, and the slice it was in.
   uint64_t last_end_ns_ = 0;

@@ -59,10 +59,25 @@ bool Environment::run_pass_elsewhere(uint64_t call_id, JobThread::Work work) {
 }
 
 void Environment::on_passes_done() {
-  for (uint64_t id : passes_.take_done()) {
-    if (Call* c = find(id)) c->on_pass_returned();
+  for (uint64_t id : passes_.take_done()) returned_passes_.push_back(id);
+  if (!resume_returned_passes()) {
+    yielded_ = true;
+    start_turns();
   }
   update_keep_alive();
+}
+
+bool Environment::resume_returned_passes() {
+  // A stop of a hundred trees gets a hundred passes back at once, each
+  // ladder's next steps (its watches, a read of cgroup.events) a moment of
+  // the loop: they go on while this turn has time, the rest in the next.
+  // Until then a ladder is as if its pass were still away.
+  while (!returned_passes_.empty() && turn_has_time()) {
+    const uint64_t id = returned_passes_.front();
+    returned_passes_.pop_front();
+    if (Call* c = find(id)) c->on_pass_returned();
+  }
+  return returned_passes_.empty();
 }
 
 void Environment::on_wake() {
@@ -76,6 +91,7 @@ void Environment::resume_waiting() {
   wake_signalled_ = false;
   // What waits goes on, in order, while this turn has time; the rest waits
   // for the next one.
+  resume_returned_passes();
   while (!deferred_stops_.empty() && turn_has_time()) {
     DeferredStop d = std::move(deferred_stops_.front());
     deferred_stops_.pop_front();
@@ -93,7 +109,7 @@ void Environment::resume_waiting() {
     budget_waiters_.push_front(waiting.back());
     waiting.pop_back();
   }
-  if (!budget_waiters_.empty() || !deferred_stops_.empty()) {
+  if (!budget_waiters_.empty() || !deferred_stops_.empty() || !returned_passes_.empty()) {
     yielded_ = true;
     start_turns();
   }
