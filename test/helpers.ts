@@ -1,6 +1,6 @@
 // Shared by the tests: unique tokens to find a test's processes in /proc, and
 // checks that read the kernel's view (cgroup files, /proc), never our bookkeeping.
-import { spawn as cpSpawn, type ChildProcess } from 'node:child_process';
+import { spawn as cpSpawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -301,4 +301,18 @@ export function readHeldPastEmpty(
     }, ms),
   );
   return new Promise((resolve) => call.on('close', (code) => resolve({ code, total })));
+}
+
+/**
+ * Runs `body` in a node process of its own, where nothing of proctree has run
+ * yet (its threads and its descriptor table are the process's own), with `fs`
+ * and the built package as `proctree` in scope; `body` prints one JSON line,
+ * which is returned. `nofile`: RLIMIT_NOFILE for that process (soft and hard).
+ */
+export function inFreshNode<T>(body: string, nofile?: number): T {
+  const script = `const fs = require('node:fs');
+const proctree = require(${JSON.stringify(path.resolve(__dirname, '../dist/cjs/index.js'))});
+${body}`;
+  const argv = ['-c', `${nofile ? `ulimit -n ${nofile} && ` : ''}exec "$0" -e "$1"`, process.execPath, script];
+  return JSON.parse(execFileSync('sh', argv, { encoding: 'utf8', timeout: 60_000 })) as T;
 }

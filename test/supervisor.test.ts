@@ -1,6 +1,6 @@
 // Many calls under one supervisor, and nothing left behind however the harness
 // dies: normal exit, process.exit(), a throw, SIGTERM, SIGKILL.
-import { spawn as cpSpawn, execFileSync } from 'node:child_process';
+import { spawn as cpSpawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
@@ -8,7 +8,7 @@ import { Worker } from 'node:worker_threads';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { Supervisor } from '../dist/cjs/index.js';
-import { cgroupMembers, killCgroup, liveWith, token, waitForLive } from './helpers';
+import { cgroupMembers, inFreshNode, killCgroup, liveWith, token, waitForLive } from './helpers';
 import { fileSupervisors } from './supervisors';
 
 const harness = path.join(__dirname, 'fixtures', 'harness.cjs');
@@ -128,26 +128,19 @@ describe('Supervisor', () => {
     // only the group stop sends them there, so the thread exists afterwards
     // only if it did. In a process of its own, where nothing started it before.
     const t = token();
-    const script = `
-      const fs = require('node:fs');
-      const { Supervisor } = require(${JSON.stringify(path.resolve(__dirname, '../dist/cjs/index.js'))});
+    const out = inFreshNode<{ before: boolean; after: boolean; clean: boolean }>(`
       const threads = () => fs.readdirSync('/proc/self/task').map((id) => {
         try { return fs.readFileSync('/proc/self/task/' + id + '/comm', 'utf8').trim(); } catch { return ''; }
       });
       (async () => {
-        const sup = new Supervisor({ name: 'passes-' + process.pid });
+        const sup = new proctree.Supervisor({ name: 'passes-' + process.pid });
         const calls = Array.from({ length: 8 }, () => sup.spawn('sh', ['-c', 'sleep ${t} & sleep ${t} & wait'], { stdio: 'ignore' }));
         await Promise.all(calls.map((c) => new Promise((resolve) => c.once('spawn', resolve))));
         const before = threads().includes('proctree-pass');
         const reports = await sup.shutdown({ grace: 2000 });
         console.log(JSON.stringify({ before, after: threads().includes('proctree-pass'),
           clean: reports.length === 8 && reports.every((r) => r.verified === 'cgroup.events' && r.leftovers.length === 0) }));
-      })();`;
-    const out = JSON.parse(execFileSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 60_000 })) as {
-      before: boolean;
-      after: boolean;
-      clean: boolean;
-    };
+      })();`);
     expect(out).toEqual({ before: false, after: true, clean: true });
     expect(liveWith(t)).toEqual([]);
   });
