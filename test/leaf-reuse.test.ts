@@ -169,6 +169,31 @@ describe('cgroup leaves reused across calls', () => {
     expect([c.exitCode, c.signalCode]).toEqual([0, null]);
   });
 
+  it('the same for a spawn past its burst\'s budget, cloned on a spawner thread: it runs, in the leaf it was given', async () => {
+    const sup = supervisor();
+    const other = supervisor();
+    const a = await ranTrue(sup);
+    const leaf = a.cgroup as string;
+    fs.writeFileSync(`${leaf}/cgroup.kill`, '1');
+    // Enough clones in this run to use up its budget on any machine, in
+    // another subtree (whose kept leaves are not this one's).
+    const burst = Array.from({ length: 60 }, () => track(other.spawn('true', [], { stdio: 'ignore' })));
+    const b = track(sup.spawn('cat', ['/proc/self/cgroup'], { stdio: ['ignore', 'pipe', 'ignore'] }));
+    let out = '';
+    b.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+    let error: Error | null = null;
+    b.on('error', (e: Error) => (error = e));
+    await Promise.all([...burst, b].map(closed));
+    expect(error).toBe(null);
+    expect([b.exitCode, b.signalCode]).toEqual([0, null]);
+    // Given the kept leaf (the call named it before its clone), and run there.
+    expect(b.cgroup).toBe(leaf);
+    const v2 = out.split('\n').find((l) => l.startsWith('0::')) as string;
+    expect(leaf.endsWith(v2.slice(3))).toBe(true);
+    const c = await ranTrue(sup);
+    expect([c.exitCode, c.signalCode]).toEqual([0, null]);
+  });
+
   it("a call's usage is its own, not the earlier calls' of its leaf", async () => {
     const sup = supervisor();
     const busy = 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done';

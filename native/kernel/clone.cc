@@ -141,7 +141,7 @@ SysError clone_vfork(ChildStack& stack, const CloneRequest& req, int (*fn)(void*
   CloneMethod method = CloneMethod::kClone3;
   {
     AllSignalsBlocked blocked;
-    if (g_clone3_works.load(std::memory_order_relaxed)) {
+    if (!req.no_clone3 && g_clone3_works.load(std::memory_order_relaxed)) {
       CloneArgs ca{};
       ca.flags = static_cast<uint64_t>(vm) | CLONE_VFORK | CLONE_PIDFD | req.ns_flags;
       ca.pidfd = reinterpret_cast<uint64_t>(pidfd_slot);

@@ -61,6 +61,9 @@ struct CloneRequest {
   // CLONE_VFORK. For a child that changes its uid or gid: one that shares
   // our memory would make the harness non-dumpable.
   bool share_memory = true;
+  // true: clone() even where clone3 works (the child joins cgroup_fd by its
+  // cgroup.procs, as above).
+  bool no_clone3 = false;
   // Where the kernel writes the child's pid (clone3's CLONE_PARENT_SETTID)
   // and its pidfd (CLONE_PIDFD), both before the calling thread waits for
   // the exec, so another thread can read them meanwhile (EarlyIds in

@@ -258,6 +258,34 @@ bool read_early_ids(const EarlyIds& ids, pid_t* pid, int* pidfd) {
   return true;
 }
 
+bool take_early_ids(EarlyIds* ids, pid_t* pid, int* pidfd) {
+  uint32_t was = EarlyIds::kOpen;
+  if (!__atomic_compare_exchange_n(&ids->claim, &was, EarlyIds::kTaken, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
+      was != EarlyIds::kTaken) {
+    return false;
+  }
+  // Read after the claim: ids seen before it may be a retired child's.
+  return read_early_ids(*ids, pid, pidfd);
+}
+
+void reopen_early_ids(EarlyIds* ids) {
+  __atomic_store_n(&ids->pid, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&ids->pidfd, -1, __ATOMIC_RELAXED);
+  __atomic_store_n(&ids->claim, EarlyIds::kOpen, __ATOMIC_RELEASE);
+}
+
+namespace {
+
+// A child nobody took is retired: nobody acts on it from now on.
+bool retire_early_ids(EarlyIds* ids) {
+  if (!ids) return true;
+  uint32_t was = EarlyIds::kOpen;
+  return __atomic_compare_exchange_n(&ids->claim, &was, EarlyIds::kRetired, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE);
+}
+
+}  // namespace
+
 SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* out, EarlyIds* early) {
   if (SysError e = validate_fds(req)) return e;
   const int nfds = static_cast<int>(req.fds.size());
@@ -300,6 +328,7 @@ SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* 
   Fd late_procs;
   creq.late_procs = &late_procs;
   creq.share_memory = share_memory;
+  creq.no_clone3 = req.no_clone3;
   creq.parent_tid = &ids->pid;
   creq.pidfd_out = &ids->pidfd;
   Cloned child;
@@ -342,7 +371,7 @@ SysError spawn_process(const SpawnRequest& req, ChildStack& stack, SpawnResult* 
   bool killed_at_birth = stage == kStageNone && req.birth_kill_is_error && !rep.ran && req.cgroup_dir >= 0 &&
                          child.method == CloneMethod::kClone3 &&
                          g_report_mode.load(std::memory_order_relaxed) == kSharedMemory &&
-                         child_killed(child.pidfd.get());
+                         child_killed(child.pidfd.get()) && retire_early_ids(early);
   if (stage != kStageNone || killed_at_birth) {
     reap(child.pidfd.get());
     if (early) {

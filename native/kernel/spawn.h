@@ -66,11 +66,16 @@ struct SpawnRequest {
   // its exec as ambient ones (kernel/child.h).
   unsigned ambient_caps = 0;
   // Nobody else can signal the child before spawn_process returns (its
-  // pidfd is nobody else's yet): a child that clone3 placed into
-  // cgroup_dir and that died of SIGKILL before its first step was then
-  // killed by the kernel at birth, and spawn_process says so with
-  // kKilledAtBirth instead of handing back a child that never ran.
+  // pidfd is nobody else's yet, or, with EarlyIds, nobody took it: see
+  // EarlyIds::claim): a child that clone3 placed into cgroup_dir and that
+  // died of SIGKILL before its first step was then killed by the kernel at
+  // birth, and spawn_process says so with kKilledAtBirth instead of handing
+  // back a child that never ran.
   bool birth_kill_is_error = false;
+  // clone() and the child's own write of cgroup_dir's cgroup.procs, even
+  // where clone3 works: to start again, in the same cgroup, a child that
+  // clone3 got killed at birth there (kKilledAtBirth).
+  bool no_clone3 = false;
 };
 
 // The error (errno, with syscall "clone3") of a spawn whose child the kernel
@@ -110,9 +115,19 @@ struct SpawnResult {
 //   * clone() then pidfd_open (qemu-user < 8.0): pid and pidfd once the
 //     clone returns (an emulator returns from vfork at once anyway).
 // In every case spawn_process stores both before it returns.
+//
+// `claim` says whose the ids are. A reader takes them (take_early_ids)
+// before it acts on the child; until then the child is nobody's but the
+// spawning thread's, and a child that died of SIGKILL before its first step
+// was killed by the kernel, at birth (birth_kill_is_error), so the spawn can
+// be made again, for the same reader, with new ids (reopen_early_ids).
 struct EarlyIds {
+  static constexpr uint32_t kOpen = 0;     // nobody took them
+  static constexpr uint32_t kTaken = 1;    // a reader did: no spawn again
+  static constexpr uint32_t kRetired = 2;  // killed at birth: new ids come
   int pid = 0;
   int pidfd = -1;
+  uint32_t claim = kOpen;
 };
 
 // Reader side, any thread: false until the pid is published; then *pid is
@@ -126,6 +141,14 @@ struct EarlyIds {
 // belongs to the spawning thread until spawn_process returns, and to its
 // SpawnResult then.
 bool read_early_ids(const EarlyIds& ids, pid_t* pid, int* pidfd);
+// The same, for a reader that will act on the child: from now on the ids
+// are its own (the spawn is not made again). false also while they are
+// retired (a child killed at birth, whose spawn is made again): read again
+// later.
+bool take_early_ids(EarlyIds* ids, pid_t* pid, int* pidfd);
+// Spawning thread, between two spawn_process calls of one request: the ids
+// of a child killed at birth are withdrawn, and readers may take the next.
+void reopen_early_ids(EarlyIds* ids);
 
 // Either fills *out and returns no error, or returns the error of the step
 // that failed ("clone3", "chdir", "execve", ...). A child that failed before

@@ -99,6 +99,16 @@ void SpawnJob::spawner_done() {
   if (abandon_.exchange(2) == 1) reap_abandoned();
 }
 
+bool SpawnJob::take_early(pid_t* pid, int* pidfd) {
+  for (;;) {
+    if (take_early_ids(&early_, pid, pidfd)) return true;
+    // Retired: a child the kernel killed at birth, made again at once
+    // (Spawner::run). Its successor's ids are taken instead.
+    if (__atomic_load_n(&early_.claim, __ATOMIC_ACQUIRE) != EarlyIds::kRetired) return false;
+    futex_wait(reinterpret_cast<std::atomic<uint32_t>*>(&early_.claim), EarlyIds::kRetired, kEarlyPollNs);
+  }
+}
+
 bool SpawnJob::collect(int timeout_ms, SysError* failed) {
   if (!done()) {
     if (timeout_ms == 0) return false;
@@ -194,7 +204,18 @@ void* Spawner::run(void* arg) {
       --shared->idle;
     }
     job->set_state(SpawnJob::kCloning);
+    job->req_.birth_kill_is_error = true;
     job->error_ = spawn_process(job->req_, stack, &job->result_, &job->early_);
+    if (job->error_.err == kKilledAtBirth) {
+      // Born into a cgroup the kernel counts as killed (a kept leaf someone
+      // killed while it sat empty), and nobody took its ids: nothing of it
+      // ran, and its call already names that cgroup. Made again there with
+      // clone() and a write of cgroup.procs, which the kernel's check does
+      // not cover.
+      job->req_.no_clone3 = true;
+      reopen_early_ids(&job->early_);
+      job->error_ = spawn_process(job->req_, stack, &job->result_, &job->early_);
+    }
     job->held_.clear();  // the child has its own (or none is coming)
     // result_.pidfd stays open with the job: the caller dups the number it
     // read from the kernel, which must not be reused before it has.
@@ -325,7 +346,10 @@ SysError Spawner::take_ids(const Ref<SpawnJob>& job, int64_t wait_ns, SpawnResul
     if (s == SpawnJob::kDone) break;
     pid_t pid;
     int fd;
-    if (s == SpawnJob::kCloning && read_early_ids(job->early_, &pid, &fd) && fd >= 0) break;
+    if (s == SpawnJob::kCloning && read_early_ids(job->early_, &pid, &fd) && fd >= 0 && job->take_early(&pid, &fd) &&
+        fd >= 0) {
+      break;
+    }
     if (s == SpawnJob::kQueued && !asked_thread && wait_ns > 0) {
       // Queued behind a burst's few threads, or behind threads held by
       // children frozen before their exec: someone waits for it now, so it
@@ -372,7 +396,7 @@ SysError Spawner::take_ids(const Ref<SpawnJob>& job, int64_t wait_ns, SpawnResul
   }
   pid_t pid = -1;
   int pidfd = -1;
-  if (!read_early_ids(job->early_, &pid, &pidfd) || pidfd < 0) {
+  if (!job->take_early(&pid, &pidfd) || pidfd < 0) {
     // No child was made (the clone itself failed), or none could be seen.
     if (job->done() && job->error_) return job->error_;
     return SysError::of(EAGAIN, "spawn");

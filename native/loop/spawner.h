@@ -93,6 +93,9 @@ class SpawnJob {
   void abandon();
   void spawner_done();
   void reap_abandoned();
+  // The child's ids, for the caller to act on (take_early_ids): false while
+  // there are none yet.
+  bool take_early(pid_t* pid, int* pidfd);
   // queue(): copies of the request's descriptors, which the caller closes.
   SysError hold_descriptors();
 
