@@ -32,14 +32,15 @@ export const title = 'Harness CPU per call';
 const execFile = promisify(cp.execFile);
 
 /** A helper program (the floor, strace) to its end, started with proctree so that child_process stays unused. */
-async function tool(file, args) {
-  const r = await proctreeRun(file, args, { maxBuffer: 64 << 20 });
+async function tool(file, args, env) {
+  const r = await proctreeRun(file, args, { maxBuffer: 64 << 20, ...(env ? { env: { ...process.env, ...env } } : {}) });
   if (r.exitCode !== 0) throw new Error(`${path.basename(file)} ${args.join(' ')}: exit ${r.exitCode} ${r.stderr}`);
   return r.stdout;
 }
 
 const CP_IGNORE = 'proctree, stdio ignored, child_process used';
 const CP_RUN = 'proctree run(), child_process used';
+const SIGCHLD_FLOOR = 'C floor + cgroup, SIGCHLD handled';
 
 const untilClose = (child) =>
   new Promise((resolve, reject) => {
@@ -62,9 +63,13 @@ const GROUPS = {
   child_process: ['child_process, stdio ignored', 'child_process execFile()'],
   // Real harnesses use both: a child_process child stays alive through the
   // blocks, so libuv's SIGCHLD handling is on while proctree's calls exit.
-  'proctree, child_process used': [CP_IGNORE, CP_RUN],
+  // The floor that handles SIGCHLD as libuv then does (bench/c/floor.c):
+  // what the kernel charges a process for that handling, next to what the
+  // harness's runtime charges.
+  'proctree, child_process used': [CP_IGNORE, CP_RUN, SIGCHLD_FLOOR],
 };
-const FLOORS = { 'C floor': false, 'C floor + cgroup': true };
+const FLOORS = { 'C floor': false, 'C floor + cgroup': true, [SIGCHLD_FLOOR]: true };
+const FLOOR_ENV = { [SIGCHLD_FLOOR]: { FLOOR_SIGCHLD: '1' } };
 
 // Reaped children's CPU from /proc/self/stat (cutime, cstime), in clock ticks
 // of 10 ms (USER_HZ is 100 on Linux): coarse, but over hundreds of calls it
@@ -100,7 +105,7 @@ async function nodeBlock(name, file, n) {
 
 async function floorBlock(name, file, n, ctx) {
   const parent = FLOORS[name] ? ctx.harness.harness : '-';
-  const r = JSON.parse(await tool(ctx.bin.floor, [String(n), '1', '0', parent, file]));
+  const r = JSON.parse(await tool(ctx.bin.floor, [String(n), '1', '0', parent, file], FLOOR_ENV[name]));
   return {
     method: name,
     calls: n,
@@ -169,7 +174,7 @@ async function straceFloor(strace, name, file, n, ctx) {
   const once = async (k) => {
     const out = path.join(os.tmpdir(), `proctree-bench-strace-${process.pid}-${Date.now()}-${k}`);
     const parent = FLOORS[name] ? ctx.harness.harness : '-';
-    await tool(strace, ['-c', '-q', '-o', out, ctx.bin.floor, String(k), '1', '0', parent, file]);
+    await tool(strace, ['-c', '-q', '-o', out, ctx.bin.floor, String(k), '1', '0', parent, file], FLOOR_ENV[name]);
     try {
       return parseStraceSummary(fs.readFileSync(out, 'utf8'));
     } finally {
@@ -336,6 +341,7 @@ const ROWS = [
   'child_process execFile()',
   'C floor',
   'C floor + cgroup',
+  SIGCHLD_FLOOR,
 ];
 const FLOOR = 'C floor + cgroup';
 
@@ -377,7 +383,7 @@ export function report(results, { job }) {
   verdict(CP_RUN, 2.0, 'default pipes (run()), in a harness that also has a child_process child alive');
 
   const md = [
-    `${job.calls} calls of /bin/true one after another per block, ${job.reps} block(s) per method, in a rotating order, after a warm-up of ${job.warmupCalls} calls per method (V8 optimizes the hot code of proctree and of Node over the first 2000 or so calls, and its compiler threads' CPU would otherwise count as per-call cost; the warm-up's own CPU per call, JIT included, is the last column: the first method of each worker also pays for loading its modules); a call is over at 'close' (run(): its result; execFile: its callback). CPU: the harness process's own user + system time over the block, every thread (process.cpuUsage), divided by the calls; the C floor (bench/c/floor.c, the loop of section 2 at concurrency 1) measures itself with getrusage around its loop. "+ cgroup" makes a leaf (mkdir, open), starts into it (CLONE_INTO_CGROUP) and removes it (rmdir) per call: the least a per-call cgroup costs. Neither side counts its children: what a child does before exec, its exec, the dynamic loader and its exit are its own, shown apart ("children": /proc/self/stat cutime + cstime, in 10 ms ticks, or RUSAGE_CHILDREN). proctree and the floors run in a worker that never uses child_process (it starts the floor and strace with proctree): while libuv has a child of its own alive it takes SIGCHLD, and every exit of any child, proctree's too, would cost the harness a signal, a wake-up and a wait4. child_process runs in a worker of its own.`,
+    `${job.calls} calls of /bin/true one after another per block, ${job.reps} block(s) per method, in a rotating order, after a warm-up of ${job.warmupCalls} calls per method (V8 optimizes the hot code of proctree and of Node over the first 2000 or so calls, and its compiler threads' CPU would otherwise count as per-call cost; the warm-up's own CPU per call, JIT included, is the last column: the first method of each worker also pays for loading its modules); a call is over at 'close' (run(): its result; execFile: its callback). CPU: the harness process's own user + system time over the block, every thread (process.cpuUsage), divided by the calls; the C floor (bench/c/floor.c, the loop of section 2 at concurrency 1) measures itself with getrusage around its loop. "+ cgroup" makes a leaf (mkdir, open), starts into it (CLONE_INTO_CGROUP) and removes it (rmdir) per call: the least a per-call cgroup costs. Neither side counts its children: what a child does before exec, its exec, the dynamic loader and its exit are its own, shown apart ("children": /proc/self/stat cutime + cstime, in 10 ms ticks, or RUSAGE_CHILDREN). proctree and the floors run in a worker that never uses child_process (it starts the floor and strace with proctree): while libuv has a child of its own alive it takes SIGCHLD, and every exit of any child, proctree's too, would cost the harness a signal, a wake-up and a wait4. child_process runs in a worker of its own. "${SIGCHLD_FLOOR}" keeps a child of its own alive and handles SIGCHLD as libuv then does (a handler that writes to a pipe, the pipe read until empty, a waitpid(WNOHANG) of that child): what the kernel charges a process for every child's exit in such a harness, next to what the harness's runtime charges (the rows with child_process used, against the rows without). A clone with exit_signal 0 would not spare it: exec resets a child's exit signal to SIGCHLD.`,
     '',
     table(
       [
