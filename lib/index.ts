@@ -12,6 +12,7 @@ export type {
   CleanupReason,
   CleanupReport,
   Confinement,
+  EventCallback,
   JobOptions,
   Limits,
   OutputOptions,

@@ -12,7 +12,7 @@ import type { Limits } from './types';
 import { checkBoolean, checkBytes, checkGrace, DEFAULT_JOB_BUFFER, resolveRun, resolveSpawn } from './options';
 import { callPhase, type CallOwner, callSlot, dropQueued, terminateMany } from './call/state';
 import { ToolCall } from './toolcall';
-import type { CleanupReport, RunOptions, RunResult, SpawnOptions } from './types';
+import type { CleanupReport, EventCallback, RunOptions, RunResult, SpawnOptions } from './types';
 
 export interface SupervisorOptions {
   /** Names the subtree `proctree-<pid>-<random>-<name>`. Letters, digits, `_`, `.`, `-`; unique in the process. */
@@ -282,9 +282,9 @@ export class Supervisor extends EventEmitter {
 }
 
 export interface Supervisor {
-  on<E extends keyof SupervisorEvents>(event: E, listener: (...args: SupervisorEvents[E]) => void): this;
-  once<E extends keyof SupervisorEvents>(event: E, listener: (...args: SupervisorEvents[E]) => void): this;
-  off<E extends keyof SupervisorEvents>(event: E, listener: (...args: SupervisorEvents[E]) => void): this;
+  on<E extends keyof SupervisorEvents>(event: E, listener: EventCallback<SupervisorEvents[E]>): this;
+  once<E extends keyof SupervisorEvents>(event: E, listener: EventCallback<SupervisorEvents[E]>): this;
+  off<E extends keyof SupervisorEvents>(event: E, listener: EventCallback<SupervisorEvents[E]>): this;
   emit<E extends keyof SupervisorEvents>(event: E, ...args: SupervisorEvents[E]): boolean;
 }
 

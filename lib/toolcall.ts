@@ -42,7 +42,7 @@ import { type CallOutput, type LinesOptions, outputNow } from './output';
 import type { ResolvedReady } from './ports';
 import { noTerminal, PtyStream } from './pty';
 import { type CallPipes, makePipes, stdioClosed } from './stdio';
-import type { CleanupReason, CleanupReport, Confinement, Listener, ProcessInfo, ResourceUsage, RunResult, ToolCallEvents } from './types';
+import type { CleanupReason, CleanupReport, Confinement, EventCallback, Listener, ProcessInfo, ResourceUsage, RunResult, ToolCallEvents } from './types';
 
 export class ToolCall extends EventEmitter {
   readonly stdin: Writable | null;
@@ -380,9 +380,9 @@ export class ToolCall extends EventEmitter {
 
 // Typed overloads for the events, so listeners are checked.
 export interface ToolCall {
-  on<E extends keyof ToolCallEvents>(event: E, listener: (...args: ToolCallEvents[E]) => void): this;
-  once<E extends keyof ToolCallEvents>(event: E, listener: (...args: ToolCallEvents[E]) => void): this;
-  off<E extends keyof ToolCallEvents>(event: E, listener: (...args: ToolCallEvents[E]) => void): this;
+  on<E extends keyof ToolCallEvents>(event: E, listener: EventCallback<ToolCallEvents[E]>): this;
+  once<E extends keyof ToolCallEvents>(event: E, listener: EventCallback<ToolCallEvents[E]>): this;
+  off<E extends keyof ToolCallEvents>(event: E, listener: EventCallback<ToolCallEvents[E]>): this;
   emit<E extends keyof ToolCallEvents>(event: E, ...args: ToolCallEvents[E]): boolean;
 }
 

@@ -393,6 +393,14 @@ export interface ReadyState {
 }
 
 /** The events of a ToolCall, with what each carries. */
+/**
+ * A listener of an event that carries `Args`. It may declare more
+ * parameters than that (they are undefined), as a Promise's resolve does:
+ * `new Promise((resolve) => call.once('spawn', resolve))` compiles, as it
+ * does against Node's ChildProcess.
+ */
+export type EventCallback<Args extends unknown[]> = (...args: [...Args, ...undefined[]]) => void;
+
 export interface ToolCallEvents {
   spawn: [];
   exit: [code: number | null, signal: NodeJS.Signals | null];

@@ -277,7 +277,7 @@ describe('proctree doctor', () => {
       pgroup: probe(true),
       ...over,
     } as Capabilities['probes'];
-    return { kernel: '6.1.0', cgroup2: { mount: '/sys/fs/cgroup', own: '/', ownPath: '/sys/fs/cgroup' }, clone: 'clone3', probes, tier: 'pidns', rejected: { cgroup: 'delegation: EACCES (mkdir …)' } };
+    return { kernel: '6.1.0', cgroup2: { mount: '/sys/fs/cgroup', own: '/', ownPath: '/sys/fs/cgroup' }, clone: 'clone3', probes, tier: 'pidns', rejected: { cgroup: 'delegation: EACCES (mkdir …)' }, portable: null, limits: { memory: false, pids: false, cpu: false, cgroup: null, reason: '' }, seal: { available: false, why: 'sealing needs the cgroup tier' } };
   };
 
   it('prints the capabilities of this host; --json is capabilities()', async () => {

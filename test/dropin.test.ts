@@ -557,7 +557,7 @@ describe('options nobody reads are reported; Node-only options accepted', () => 
 describe('the error of a failed start has the shape harness code matches', () => {
   it("spawn <file> ENOENT, syscall 'spawn <file>', path, spawnargs without the file, negative errno", async () => {
     const call = spawn('proctree-no-such-tool-abc', ['x', 'y']);
-    const err = await new Promise<Error & Record<string, unknown>>((r) => call.on('error', r));
+    const err = (await new Promise<Error>((r) => call.on('error', r))) as Error & Record<string, unknown>;
     expect(err.message).toBe('spawn proctree-no-such-tool-abc ENOENT');
     expect(err).toMatchObject({
       code: 'ENOENT',
@@ -644,7 +644,7 @@ describe('the fields harness code duck-types', () => {
       [bad, badNode],
     ] as const) {
       expect(Object.keys(ours).includes('pid')).toBe(Object.keys(theirs).includes('pid'));
-      expect({ ...ours }.pid).toBe(ours.pid);
+      expect(({ ...ours } as { pid?: number }).pid).toBe(ours.pid);
     }
     expect(Object.keys(ok)).toContain('pid');
     expect(util.inspect(ok, { depth: 0 })).toContain(`pid: ${ok.pid}`);

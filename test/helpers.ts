@@ -7,6 +7,8 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 
+import type { ToolCall } from '../dist/cjs/index.js';
+
 /** A unique sleep duration such as `300.4812937`: it shows in /proc/<pid>/cmdline. */
 export function token(seconds = 300): string {
   return `${seconds}.${randomBytes(4).readUInt32BE(0)}`;
@@ -283,7 +285,7 @@ export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
  * with its exit code and the bytes that arrived.
  */
 export function readHeldPastEmpty(
-  call: { on(ev: 'empty' | 'close', fn: (code: number | null) => void): unknown },
+  call: ToolCall,
   stream: NodeJS.ReadableStream,
   ms: number,
 ): Promise<{ code: number | null; total: number }> {

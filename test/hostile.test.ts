@@ -160,7 +160,7 @@ describe('kernels without cgroup.kill (PROCTREE_TEST_NO_CGROUP_KILL=1)', () => {
 describe('a guardian killed while the harness runs', () => {
   it('is started again by a later spawn, and kills every call of the harness SIGKILLed after', async () => {
     const t = token();
-    const { child, info } = await harness<{ old: number; now: number }>('guardian-killed', t);
+    const { child, info } = await harness<{ old: number; now: number; cgroups?: string[] }>('guardian-killed', t);
     expect(info.old).toBeGreaterThan(0);
     expect(info.now).toBeGreaterThan(0);
     expect(info.now).not.toBe(info.old);
@@ -170,7 +170,7 @@ describe('a guardian killed while the harness runs', () => {
     expect(liveWith(t, 'sleep')).toEqual([]);
     // The new guardian removes the harness's subtree too (before this
     // file's cleanup reaches its leaves).
-    const subtree = path.dirname((info as { cgroups: string[] }).cgroups[0]);
+    const subtree = path.dirname(info.cgroups?.[0] as string);
     cgroups.push(subtree);
     await waitUntil(() => !fs.existsSync(subtree), 5000);
     expect(fs.existsSync(subtree)).toBe(false);

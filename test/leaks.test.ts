@@ -62,10 +62,10 @@ describe('resources', () => {
       // One call: its end reads its leaf through the descriptors the clone
       // used (the directory, cgroup.events), not by reopening its path.
       const one = await start();
-      expect(heldIn(one.cgroup)).toBeGreaterThanOrEqual(2);
+      expect(heldIn(one.cgroup as string)).toBeGreaterThanOrEqual(2);
       // Forty: past the bound, no live call holds anything of its leaf.
       while (calls.length < 40) await start();
-      for (const c of calls) expect(heldIn(c.cgroup)).toBe(0);
+      for (const c of calls) expect(heldIn(c.cgroup as string)).toBe(0);
     } finally {
       await Promise.all(calls.map((c) => c.terminate()));
     }

@@ -6,7 +6,7 @@ import fs from 'node:fs';
 
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { type Confinement, run, spawn, type ToolCall } from '../dist/cjs/index.js';
+import { type Confinement, run, type RunResult, spawn, type ToolCall } from '../dist/cjs/index.js';
 import { killCgroup, liveWith, token, leafReleased } from './helpers';
 import { fileSupervisors } from './supervisors';
 
@@ -63,8 +63,8 @@ function budget(head: (m: number) => number, tail: (m: number) => number): numbe
   }
 }
 
-function writer(options: object): ReturnType<typeof run> {
-  return run(process.execPath, ['-e', WRITER], options as never);
+function writer<T extends string | Buffer = string>(options: object): Promise<RunResult<T>> {
+  return run(process.execPath, ['-e', WRITER], options) as Promise<RunResult<T>>;
 }
 
 describe('maxBuffer with keep, exact on 50 MB of multi-byte text', () => {
@@ -103,7 +103,7 @@ describe('maxBuffer with keep, exact on 50 MB of multi-byte text', () => {
   });
 
   it("encoding 'buffer' keeps exact bytes, and a custom marker", async () => {
-    const r = await writer({ maxBuffer: 1000, keep: 'tail', encoding: 'buffer', marker: '<{omitted} cut>' });
+    const r = await writer<Buffer>({ maxBuffer: 1000, keep: 'tail', encoding: 'buffer', marker: '<{omitted} cut>' });
     const marker = Buffer.from(`<${total - 1000} cut>`);
     expect(r.stdout.equals(Buffer.concat([marker, full.subarray(total - 1000)]))).toBe(true);
     expect(r.stdoutOmitted).toBe(total - 1000);

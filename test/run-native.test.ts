@@ -18,7 +18,7 @@ import { run } from '../dist/cjs/index.js';
 import { killCgroup, liveWith, openFds, token, waitUntil, leafReleased } from './helpers';
 
 let tmp = '';
-let blob = Buffer.alloc(0);
+let blob: Buffer = Buffer.alloc(0);
 let blobPath = '';
 const cgroups: string[] = [];
 

@@ -4,6 +4,7 @@
 // writer blocks on its full pipe; a stdin write completes only once its
 // bytes are in the pipe).
 import { spawn as cpSpawn } from 'node:child_process';
+import type { EventEmitter } from 'node:events';
 import net from 'node:net';
 import { Duplex, Readable, Writable } from 'node:stream';
 
@@ -24,8 +25,8 @@ function readAll(stream: NodeJS.ReadableStream | null | undefined): Promise<stri
   });
 }
 
-function closed(call: { on(ev: 'close', fn: (code: number | null, signal: string | null) => void): unknown }): Promise<[number | null, string | null]> {
-  return new Promise((resolve) => call.on('close', (code, signal) => resolve([code, signal])));
+function closed(call: EventEmitter): Promise<[number | null, string | null]> {
+  return new Promise((resolve) => call.on('close', (code: number | null, signal: string | null) => resolve([code, signal])));
 }
 
 describe('stdio streams over the addon', () => {
@@ -34,7 +35,7 @@ describe('stdio streams over the addon', () => {
     const text = 'into fd 3 and back\n'.repeat(5000);
     const results: Array<{ back: string; out: string; status: [number | null, string | null] }> = [];
     for (const start of [cpSpawn, spawn] as const) {
-      const call = start('sh', ['-c', script], { stdio: ['ignore', 'pipe', 'inherit', 'pipe'] });
+      const call = (start as typeof spawn)('sh', ['-c', script], { stdio: ['ignore', 'pipe', 'inherit', 'pipe'] });
       try {
         const three = call.stdio[3] as Duplex;
         expect(three.readable).toBe(true);
@@ -55,9 +56,9 @@ describe('stdio streams over the addon', () => {
   it('the streams are plain Readable/Writable/Duplex streams, no net.Socket; stdin is not readable', () => {
     const call = spawn('true', [], { stdio: ['pipe', 'pipe', 'pipe', 'pipe'] });
     expect(call.stdin).toBeInstanceOf(Writable);
-    expect(call.stdin?.readable).toBe(false);
+    expect((call.stdin as { readable?: boolean } | null)?.readable).toBe(false);
     expect(call.stdout).toBeInstanceOf(Readable);
-    expect(call.stdout?.writable).toBe(false);
+    expect((call.stdout as { writable?: boolean } | null)?.writable).toBe(false);
     expect(call.stdio[3]).toBeInstanceOf(Duplex);
     for (const s of call.stdio) expect(s instanceof net.Socket).toBe(false);
     return closed(call as ToolCall);

@@ -5,7 +5,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
 
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
 import { Supervisor } from '../dist/cjs/index.js';
 import { cgroupMembers, inFreshNode, killCgroup, liveWith, token, waitForLive } from './helpers';

@@ -65,7 +65,7 @@ describe.skipIf(!cgroupTier)('a threaded cgroup inside a call', () => {
     const [sleeper] = await waitForLive(t, 1, 'sleep');
     expect(sleeper).toBeGreaterThan(0);
     // The kernel's view first: t refuses cgroup.procs, lists the threads.
-    expect([...call.members()].sort((a, b) => a - b)).toEqual([call.pid, sleeper].sort((a, b) => a - b));
+    expect([...call.members()].sort((a, b) => a - b)).toEqual([call.pid as number, sleeper].sort((a, b) => a - b));
 
     // A grace far longer than the test: were a member missed, SIGKILL
     // would come only after it (and the report would count it killed).

@@ -37,7 +37,7 @@ afterAll(() => {
   killTokens(tokens);
 });
 
-const verified = { cgroup: 'cgroup.events', pidns: 'pidns', subreaper: 'subreaper', pgroup: 'none' } as const;
+const verified: Record<string, string> = { cgroup: 'cgroup.events', pidns: 'pidns', subreaper: 'subreaper', pgroup: 'none' };
 
 function start(tier: Confinement, seal: boolean, script: string, t: string, extra: object = {}): ToolCall {
   tokens.push(t);

@@ -16,6 +16,7 @@ import type {
   CleanupReason,
   CleanupReport,
   Confinement,
+  EventCallback,
   Listener,
   ProcessInfo,
   ReadyState,
@@ -87,7 +88,7 @@ export interface CallSurface {
   sealed: boolean;
   ports(): Promise<Listener[]>;
   emit<E extends keyof ToolCallEvents>(event: E, ...args: ToolCallEvents[E]): boolean;
-  once<E extends keyof ToolCallEvents>(event: E, listener: (...args: ToolCallEvents[E]) => void): this;
+  once<E extends keyof ToolCallEvents>(event: E, listener: EventCallback<ToolCallEvents[E]>): this;
   listenerCount(event: keyof ToolCallEvents): number;
   /** A tapped stream's first chunk (or end): the CallOutput it goes to. */
   [outputNow](): CallOutput;
