@@ -31,6 +31,17 @@ interface PipeHandle {
 
 type Callback = (err?: Error | null) => void;
 
+/** What Writable hands _writev(): the chunks buffered (decodeStrings: Buffers). */
+export interface WrittenChunk {
+  chunk: Buffer;
+  encoding: BufferEncoding;
+}
+
+/** _writev()'s chunks as one Buffer, for one write. @internal */
+export function joinChunks(chunks: readonly WrittenChunk[]): Buffer {
+  return chunks.length === 1 ? chunks[0].chunk : Buffer.concat(chunks.map((c) => c.chunk));
+}
+
 /**
  * Stops waiting for EOF (a process outside the tree holds the child's end):
  * what the pipe holds now is still read and delivered, then the end. Unlike
@@ -111,6 +122,15 @@ export class PipeStream extends Duplex {
     if (r === false) cb();
     else if (r === true) (this.#writes ??= []).push(cb);
     else cb(r);
+  }
+
+  /**
+   * What the stream buffered while a write was in flight (or while corked),
+   * in one write: one system call instead of one per chunk, as a net.Socket
+   * writes it with writev(2).
+   */
+  override _writev(chunks: WrittenChunk[], cb: Callback): void {
+    this._write(joinChunks(chunks), chunks[0].encoding, cb);
   }
 
   override _final(cb: Callback): void {

@@ -11,6 +11,7 @@ import { Duplex } from 'node:stream';
 import { invalidArgType, proctreeError } from './errors';
 import { binding } from './binding';
 import type { NativeErrorShape } from './binding/contract';
+import { joinChunks, type WrittenChunk } from './pipe-stream';
 import { checkPtySize, type ResolvedPty } from './options/stdio';
 import type { ProcessInfo } from './types';
 
@@ -258,6 +259,11 @@ export class PtyStream extends Duplex {
       return;
     }
     this.#write(chunk, cb);
+  }
+
+  /** What was typed while a write was in flight (or corked), in one write. */
+  override _writev(chunks: WrittenChunk[], cb: (err?: Error | null) => void): void {
+    this._write(joinChunks(chunks), chunks[0].encoding, cb);
   }
 
   // The addon writes what the terminal's input queue takes now and the rest

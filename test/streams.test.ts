@@ -5,6 +5,7 @@
 // bytes are in the pipe).
 import { spawn as cpSpawn } from 'node:child_process';
 import type { EventEmitter } from 'node:events';
+import fs from 'node:fs';
 import net from 'node:net';
 import { Duplex, Readable, Writable } from 'node:stream';
 
@@ -137,6 +138,30 @@ describe('stdio streams over the addon', () => {
       expect((await within(out, 10_000, 'wc')).trim()).toBe(String(size));
       (call.stdio[3] as Duplex).end();
       expect((await within(closed(call), 10_000, 'close'))[0]).toBe(0);
+    } finally {
+      call.kill('SIGKILL');
+    }
+  });
+
+  it('writes buffered while corked (or while one is in flight) go to the pipe in one system call, in order', async () => {
+    const call = spawn('cat', [], { stdio: ['pipe', 'pipe', 'inherit'] });
+    try {
+      await within(new Promise((r) => call.once('spawn', r)), 10_000, 'spawn');
+      const out = readAll(call.stdout);
+      const stdin = call.stdin as Writable;
+      const lines = Array.from({ length: 2000 }, (_, i) => `line ${i}\n`);
+      // This process's write system calls, every thread's (the kernel's count).
+      const writeCalls = (): number => Number((/syscw:\s*(\d+)/.exec(fs.readFileSync('/proc/self/io', 'utf8')) as RegExpExecArray)[1]);
+      const before = writeCalls();
+      stdin.cork();
+      const done = lines.map((l) => new Promise<void>((resolve, reject) => stdin.write(l, (err) => (err ? reject(err) : resolve()))));
+      stdin.uncork();
+      await within(Promise.all(done), 10_000, 'writes');
+      const writes = writeCalls() - before;
+      stdin.end();
+      expect(await within(out, 10_000, 'cat')).toBe(lines.join(''));
+      // One write per chunk would be 2000.
+      expect(writes).toBeLessThan(200);
     } finally {
       call.kill('SIGKILL');
     }
