@@ -13,6 +13,7 @@ import { Duplex, type DuplexOptions } from 'node:stream';
 
 import { binding } from './binding';
 import type { NativeErrorShape, StreamKind } from './binding/contract';
+import { holdOutput, OutputHold, releaseOutput } from './output-hold';
 
 /** streamOpen() kinds. */
 export const READ: StreamKind = 1;
@@ -61,6 +62,8 @@ export class PipeStream extends Duplex {
   #ending = false;
   /** Completions of the writes in flight, oldest first. */
   #writes: Callback[] | null = null;
+  /** What was read while the call's 'spawn' was due ([holdOutput]). */
+  #hold: OutputHold | null = null;
 
   constructor(kind: StreamKind) {
     const readable = kind !== WRITE;
@@ -84,6 +87,11 @@ export class PipeStream extends Duplex {
   }
 
   #onEvent(kind: 0 | 1 | 2, value: Buffer | NativeErrorShape | null): void {
+    if (this.#hold && kind !== 2) {
+      if (this.#hold.keep(kind, value, this.readableHighWaterMark) && kind === 0) this.#read(false);
+      if (kind === 1) this.#reading = false;
+      return;
+    }
     if (kind === 0) {
       if (this.destroyed) return;
       // Full: no more reads until _read() asks.
@@ -98,6 +106,19 @@ export class PipeStream extends Duplex {
     }
     const cb = this.#writes?.shift();
     cb?.(value as Error | null);
+  }
+
+  /** @internal */
+  [holdOutput](): void {
+    if (this.readable && !this.#closed) this.#hold ??= new OutputHold();
+  }
+
+  /** @internal */
+  [releaseOutput](): void {
+    const hold = this.#hold;
+    if (!hold) return;
+    this.#hold = null;
+    hold.replay((kind, value) => this.#onEvent(kind, value));
   }
 
   [stopWaitingForEof](): void {

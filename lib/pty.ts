@@ -11,6 +11,7 @@ import { Duplex } from 'node:stream';
 import { invalidArgType, proctreeError } from './errors';
 import { binding } from './binding';
 import type { NativeErrorShape } from './binding/contract';
+import { holdOutput, OutputHold, releaseOutput } from './output-hold';
 import { joinChunks, type WrittenChunk } from './pipe-stream';
 import { checkPtySize, type ResolvedPty } from './options/stdio';
 import type { ProcessInfo } from './types';
@@ -60,6 +61,8 @@ export class PtyStream extends Duplex {
   #id = 0;
   #master: 'waiting' | 'open' | 'closed' = 'waiting';
   #reading = false;
+  /** What was read while the call's 'spawn' was due ([holdOutput]). */
+  #heldOutput: OutputHold | null = null;
   #outputEnded = false;
   // Until the tree is empty, a master whose output ended is kept open.
   #hold = true;
@@ -162,6 +165,11 @@ export class PtyStream extends Duplex {
   // kernel flushes its queue before it reports EIO); (2, null | error) the
   // write the addon queued is in the terminal's input queue.
   #onEvent(kind: 0 | 1 | 2, value: Buffer | NativeErrorShape | null): void {
+    if (this.#heldOutput && kind !== 2) {
+      if (this.#heldOutput.keep(kind, value, this.readableHighWaterMark) && kind === 0) this.#read(false);
+      if (kind === 1) this.#reading = false;
+      return;
+    }
     if (kind === 0) {
       if (!this.push(value)) this.#read(false);
     } else if (kind === 1) {
@@ -172,6 +180,19 @@ export class PtyStream extends Duplex {
       this.#pending = null;
       p?.cb(value as Error | null);
     }
+  }
+
+  /** @internal */
+  [holdOutput](): void {
+    this.#heldOutput ??= new OutputHold();
+  }
+
+  /** @internal */
+  [releaseOutput](): void {
+    const hold = this.#heldOutput;
+    if (!hold) return;
+    this.#heldOutput = null;
+    hold.replay((kind, value) => this.#onEvent(kind, value));
   }
 
   #read(on: boolean): void {

@@ -18,7 +18,7 @@ import { execFailed, execStarted } from './exec';
 import { becomeJob, checkHeldOutside } from './job';
 import { STDIO_DRAIN_MS, startLadder } from './ladder';
 import { cleanupReport, finalUsage, leftoversError } from './report';
-import { emitError, flushOutput, maybeClose, releaseReadable, removeAbortListener, settle } from './result';
+import { emitError, flushOutput, maybeClose, releaseOutputs, releaseReadable, removeAbortListener, settle } from './result';
 import { afterPipesPolled, CallLadder, type CallState, EMPTY, EXITED, KILLED_ALL, UNREF } from './state';
 
 /**
@@ -73,6 +73,9 @@ function onExit(s: CallState, code: number | null, signal: number): void {
   // not collect listeners), and so does our end of stdin.
   removeAbortListener(s);
   c.stdin?.destroy();
+  // Ran without a 'spawn' (a sealed command whose shim did not report it):
+  // its output goes out now, as an exit is the end of waiting for one.
+  releaseOutputs(s);
   c.emit('exit', c.exitCode, c.signalCode);
   // Node's flushStdio, a tick later: the listeners of 'exit' may still
   // start reading. (Nothing to flush without output streams.)

@@ -5,6 +5,8 @@ import { performance } from 'node:perf_hooks';
 import type { Readable } from 'node:stream';
 
 import { CallOutput } from '../output';
+import { holdOutput, releaseOutput } from '../output-hold';
+import { PipeStream } from '../pipe-stream';
 import { flushPty, ptyPending, releasePty } from '../pty';
 import { closeChildEnds as closeChildSide, flushPipes, isUsedAsStdio, releaseReadable as releasePipes } from '../stdio';
 import type { ProcessInfo, ResourceUsage, RunResult } from '../types';
@@ -29,11 +31,24 @@ export function output(s: CallState): CallOutput {
   return x.output;
 }
 
-/** 'spawn', once. */
+/** 'spawn', once; then the output held for it. */
 export function emitSpawn(s: CallState): void {
   if (s.flag(SPAWN_EMITTED)) return;
   s.setFlag(SPAWN_EMITTED, true);
   s.call.emit('spawn');
+  releaseOutputs(s);
+}
+
+/** The call's own output streams hold what they read until releaseOutputs() (see output-hold.ts). */
+export function holdOutputs(s: CallState): void {
+  for (const stream of s.call.stdio) if (stream instanceof PipeStream) stream[holdOutput]();
+  s.call.pty?.[holdOutput]();
+}
+
+/** What the output streams held goes out, in order: 'spawn' is out, or will never be. */
+export function releaseOutputs(s: CallState): void {
+  for (const stream of s.call.stdio) if (stream instanceof PipeStream) stream[releaseOutput]();
+  s.call.pty?.[releaseOutput]();
 }
 
 /**
@@ -109,6 +124,7 @@ export function end(s: CallState, err: Error, withError: boolean): void {
   closeChildEnds(s);
   s.call.stdin?.destroy();
   s.call.pty?.[releasePty]();
+  releaseOutputs(s);
   process.nextTick(() => {
     s.owner.release(s.call);
     if (withError) emitError(s, err);

@@ -22,7 +22,7 @@ import { knowStart, publishPid } from './exec';
 import { onNativeEvent } from './events';
 import { becomeJob, readyWait } from './job';
 import { startTimers, watchSignal } from './ladder';
-import { closeChildEnds, donePromise, emitSpawn, fail, flushOutput, output, outputSources, removeAbortListener } from './result';
+import { closeChildEnds, donePromise, emitSpawn, fail, flushOutput, holdOutputs, output, outputSources, removeAbortListener } from './result';
 import { type CallState, CONSTRUCTING, EMPTY, EXEC_PENDING, SEALING, type Settings, STARTED, UNREF, withVerified } from './state';
 
 /**
@@ -334,7 +334,11 @@ function startCall(s: CallState): void {
   s.id = res.id;
   s.flags = withVerified(s.flags, res.verified);
   // The shim reports the sealed command's start (a pending pid).
-  if (opts.seal && res.pending) s.setFlag(SEALING, true);
+  if (opts.seal && res.pending) {
+    s.setFlag(SEALING, true);
+    // Its output waits for 'spawn', which waits for that report.
+    holdOutputs(s);
+  }
   if (res.ptyMaster !== undefined) c.pty?.[attachMaster](res.ptyMaster);
   c.cgroup = res.cgroup === '' ? null : res.cgroup;
   if (res.guardianError) warnNoGuardian(res.guardianError);
