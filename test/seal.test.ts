@@ -326,43 +326,6 @@ stat -f -c 'fs=%T' /sys/fs/cgroup
     expect(cgroupMembers(leaf)).toEqual([]);
   });
 
-  it("emits 'spawn' before any output, as Node does, on pipes and on a terminal, and loses none of it", async () => {
-    // The command writes at once, while its shim's report (which 'spawn'
-    // waits for, with the pid) may still be on its way.
-    const sup = supervisor({ seal: true });
-    for (const pty of [false, true]) {
-      const calls = Array.from({ length: 20 }, () => track(sup.spawn('sh', ['-c', 'echo out; echo err >&2'], { pty })));
-      const seen = await Promise.all(
-        calls.map(
-          (call) =>
-            new Promise<{ early: number; out: string; pid: number | undefined }>((resolve) => {
-              let spawned = false;
-              let early = 0;
-              let out = '';
-              let pid: number | undefined;
-              call.on('spawn', () => {
-                spawned = true;
-                pid = call.pid;
-              });
-              for (const stream of pty ? [call.pty] : [call.stdout, call.stderr]) {
-                stream?.on('data', (d: Buffer) => {
-                  if (!spawned) early += 1;
-                  out += d.toString();
-                });
-              }
-              call.on('close', () => resolve({ early, out, pid }));
-            }),
-        ),
-      );
-      for (const r of seen) {
-        expect(r.early).toBe(0);
-        expect(r.pid).toBeGreaterThan(0);
-        expect(r.out).toContain('out');
-        expect(r.out).toContain('err');
-      }
-    }
-  });
-
   it('escapes made inside stay stopped: a cgroup of its own below the leaf, nested user and PID namespaces, a setsid daemon', async () => {
     const sup = supervisor({ seal: true });
     const t = tok();

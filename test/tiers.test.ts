@@ -11,6 +11,7 @@
 // And the cgroup tier sealed (`seal: true`, where it can be had): the same
 // outcomes as unsealed, from inside its own namespaces.
 // Checked from the kernel's side: a /proc scan for each test's unique token.
+// And what Node promises in every tier: 'spawn' before any output.
 import { spawn as cpSpawn } from 'node:child_process';
 import fs from 'node:fs';
 
@@ -149,6 +150,38 @@ describe.each(tiers)('confinement $label', ({ tier, seal }) => {
       // The daemon left the session: the call looks empty to this tier.
       expect(result.cleanup).toBeNull();
       expect(reapMisses(t)).toBe(1);
+    }
+  });
+
+  // A shim's tier reports the command's start (and pid) after the command
+  // may have written: the output waits for 'spawn'.
+  it("emits 'spawn' before any output, as Node does, on pipes and on a terminal, and loses none of it", async () => {
+    for (const pty of [false, true]) {
+      const batch = Array.from({ length: 20 }, () => track(spawn('sh', ['-c', 'echo out; echo err >&2'], { confinement: tier, seal, pty })));
+      const seen = await Promise.all(
+        batch.map(
+          (call) =>
+            new Promise<{ early: number; out: string; pid: number | undefined }>((resolve) => {
+              let spawned = false;
+              let early = 0;
+              let out = '';
+              let pid: number | undefined;
+              call.on('spawn', () => {
+                spawned = true;
+                pid = call.pid;
+              });
+              for (const stream of pty ? [call.pty] : [call.stdout, call.stderr]) {
+                stream?.on('data', (d: Buffer) => {
+                  if (!spawned) early += 1;
+                  out += d.toString();
+                });
+              }
+              call.on('close', () => resolve({ early, out, pid }));
+            }),
+        ),
+      );
+      for (const r of seen) expect(r).toMatchObject({ early: 0, pid: expect.any(Number) });
+      for (const r of seen) expect(r.out).toMatch(/out[\s\S]*err|err[\s\S]*out/);
     }
   });
 

@@ -334,11 +334,11 @@ function startCall(s: CallState): void {
   s.id = res.id;
   s.flags = withVerified(s.flags, res.verified);
   // The shim reports the sealed command's start (a pending pid).
-  if (opts.seal && res.pending) {
-    s.setFlag(SEALING, true);
-    // Its output waits for 'spawn', which waits for that report.
-    holdOutputs(s);
-  }
+  if (opts.seal && res.pending) s.setFlag(SEALING, true);
+  // A shim (sealed calls, the pidns and subreaper tiers) or the broker
+  // reports the command's start and pid later: its output waits for
+  // 'spawn', which waits for that report.
+  if (res.pending) holdOutputs(s);
   if (res.ptyMaster !== undefined) c.pty?.[attachMaster](res.ptyMaster);
   c.cgroup = res.cgroup === '' ? null : res.cgroup;
   if (res.guardianError) warnNoGuardian(res.guardianError);
