@@ -4,6 +4,7 @@
 // character, streamed to callbacks and line iterators, and fed to a job's
 // ring buffer. Nothing here changes the call's own streams: a stream nobody
 // reads still pauses (and the command blocks on a full pipe) as with Node.
+import type { AsyncResource } from 'node:async_hooks';
 import type { Readable } from 'node:stream';
 import { Readable as ReadableStream } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
@@ -127,8 +128,8 @@ function tappedPush(this: Tapped, chunk: unknown, encoding?: BufferEncoding): bo
 export class OutputSocket extends PipeStream {
   [streamOwner]: CallOutput | OutputOwner;
 
-  constructor(owner: OutputOwner) {
-    super(READ);
+  constructor(owner: OutputOwner, scope: AsyncResource | null = null) {
+    super(READ, scope);
     this[streamOwner] = owner;
   }
 }

@@ -9,6 +9,7 @@
 // the addon's reading until _read() asks again (the writer blocks on its
 // full pipe meanwhile); a write completes (its callback runs, and 'drain'
 // may follow) only once its bytes are in the pipe.
+import type { AsyncResource } from 'node:async_hooks';
 import { Duplex, type DuplexOptions } from 'node:stream';
 
 import { binding } from './binding';
@@ -65,7 +66,8 @@ export class PipeStream extends Duplex {
   /** What was read while the call's 'spawn' was due ([holdOutput]). */
   #hold: OutputHold | null = null;
 
-  constructor(kind: StreamKind) {
+  /** `scope`: the async context its events run in (its call's, CallState#scope). */
+  constructor(kind: StreamKind, scope: AsyncResource | null = null) {
     const readable = kind !== WRITE;
     const writable = kind !== READ;
     // allowHalfOpen false, as a net.Socket: the end of reading ends writing
@@ -74,7 +76,10 @@ export class PipeStream extends Duplex {
     // (`readable`/`writable`: Duplex's own options since Node 14, which
     // these typings do not list.)
     super({ readable, writable, allowHalfOpen: false, decodeStrings: true } as DuplexOptions);
-    const [id, childEnd, fd] = binding.streamOpen(kind, (k, v) => this.#onEvent(k, v));
+    const onEvent = scope
+      ? (k: 0 | 1 | 2, v: Buffer | NativeErrorShape | null) => scope.runInAsyncScope(this.#onEvent, this, k, v)
+      : (k: 0 | 1 | 2, v: Buffer | NativeErrorShape | null) => this.#onEvent(k, v);
+    const [id, childEnd, fd] = binding.streamOpen(kind, onEvent);
     this.#id = id;
     this.childEnd = childEnd;
     this._handle = {

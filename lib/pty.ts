@@ -5,6 +5,7 @@
 // is handed back to the addon's streams (native/loop/streams.h), which read
 // and write it (no tty.ReadStream, no libuv handle on it) until this file
 // closes it.
+import type { AsyncResource } from 'node:async_hooks';
 import fs from 'node:fs';
 import { Duplex } from 'node:stream';
 
@@ -75,7 +76,10 @@ export class PtyStream extends Duplex {
   readonly #members: () => number[];
 
   /** @internal created by the call; `onChange` runs when the output ends and when the master closes. */
-  constructor(opts: ResolvedPty, onChange: () => void, members: () => number[]) {
+  readonly #scope: AsyncResource | null;
+
+  /** `scope`: the async context its events run in (its call's, CallState#scope). */
+  constructor(opts: ResolvedPty, onChange: () => void, members: () => number[], scope: AsyncResource | null = null) {
     // allowHalfOpen false: once the terminal is gone, typing ends too.
     // autoDestroy false: the end of the output does not close the master
     // while the tree lives (see #hold); the stream is destroyed, and 'close'
@@ -86,6 +90,7 @@ export class PtyStream extends Duplex {
     this.term = opts.term;
     this.#onChange = onChange;
     this.#members = members;
+    this.#scope = scope;
     if (opts.encoding) this.setEncoding(opts.encoding);
     const settle = (): void => {
       if (this.#settled) return;
@@ -139,7 +144,11 @@ export class PtyStream extends Duplex {
       return;
     }
     try {
-      this.#id = binding.streamAdopt(fd, (kind, value) => this.#onEvent(kind, value));
+      const scope = this.#scope;
+      this.#id = binding.streamAdopt(
+        fd,
+        scope ? (kind, value) => scope.runInAsyncScope(this.#onEvent, this, kind, value) : (kind, value) => this.#onEvent(kind, value),
+      );
     } catch (err) {
       // The addon closed it.
       this.#master = 'closed';

@@ -1,5 +1,6 @@
 // A call's stdio: the pipes made for it and our ends as streams. What the
 // call wrote is collected in output.ts.
+import type { AsyncResource } from 'node:async_hooks';
 import { EventEmitter } from 'node:events';
 import { PassThrough, type Readable, type Writable } from 'node:stream';
 
@@ -57,9 +58,12 @@ class OutputPipeReader extends EventEmitter {
   readonly #id: number;
   #ending = false;
 
-  constructor() {
+  constructor(scope: AsyncResource | null) {
     super();
-    [this.#id, this.childEnd] = binding.streamOpen(0, (kind, value) => this.#onEvent(kind, value));
+    [this.#id, this.childEnd] = binding.streamOpen(
+      0,
+      scope ? (kind, value) => scope.runInAsyncScope(this.#onEvent, this, kind, value) : (kind, value) => this.#onEvent(kind, value),
+    );
   }
 
   // (0, chunk) per chunk, then (1, null) once at the end: a pipe's read end
@@ -155,7 +159,8 @@ export interface CallPipes {
  * whose stdout and stderr the addon reads itself and whose stdin is
  * /dev/null unless it has input.
  */
-export function makePipes(entries: readonly StdioEntry[], owner: StdioOwner, run?: RunStdio): CallPipes {
+/** `scope`: the async context the streams' events run in (the call's, CallState#scope). */
+export function makePipes(entries: readonly StdioEntry[], owner: StdioOwner, run?: RunStdio, scope: AsyncResource | null = null): CallPipes {
   // Made at their final length, not grown by push(): a live call keeps
   // `streams` (as ChildProcess#stdio), and a grown array keeps room for 16.
   const streams: Array<Readable | Writable | null> = new Array<Readable | Writable | null>(entries.length).fill(null);
@@ -187,7 +192,7 @@ export function makePipes(entries: readonly StdioEntry[], owner: StdioOwner, run
         continue;
       }
       if (run && (i === 1 || i === 2)) {
-        const reader = new OutputPipeReader();
+        const reader = new OutputPipeReader(scope);
         (child.childEnds ??= []).push(reader.childEnd);
         forChild[i] = reader.childEnd;
         streams[i] = reader as unknown as Readable;
@@ -196,7 +201,7 @@ export function makePipes(entries: readonly StdioEntry[], owner: StdioOwner, run
       // Our end is read and written by the addon: stdout and stderr tapped
       // from their birth (output.ts), stdin written, fd 3 and up both ways
       // (a socketpair, as Node's).
-      const stream = i === 1 || i === 2 ? new OutputSocket(owner) : writableQuiet(new PipeStream(i === 0 ? WRITE : DUPLEX), i !== 0);
+      const stream = i === 1 || i === 2 ? new OutputSocket(owner, scope) : writableQuiet(new PipeStream(i === 0 ? WRITE : DUPLEX, scope), i !== 0);
       (child.childEnds ??= []).push(stream.childEnd);
       forChild[i] = stream.childEnd;
       streams[i] = stream;

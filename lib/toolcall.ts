@@ -123,7 +123,7 @@ export class ToolCall extends EventEmitter {
     let pipes: CallPipes;
     try {
       if (shortage) throw shortage;
-      pipes = makePipes(opts.stdio, this, run && !opts.pty ? { input: run.input !== undefined } : undefined);
+      pipes = makePipes(opts.stdio, this, run && !opts.pty ? { input: run.input !== undefined } : undefined, s.scope);
     } catch (err) {
       // Out of fds (EMFILE) while making the pipes: as Node, an 'error', not a throw.
       stdioError = err as NativeErrorShape;
@@ -136,7 +136,7 @@ export class ToolCall extends EventEmitter {
     this.stdin = (streams[0] as Writable | null | undefined) ?? null;
     this.stdout = (streams[1] as Readable | null | undefined) ?? null;
     this.stderr = (streams[2] as Readable | null | undefined) ?? null;
-    this.pty = opts.pty ? new PtyStream(opts.pty, () => maybeClose(s), () => this.members()) : null;
+    this.pty = opts.pty ? new PtyStream(opts.pty, () => maybeClose(s), () => this.members(), s.scope) : null;
     prepareCall(s, opts, run);
     admitCall(s, opts, stdioError);
   }

@@ -4,6 +4,7 @@
 // does, and what harness code can do wrong or unluckily (a pipe handed
 // outside the tree, a queued call aborted), with real processes, and
 // outcomes read from /proc and the cgroup.
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { spawn as cpSpawn, spawnSync } from 'node:child_process';
 import { getEventListeners } from 'node:events';
 import fs from 'node:fs';
@@ -293,6 +294,56 @@ describe('stdio as in Node', () => {
     expect(err).toBe('');
     expect(out).toBe('hello\n');
     await new Promise((r) => writer.on('close', r));
+  });
+});
+
+describe('the async context of spawn(), as with a ChildProcess', () => {
+  it("AsyncLocalStorage's store in every listener: events, pipes, a terminal, onOutput, a shim's tier", async () => {
+    const als = new AsyncLocalStorage<string>();
+    const seen: string[] = [];
+    const note = (what: string) => () => void seen.push(`${what}:${als.getStore()}`);
+    const closed: Promise<unknown>[] = [];
+    als.run('child_process', () => {
+      const c = cpSpawn('sh', ['-c', 'echo out']);
+      c.stdout?.on('data', note('cp-data'));
+      c.on('exit', note('cp-exit'));
+      closed.push(new Promise((r) => c.on('close', r)));
+    });
+    als.run('pipes', () => {
+      const c = spawn('sh', ['-c', 'echo out; echo err >&2']);
+      c.on('spawn', note('spawn'));
+      c.stdout?.on('data', note('stdout'));
+      c.stderr?.on('data', note('stderr'));
+      c.on('exit', note('exit'));
+      c.on('close', note('close'));
+      closed.push(new Promise((r) => c.on('close', r)));
+    });
+    als.run('terminal', () => {
+      const c = spawn('sh', ['-c', 'echo out'], { pty: true });
+      c.pty?.on('data', note('pty'));
+      closed.push(new Promise((r) => c.on('close', r)));
+    });
+    als.run('run', () => void closed.push(run('sh', ['-c', 'echo out'], { onOutput: note('onOutput') })));
+    als.run('pidns', () => {
+      const c = spawn('sh', ['-c', 'echo out'], { confinement: 'pidns' });
+      c.stdout?.on('data', note('pidns-data'));
+      closed.push(new Promise((r) => c.on('close', r)));
+    });
+    await Promise.all(closed);
+    expect([...new Set(seen)].sort()).toEqual(
+      [
+        'cp-data:child_process',
+        'cp-exit:child_process',
+        'spawn:pipes',
+        'stdout:pipes',
+        'stderr:pipes',
+        'exit:pipes',
+        'close:pipes',
+        'pty:terminal',
+        'onOutput:run',
+        'pidns-data:pidns',
+      ].sort(),
+    );
   });
 });
 

@@ -32,7 +32,16 @@ export function onNativeEvent(
   a?: number | boolean | null | NativeReport | NativeErrorShape | NativeUsage,
   b?: number | string,
 ): void {
-  dispatch(this, nativeEvent(kind, a, b));
+  this.scope.runInAsyncScope(dispatchNative, null, this, kind, a, b);
+}
+
+function dispatchNative(
+  s: CallState,
+  kind: NativeEventKind,
+  a?: number | boolean | null | NativeReport | NativeErrorShape | NativeUsage,
+  b?: number | string,
+): void {
+  dispatch(s, nativeEvent(kind, a, b));
 }
 
 function dispatch(s: CallState, ev: NativeEvent): void {

@@ -3,6 +3,7 @@
 // when a part of it is first set), what the call's files see of the public
 // ToolCall (CallSurface) and of its supervisor (CallOwner), and the symbols
 // through which the supervisor, the server and the streams reach a call.
+import { AsyncResource } from 'node:async_hooks';
 import { performance } from 'node:perf_hooks';
 import type { Readable, Writable } from 'node:stream';
 
@@ -311,6 +312,12 @@ export class CallState {
   child: ChildSide | null = null;
   /** The state most live calls never need, made when a part of it is set. */
   x: CallExtras | null = null;
+  /**
+   * The async context spawn() ran in: the call's events and its streams'
+   * data run in it, as a ChildProcess's do (AsyncLocalStorage keeps its
+   * store in their listeners). Shared by the call's streams: one per call.
+   */
+  readonly scope = new AsyncResource('PROCTREE_CALL');
 
   /**
    * `opts`: what the call reads of its options; until it starts, all of

@@ -1,5 +1,7 @@
 // spawn() and run() basics: output, input, exit codes, signals, a command
 // that cannot start, a call's streams and events.
+import { AsyncLocalStorage } from 'node:async_hooks';
+
 import { load, scenario, leafReleased, cgroupOf } from './_lib.mjs';
 
 scenario('basics', async (t) => {
@@ -71,4 +73,15 @@ scenario('basics', async (t) => {
     i % 8 === 7 ? e.error !== 'ENOENT' || e.pid !== undefined : e.code !== 0 || !(e.pid > 0) || !e.where || !e.cg.endsWith(e.where),
   );
   t.check(wrong.length === 0 && first === ended[30].pid, 'a burst of 40: own pids in own leaves, ENOENT without a pid', wrong.slice(0, 3));
+
+  // Listeners run in the async context of spawn(): AsyncLocalStorage's store.
+  const als = new AsyncLocalStorage();
+  const stores = await als.run('mine', () => {
+    const c = spawn('sh', ['-c', 'echo out']);
+    const got = [];
+    c.stdout.on('data', () => got.push(`data:${als.getStore()}`));
+    c.on('exit', () => got.push(`exit:${als.getStore()}`));
+    return new Promise((resolve) => c.on('close', () => resolve([...got, `close:${als.getStore()}`])));
+  });
+  t.check(stores.join() === 'data:mine,exit:mine,close:mine', "AsyncLocalStorage's store in the call's listeners", stores);
 });
