@@ -16,7 +16,7 @@ import util from 'node:util';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
 import { getDefaultSupervisor, run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
-import { killTokens, liveWith, token, waitForLive, leafReleased, within } from './helpers';
+import { inFreshNode, killTokens, liveWith, token, waitForLive, leafReleased, within } from './helpers';
 
 const root = path.resolve(__dirname, '..');
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-dropin-'));
@@ -294,6 +294,20 @@ describe('stdio as in Node', () => {
     expect(err).toBe('');
     expect(out).toBe('hello\n');
     await new Promise((r) => writer.on('close', r));
+  });
+});
+
+describe("'close' after a listener that throws", () => {
+  it("a listener of 'exit' that throws: 'close' still comes (Node's ChildProcess never sends it)", () => {
+    const out = inFreshNode<{ close: number; caught: string }>(`
+      let caught = '';
+      process.on('uncaughtException', (e) => (caught = e.message));
+      const c = proctree.spawn('sh', ['-c', 'echo hi']);
+      c.stdout.resume();
+      c.on('exit', () => { throw new Error('a listener that throws'); });
+      c.on('close', (code) => console.log(JSON.stringify({ close: code, caught })));
+    `);
+    expect(out).toEqual({ close: 0, caught: 'a listener that throws' });
   });
 });
 
