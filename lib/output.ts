@@ -128,7 +128,7 @@ function tappedPush(this: Tapped, chunk: unknown, encoding?: BufferEncoding): bo
 export class OutputSocket extends PipeStream {
   [streamOwner]: CallOutput | OutputOwner;
 
-  constructor(owner: OutputOwner, scope: AsyncResource | null = null) {
+  constructor(owner: OutputOwner, scope: AsyncResource) {
     super(READ, scope);
     this[streamOwner] = owner;
   }

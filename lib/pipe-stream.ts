@@ -67,7 +67,7 @@ export class PipeStream extends Duplex {
   #hold: OutputHold | null = null;
 
   /** `scope`: the async context its events run in (its call's, CallState#scope). */
-  constructor(kind: StreamKind, scope: AsyncResource | null = null) {
+  constructor(kind: StreamKind, scope: AsyncResource) {
     const readable = kind !== WRITE;
     const writable = kind !== READ;
     // allowHalfOpen false, as a net.Socket: the end of reading ends writing
@@ -76,10 +76,7 @@ export class PipeStream extends Duplex {
     // (`readable`/`writable`: Duplex's own options since Node 14, which
     // these typings do not list.)
     super({ readable, writable, allowHalfOpen: false, decodeStrings: true } as DuplexOptions);
-    const onEvent = scope
-      ? (k: 0 | 1 | 2, v: Buffer | NativeErrorShape | null) => scope.runInAsyncScope(this.#onEvent, this, k, v)
-      : (k: 0 | 1 | 2, v: Buffer | NativeErrorShape | null) => this.#onEvent(k, v);
-    const [id, childEnd, fd] = binding.streamOpen(kind, onEvent);
+    const [id, childEnd, fd] = binding.streamOpen(kind, (k, v) => scope.runInAsyncScope(this.#onEvent, this, k, v));
     this.#id = id;
     this.childEnd = childEnd;
     this._handle = {

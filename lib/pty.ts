@@ -76,10 +76,10 @@ export class PtyStream extends Duplex {
   readonly #members: () => number[];
 
   /** @internal created by the call; `onChange` runs when the output ends and when the master closes. */
-  readonly #scope: AsyncResource | null;
+  readonly #scope: AsyncResource;
 
   /** `scope`: the async context its events run in (its call's, CallState#scope). */
-  constructor(opts: ResolvedPty, onChange: () => void, members: () => number[], scope: AsyncResource | null = null) {
+  constructor(opts: ResolvedPty, onChange: () => void, members: () => number[], scope: AsyncResource) {
     // allowHalfOpen false: once the terminal is gone, typing ends too.
     // autoDestroy false: the end of the output does not close the master
     // while the tree lives (see #hold); the stream is destroyed, and 'close'
@@ -144,11 +144,7 @@ export class PtyStream extends Duplex {
       return;
     }
     try {
-      const scope = this.#scope;
-      this.#id = binding.streamAdopt(
-        fd,
-        scope ? (kind, value) => scope.runInAsyncScope(this.#onEvent, this, kind, value) : (kind, value) => this.#onEvent(kind, value),
-      );
+      this.#id = binding.streamAdopt(fd, (kind, value) => this.#scope.runInAsyncScope(this.#onEvent, this, kind, value));
     } catch (err) {
       // The addon closed it.
       this.#master = 'closed';

@@ -58,12 +58,9 @@ class OutputPipeReader extends EventEmitter {
   readonly #id: number;
   #ending = false;
 
-  constructor(scope: AsyncResource | null) {
+  constructor(scope: AsyncResource) {
     super();
-    [this.#id, this.childEnd] = binding.streamOpen(
-      0,
-      scope ? (kind, value) => scope.runInAsyncScope(this.#onEvent, this, kind, value) : (kind, value) => this.#onEvent(kind, value),
-    );
+    [this.#id, this.childEnd] = binding.streamOpen(0, (kind, value) => scope.runInAsyncScope(this.#onEvent, this, kind, value));
   }
 
   // (0, chunk) per chunk, then (1, null) once at the end: a pipe's read end
@@ -160,7 +157,7 @@ export interface CallPipes {
  * /dev/null unless it has input.
  */
 /** `scope`: the async context the streams' events run in (the call's, CallState#scope). */
-export function makePipes(entries: readonly StdioEntry[], owner: StdioOwner, run?: RunStdio, scope: AsyncResource | null = null): CallPipes {
+export function makePipes(entries: readonly StdioEntry[], owner: StdioOwner, scope: AsyncResource, run?: RunStdio): CallPipes {
   // Made at their final length, not grown by push(): a live call keeps
   // `streams` (as ChildProcess#stdio), and a grown array keeps room for 16.
   const streams: Array<Readable | Writable | null> = new Array<Readable | Writable | null>(entries.length).fill(null);

@@ -123,11 +123,11 @@ export class ToolCall extends EventEmitter {
     let pipes: CallPipes;
     try {
       if (shortage) throw shortage;
-      pipes = makePipes(opts.stdio, this, run && !opts.pty ? { input: run.input !== undefined } : undefined, s.scope);
+      pipes = makePipes(opts.stdio, this, s.scope, run && !opts.pty ? { input: run.input !== undefined } : undefined);
     } catch (err) {
       // Out of fds (EMFILE) while making the pipes: as Node, an 'error', not a throw.
       stdioError = err as NativeErrorShape;
-      pipes = makePipes(opts.stdio.map(() => ({ kind: 'ignore' as const })), this);
+      pipes = makePipes(opts.stdio.map(() => ({ kind: 'ignore' as const })), this, s.scope);
     }
     s.child = pipes.child;
     s.openReadable = pipes.openReadable;
