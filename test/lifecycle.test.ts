@@ -154,6 +154,21 @@ describe('events and results', () => {
     expect(liveWith(t)).toEqual([]);
   }, 120_000);
 
+  it("terminate() of a large tree, half of it outside the main process's group: each member once", async () => {
+    // The first pass over a large tree signals the main process's group in
+    // one system call, then each member the read found outside it (here in
+    // sessions of their own) through its pidfd: none twice, none missed.
+    const t = token();
+    const half = 150;
+    const script = `for i in $(seq ${half}); do sleep ${t} & setsid sleep ${t} & done; wait`;
+    const call = track(spawn('bash', ['-c', script], { stdio: 'ignore' }));
+    expect((await waitForLive(t, 2 * half, 'sleep', 60_000)).length).toBe(2 * half);
+    const report = await call.terminate({ grace: 20_000 });
+    expect(report).toMatchObject({ signaled: 2 * half + 1, escaped: half, killed: 0, leftovers: [] });
+    expect(call.signalCode).toBe('SIGTERM');
+    expect(liveWith(t)).toEqual([]);
+  }, 120_000);
+
   it('terminate() of a large tree that ignores the signal counts every member it kills', async () => {
     const t = token();
     const n = 300;

@@ -19,6 +19,12 @@ int pidfd_signal(int pidfd, int sig) {
   return errno;
 }
 
+int pidfd_signal_group(int pidfd, int sig) {
+  constexpr unsigned kSignalProcessGroup = 1U << 2;  // PIDFD_SIGNAL_PROCESS_GROUP, <linux/pidfd.h> of 6.9
+  if (syscall(__NR_pidfd_send_signal, pidfd, sig, nullptr, kSignalProcessGroup) == 0) return 0;
+  return errno;
+}
+
 namespace {
 
 // <linux/pidfd.h> of Linux 6.13, which older headers lack.

@@ -15,6 +15,12 @@ namespace proctree {
 Fd pidfd_open(pid_t pid);
 // 0 on success, else errno (ESRCH: the process is gone).
 int pidfd_signal(int pidfd, int sig);
+// The signal to every process of the group whose id is the pidfd's process's
+// pid (PIDFD_SIGNAL_PROCESS_GROUP, Linux 6.9), in one system call. The pidfd
+// holds that pid: the group is the one the process led, even after it exited
+// and was reaped, never a later group of the same number. 0, or errno
+// (EINVAL before 6.9).
+int pidfd_signal_group(int pidfd, int sig);
 
 // The cgroup2 id of the cgroup the process is in now (its directory's inode
 // number), asked of the pidfd itself (PIDFD_GET_INFO, Linux 6.13): 0 and

@@ -104,6 +104,11 @@ class LadderHost {
   // budgeted slices of its loop, one turn after another, would hold back
   // the last trees' signals behind the exits the first ones caused.
   virtual bool pass_elsewhere() { return false; }
+  // A pidfd of the main process where it was made the leader of a session
+  // of its own before it ran anything (so every process of its group is
+  // its descendant, one of the tree's), else -1. A large tree's first pass
+  // signals that group in one system call (Ladder::signal_group).
+  virtual int group_leader_pidfd() const { return -1; }
 };
 
 class Ladder {
@@ -168,6 +173,9 @@ class Ladder {
   void finish();
   void give_up();
   bool escaped(pid_t pid) const;
+  // The first pass over a large tree, before its first member: the main
+  // process's group at once, then only those the read found outside it.
+  void signal_group(LadderHost* budget);
   int ms_since(uint64_t t) const;
 
   Confinement* c_;
@@ -205,6 +213,10 @@ class Ladder {
   // thread touches none of them.
   bool pass_away_ = false;
   std::vector<Fd> away_watch_;
+  // The ladder's first pass has not begun; group_leader_ is the host's
+  // group_leader_pidfd() (a duplicate) for a first pass that runs elsewhere.
+  bool first_pass_ = false;
+  Fd group_leader_;
 };
 
 }  // namespace proctree

@@ -247,6 +247,15 @@ std::string Call::leaf_path() const {
 
 size_t Call::pass_budget(size_t wanted) { return env_->take_pass_budget(id_, wanted); }
 
+int Call::group_leader_pidfd() const {
+  // The cgroup tier's command is a session leader from its child side's
+  // setsid(), before its exec. (Not before that: its number leads no group
+  // yet, and a group signal by its pid reaches no one.) A shim's tree, or
+  // the broker's, is not the main process's group.
+  if (tier_ != Tier::kCgroup || shim() || brokered_ || !main_.pidfd || main_.pid != command_) return -1;
+  return main_.pidfd.get();
+}
+
 bool Call::run_elsewhere(AwayWork work) { return env_->run_pass_elsewhere(id_, std::move(work)); }
 
 void Call::on_pass_returned() {

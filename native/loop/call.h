@@ -170,6 +170,7 @@ class Call : public LadderHost {
   size_t pass_budget(size_t wanted) override;
   bool run_elsewhere(AwayWork work) override;
   bool pass_elsewhere() override { return stopped_with_others_; }
+  int group_leader_pidfd() const override;
   // Stopped with others at once (Environment::terminate_group): its passes
   // go to the passes' thread, whatever the tree's size.
   void stop_with_others() { stopped_with_others_ = true; }
