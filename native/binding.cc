@@ -29,6 +29,7 @@ Addon::Addon(Napi::Env env, Napi::Object exports) : env_(env) {
                            InstanceMethod("members", &Addon::Members),
                            InstanceMethod("ports", &Addon::Ports),
                            InstanceMethod("processInfo", &Addon::ProcessInfoOf),
+                           InstanceMethod("describe", &Addon::Describe),
                            InstanceMethod("shutdown", &Addon::Shutdown),
                            InstanceMethod("pipe", &Addon::Pipe),
                            InstanceMethod("streamOpen", &Addon::StreamOpen),

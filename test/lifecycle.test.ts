@@ -1,11 +1,12 @@
 // A call's life as a harness sees it: events in order, leftovers, output that
 // is never lost, exit codes and signals, timeouts and aborts.
+import { AsyncLocalStorage } from 'node:async_hooks';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { run, spawn, type ToolCall } from '../dist/cjs/index.js';
+import { run, spawn, type ProcessInfo, type ToolCall } from '../dist/cjs/index.js';
 import { killCgroup, liveWith, token, waitForLive, leafReleased } from './helpers';
 import { fileSupervisors } from './supervisors';
 
@@ -67,6 +68,33 @@ describe('events and results', () => {
     expect(result.cleanup?.signaled).toBeGreaterThanOrEqual(1);
     expect(liveWith(t)).toEqual([]);
   });
+
+  it("'leftover' of hundreds of processes is read off the loop: later than 'exit', in the call's context, all named", async () => {
+    // /proc reads of a thousand processes hold a thread for tens of
+    // milliseconds (longer for any between fork and exec): more than 64 are
+    // read on the addon's thread, and the event comes in a later callback.
+    const t = token();
+    const n = 200;
+    const als = new AsyncLocalStorage<string>();
+    const script = `for i in $(seq ${n}); do sleep ${t} & done; exit 0`;
+    const call = track(als.run('this call', () => spawn('bash', ['-c', script], { stdio: 'ignore', grace: 2000 })));
+    const seen = recordEvents(call);
+    call.on('exit', () => queueMicrotask(() => seen.push('microtask after exit')));
+    let named: ProcessInfo[] = [];
+    let store: string | undefined;
+    call.on('leftover', (infos) => {
+      named = infos;
+      store = als.getStore();
+    });
+    const result = await call.done;
+    expect(seen).toEqual(['spawn', 'exit', 'microtask after exit', 'leftover', 'cleanup', 'empty', 'close']);
+    expect(store).toBe('this call');
+    expect(named).toHaveLength(n);
+    expect(new Set(named.map((p) => p.pid)).size).toBe(n);
+    expect(named.every((p) => p.sid === call.pid && p.comm.length > 0)).toBe(true);
+    expect(result.cleanup?.reason).toBe('leftovers');
+    expect(liveWith(t)).toEqual([]);
+  }, 60_000);
 
   it("leftovers: 'wait' keeps the call open until the tree empties by itself", async () => {
     const call = track(spawn('bash', ['-c', 'setsid sleep 0.4 & exit 0'], { stdio: 'ignore', leftovers: 'wait' }));

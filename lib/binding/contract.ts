@@ -253,6 +253,12 @@ export interface NativeBinding {
    */
   ports?(target: number | string | readonly bigint[], onDone: (err: NativeErrorShape | null, listeners: NativeListener[] | null) => void): void;
   processInfo(pids: readonly number[]): ProcessInfo[];
+  /**
+   * processInfo(pids) read off the JavaScript thread (the addon's ports
+   * thread): onDone(error, null) or onDone(null, infos) in a later turn. The
+   * portable binding has none (its processInfo reads one table).
+   */
+  describe?(pids: readonly number[], onDone: (err: NativeErrorShape | null, infos: ProcessInfo[] | null) => void): void;
   shutdown(waitMs: number): void;
   pipe(): [number, number];
   /**

@@ -13,7 +13,7 @@ import {
 } from '../binding/contract';
 import { signalName } from '../options';
 import { ptyPending, ptyTreeEmpty, releasePty } from '../pty';
-import type { CleanupReport } from '../types';
+import type { CleanupReport, ProcessInfo } from '../types';
 import { execFailed, execStarted } from './exec';
 import { becomeJob, checkHeldOutside } from './job';
 import { STDIO_DRAIN_MS, startLadder } from './ladder';
@@ -92,10 +92,46 @@ function onExit(s: CallState, code: number | null, signal: number): void {
   if (s.x?.ladder || s.flag(EMPTY) || s.flag(KILLED_ALL)) return;
   const pids = binding.members(s.id);
   if (pids.length === 0) return;
-  const infos = binding.processInfo(pids);
-  if (infos.length > 0 && s.opts.leftovers === 'keep') keepLeftovers(s, infos);
-  if (infos.length > 0) c.emit('leftover', infos);
-  if (s.opts.leftovers === 'kill') startLadder(s, 'leftovers', s.opts.grace, false);
+  describe(s, pids, (infos) => {
+    if (s.failed) return;
+    if (infos.length > 0 && s.opts.leftovers === 'keep') keepLeftovers(s, infos);
+    if (infos.length > 0) c.emit('leftover', infos);
+    // Unless something stopped the tree (or it ended) while it was read.
+    if (s.opts.leftovers === 'kill' && !s.x?.ladder && !s.flag(EMPTY)) startLadder(s, 'leftovers', s.opts.grace, false);
+  });
+}
+
+/** Up to this many are read from /proc at once, on this thread (about 30 µs each). */
+const DESCRIBE_NOW = 64;
+
+/**
+ * What /proc says of `pids`, to `done`: at once for a few; for more, read on
+ * the addon's thread, so that a command that leaves a thousand processes
+ * behind (or some between fork and exec, whose reads wait for the exec)
+ * does not hold the harness's loop for tens of milliseconds. 'close' waits
+ * for it, and `done` runs in the call's async context. The tree is left
+ * alone meanwhile: those described are alive when they are read.
+ */
+function describe(s: CallState, pids: readonly number[], done: (infos: ProcessInfo[]) => void): void {
+  const ask = binding.describe?.bind(binding);
+  if (pids.length <= DESCRIBE_NOW || !ask) {
+    done(binding.processInfo(pids));
+    return;
+  }
+  s.extras().describing = true;
+  try {
+    ask(pids, (err, infos) => {
+      s.scope.runInAsyncScope(() => {
+        s.extras().describing = false;
+        // The addon could not read them there (its loop is closing): here.
+        done(err || !infos ? binding.processInfo(pids) : infos);
+        maybeClose(s);
+      });
+    });
+  } catch {
+    s.extras().describing = false;
+    done(binding.processInfo(pids));
+  }
 }
 
 /**
@@ -104,7 +140,7 @@ function onExit(s: CallState, code: number | null, signal: number): void {
  * and keep running). The result comes once output already in the pipes has
  * been read.
  */
-function keepLeftovers(s: CallState, infos: ReturnType<typeof binding.processInfo>): void {
+function keepLeftovers(s: CallState, infos: ProcessInfo[]): void {
   s.extras().remaining = infos;
   if (!s.opts.background) s.x?.timers?.stopCommand();
   becomeJob(s);
@@ -112,9 +148,10 @@ function keepLeftovers(s: CallState, infos: ReturnType<typeof binding.processInf
     // Waiting for options.ready: the result comes with it (or at 'close').
     if (!s.x?.done?.waiting || s.x.readyWait?.pending) return;
     // Read again: a process caught between fork and exec at 'exit' shows its command by now.
-    const now = s.flag(EMPTY) ? [] : binding.processInfo(binding.members(s.id));
-    if (now.length > 0) s.extras().remaining = now;
-    settle(s);
+    describe(s, s.flag(EMPTY) ? [] : binding.members(s.id), (now) => {
+      if (now.length > 0) s.extras().remaining = now;
+      settle(s);
+    });
   });
 }
 

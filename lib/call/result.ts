@@ -95,7 +95,9 @@ export function removeAbortListener(s: CallState): void {
 
 /** 'close', once the tree is empty, the streams are done and the ladder's report is complete. */
 export function maybeClose(s: CallState): void {
-  if (s.flag(CLOSED) || !s.flag(EMPTY) || s.openReadable > 0 || s.call.pty?.[ptyPending] || s.x?.heldCheck) return;
+  if (s.flag(CLOSED) || !s.flag(EMPTY) || s.openReadable > 0 || s.call.pty?.[ptyPending] || s.x?.heldCheck || s.x?.describing) {
+    return;
+  }
   s.setFlag(CLOSED, true);
   // Kept for a result built later (the server asks at its own time).
   s.done().closedAt = performance.now();

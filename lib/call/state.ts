@@ -153,6 +153,8 @@ export class CallExtras {
   leafId: bigint | null = null;
   /** The ladder's report waits for the leaf's listeners ('cleanup' and 'close' wait for it). */
   heldCheck = false;
+  /** What the main process left is being read from /proc in slices of the loop ('close' waits for it). */
+  describing = false;
   /** pause()/resume(), once either was asked for. */
   pause: PauseControl | null = null;
   /** idleTimeout's timer was stopped by pause(): resume() starts it again. */

@@ -83,6 +83,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
   Napi::Value Members(const Napi::CallbackInfo& info);
   Napi::Value Ports(const Napi::CallbackInfo& info);
   Napi::Value ProcessInfoOf(const Napi::CallbackInfo& info);
+  Napi::Value Describe(const Napi::CallbackInfo& info);
   Napi::Value SubtreePrefix(const Napi::CallbackInfo& info);
   Napi::Value Cgroup2Hierarchies(const Napi::CallbackInfo& info);
   Napi::Value CgroupMembers(const Napi::CallbackInfo& info);

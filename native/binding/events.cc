@@ -145,6 +145,13 @@ void Addon::deliver_ports(const CallEvent& ev) {
   if (ev.error) {
     args[0] = make_error(env_, ev.error);
     st = napi_get_null(env_, &args[1]);
+  } else if (ev.described) {
+    st = napi_get_null(env_, &args[0]);
+    if (st == napi_ok) st = napi_create_array_with_length(env_, ev.infos.size(), &args[1]);
+    for (size_t i = 0; st == napi_ok && i < ev.infos.size(); ++i) {
+      Napi::Object o = process_info_object(env_, ev.infos[i]);
+      st = o.IsEmpty() ? napi_generic_failure : napi_set_element(env_, args[1], static_cast<uint32_t>(i), o);
+    }
   } else {
     st = napi_get_null(env_, &args[0]);
     if (st == napi_ok) st = napi_create_array_with_length(env_, ev.listeners.size(), &args[1]);

@@ -79,6 +79,28 @@ Napi::Value Addon::ProcessInfoOf(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// describe(pids, onDone): processInfo(pids) read on the addon's ports
+// thread, onDone(error, infos) in a later turn: /proc reads of many
+// processes, or of one between fork and exec, can hold a thread for tens of
+// milliseconds. Throws only for bad arguments.
+Napi::Value Addon::Describe(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 2 || !info[0].IsArray() || !info[1].IsFunction()) return throw_type(env, "describe(pids, onDone)");
+  if (!env_state_) return throw_sys(env, SysError::of(ECANCELED, "describe"));
+  Napi::Array a = info[0].As<Napi::Array>();
+  std::vector<pid_t> pids;
+  pids.reserve(a.Length());
+  for (uint32_t i = 0; i < a.Length(); ++i) {
+    Napi::Value v = a.Get(i);
+    if (!v.IsNumber()) return throw_type(env, "describe(pids): numbers");
+    pids.push_back(v.As<Napi::Number>().Int32Value());
+  }
+  uint64_t request = 0;
+  if (SysError e = env_state_->describe(std::move(pids), &request)) return throw_sys(env, e);
+  ports_callbacks_[request] = Napi::Persistent(info[1].As<Napi::Function>());
+  return env.Undefined();
+}
+
 // subtreePrefix() -> "proctree-<pid>-<random>", the same in every worker.
 Napi::Value Addon::SubtreePrefix(const Napi::CallbackInfo& info) {
   return Napi::String::New(info.Env(), subtree_prefix());

@@ -48,6 +48,8 @@ struct CallEvent {
   int peak_processes = 0;
   std::string data;  // kOutput: the bytes read
   std::vector<Listener> listeners;  // kPorts
+  bool described = false;            // kPorts answering Environment::describe(): infos
+  std::vector<ProcessInfo> infos;
   bool frozen = false;  // kFrozen
 };
 

@@ -143,6 +143,10 @@ class Environment {
   // The sockets made in the cgroups with these ids, whoever holds them now
   // (a tree that is gone, its leaf maybe removed): kernel/sockets.h.
   SysError ports_of_cgroup_ids(std::vector<unsigned long long> ids, uint64_t* request);
+  // What /proc says of these processes, read on the same thread: a kPorts
+  // event whose call_id is *request, `described`, with the infos of those
+  // still there.
+  SysError describe(std::vector<pid_t> pids, uint64_t* request);
   ChildStack& child_stack() { return stack_; }
   void set_referenced(uint64_t id, bool ref);
   // The call's leaf is named by a job: never reused. *base: its counters

@@ -1,6 +1,7 @@
 // What calls listen on, asked off the JavaScript thread (PortsWorker): a
 // call's tree, a cgroup named from outside, or sockets by their cgroup ids;
-// each answer is posted as a kPorts event.
+// each answer is posted as a kPorts event. describe() asks the same worker
+// what /proc says of processes.
 #include <utility>
 
 #include "loop/environment.h"
@@ -42,6 +43,13 @@ SysError Environment::ports_of_cgroup_ids(std::vector<unsigned long long> ids, u
   return ask_ports(std::move(q), request);
 }
 
+SysError Environment::describe(std::vector<pid_t> pids, uint64_t* request) {
+  PortsQuery q;
+  q.describe = true;
+  q.pids = std::move(pids);
+  return ask_ports(std::move(q), request);
+}
+
 SysError Environment::ask_ports(PortsQuery q, uint64_t* request) {
   if (closing_) return SysError::of(ECANCELED, "ports");
   if (SysError e = ensure_open()) return e;
@@ -58,6 +66,8 @@ void Environment::on_ports_done() {
     ev.call_id = a.request;
     ev.error = a.error;
     ev.listeners = std::move(a.listeners);
+    ev.described = a.described;
+    ev.infos = std::move(a.infos);
     post(std::move(ev));
   }
   update_keep_alive();

@@ -42,6 +42,15 @@ std::vector<PortsAnswer> PortsWorker::take_done() {
 PortsAnswer PortsWorker::answer(const PortsQuery& q) {
   PortsAnswer a;
   a.request = q.request;
+  if (q.describe) {
+    a.described = true;
+    a.infos.reserve(q.pids.size());
+    for (pid_t pid : q.pids) {
+      ProcessInfo p;
+      if (read_process_info(pid, &p)) a.infos.push_back(std::move(p));
+    }
+    return a;
+  }
   if (!q.cgroup_ids.empty()) {
     if (cgroup_socket_filter_available()) a.error = listeners_of_cgroup_ids(q.cgroup_ids, &a.listeners);
   } else if (!q.leaf.empty() && cgroup_socket_filter_available()) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernel/fd.h"
+#include "kernel/procfs.h"
 #include "kernel/sockets.h"
 #include "kernel/sys_error.h"
 #include "loop/job_thread.h"
@@ -30,12 +31,18 @@ struct PortsQuery {
   bool members_from_leaf = false;
   // Sockets made in these cgroups, whoever holds them (a tree that is gone): instead of leaf/pids.
   std::vector<unsigned long long> cgroup_ids;
+  // Not a ports question: what /proc says of each of pids (describe()).
+  // Its reads can wait on a process that is between fork and exec, as long
+  // as the exec takes, and a thousand of them take tens of milliseconds.
+  bool describe = false;
 };
 
 struct PortsAnswer {
   uint64_t request = 0;
   SysError error;
   std::vector<Listener> listeners;
+  bool described = false;         // a describe query: infos, not listeners
+  std::vector<ProcessInfo> infos;  // the pids still there, in their order
 };
 
 class PortsWorker {
