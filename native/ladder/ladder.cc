@@ -171,10 +171,16 @@ bool Ladder::next_round() {
 bool Ladder::run_pass(LadderHost* budget, std::vector<Fd>* late) {
   for (;;) {
     if (late) late->clear();
-    if (pass_next_ >= pass_todo_.size() && !next_round()) return true;
-    if (group_leader_) {
-      signal_group(budget);
-      continue;
+    // A first pass with the main's group to signal at once: the members
+    // outside it go first, each through its pidfd, then the group (its
+    // exits take the CPU from this thread for as long as they last).
+    if (group_leader_ && !group_sorted_) sort_out_group();
+    if (pass_next_ >= pass_todo_.size()) {
+      if (group_leader_) {
+        signal_group(budget);
+        continue;
+      }
+      if (!next_round()) return true;
     }
     // In slices the budget grants; elsewhere, up to kPassHeld at once: held
     // and confirmed before the first of their signals, whose wake-ups then
@@ -211,49 +217,61 @@ bool Ladder::run_pass(LadderHost* budget, std::vector<Fd>* late) {
   }
 }
 
+void Ladder::sort_out_group() {
+  // Who is in the main's group now: held back for the group's signal, the
+  // first few held by pidfd to watch for the tree's dying (a number read a
+  // moment ago is still theirs). The rest stay for the per-member pass.
+  group_sorted_ = true;
+  size_t kept = pass_next_;
+  for (size_t i = pass_next_; i < pass_todo_.size(); ++i) {
+    const pid_t pid = pass_todo_[i];
+    if (getpgid(pid) != main_) {
+      pass_todo_[kept++] = pid;
+      continue;
+    }
+    group_.push_back(pid);
+    if (group_watch_.size() < LadderLimits::kMaxWatchedMembers) {
+      if (Fd fd = pidfd_open(pid)) group_watch_.emplace_back(pid, std::move(fd));
+    }
+  }
+  pass_todo_.resize(kept);
+}
+
 void Ladder::signal_group(LadderHost* budget) {
   // One system call signals every member of the main process's group, as
   // cgroup.kill kills them all: the stop of a 1000-process tree cost this
   // process 18-20 ms of CPU with a signal through each member's pidfd (an
   // open, two signals, a close each, and the exits they cause preempting
-  // this thread), 7-8 ms this way. The group is the main's
-  // (the pidfd holds its pid), and the main led a session of its own from
-  // before it ran anything: everyone in it is the main's descendant.
-  // A member read in the group just before the signal, and in it (or gone:
-  // it died, and may be reaped already) just after, got it. The others go
-  // on to the per-member pass: so a member that left the group in that
-  // moment may get the signal twice, and one that joined it only with the
-  // kill.
+  // this thread), 7-8 ms this way. The group is the main's (the pidfd holds
+  // its pid), and the main led a session of its own from before it ran
+  // anything: everyone in it is the main's descendant. A member read in the
+  // group before the signal, and in it (or gone: it died, and may be reaped
+  // already) after, got it. The others go back to the per-member pass: so
+  // a member that left the group in that moment may get the signal twice,
+  // and one that joined it only with the kill.
   Fd leader = std::move(group_leader_);
-  const size_t from = pass_next_;
-  const size_t n = pass_todo_.size() - from;
-  std::vector<char> in_group(n);
-  for (size_t i = 0; i < n; ++i) in_group[i] = getpgid(pass_todo_[from + i]) == main_;
-  // The first members to watch for the tree's dying, held before the
-  // signal: a number read a moment ago is still theirs.
-  std::vector<std::pair<size_t, Fd>> watch;
-  for (size_t i = 0; i < n && watched_ + watch.size() < LadderLimits::kMaxWatchedMembers; ++i) {
-    if (!in_group[i]) continue;
-    if (Fd fd = pidfd_open(pass_todo_[from + i])) watch.emplace_back(i, std::move(fd));
+  std::vector<pid_t> members = std::move(group_);
+  std::vector<std::pair<pid_t, Fd>> watch = std::move(group_watch_);
+  group_.clear();
+  group_watch_.clear();
+  if (pidfd_signal_group(leader.get(), sig_) != 0) {
+    // Before 6.9 (EINVAL): each member on its own.
+    pass_todo_.insert(pass_todo_.end(), members.begin(), members.end());
+    return;
   }
-  if (pidfd_signal_group(leader.get(), sig_) != 0) return;  // before 6.9: each member on its own
   if (sig_ != SIGCONT && sig_ != SIGKILL) pidfd_signal_group(leader.get(), SIGCONT);
-  size_t kept = from;
-  for (size_t i = 0; i < n; ++i) {
-    const pid_t pid = pass_todo_[from + i];
-    if (in_group[i]) {
-      const pid_t now = getpgid(pid);
-      in_group[i] = now == main_ || (now < 0 && errno == ESRCH);
-    }
-    if (in_group[i]) {
+  std::unordered_set<pid_t> left;
+  for (pid_t pid : members) {
+    const pid_t now = getpgid(pid);
+    if (now == main_ || (now < 0 && errno == ESRCH)) {
       ++report_.signaled;
     } else {
-      pass_todo_[kept++] = pid;
+      left.insert(pid);
+      pass_todo_.push_back(pid);
     }
   }
-  pass_todo_.resize(kept);
-  for (auto& [i, fd] : watch) {
-    if (!in_group[i]) continue;
+  for (auto& [pid, fd] : watch) {
+    if (left.count(pid) != 0 || watched_ >= LadderLimits::kMaxWatchedMembers) continue;
     ++watched_;
     if (budget) {
       ++watched_live_;

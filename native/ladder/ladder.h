@@ -14,6 +14,7 @@
 #include <functional>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "kernel/fd.h"
@@ -173,8 +174,10 @@ class Ladder {
   void finish();
   void give_up();
   bool escaped(pid_t pid) const;
-  // The first pass over a large tree, before its first member: the main
-  // process's group at once, then only those the read found outside it.
+  // The first pass over a large tree: those the read finds outside the main
+  // process's group are signalled each on its own (sort_out_group), then
+  // the group at once (signal_group).
+  void sort_out_group();
   void signal_group(LadderHost* budget);
   int ms_since(uint64_t t) const;
 
@@ -217,6 +220,9 @@ class Ladder {
   // group_leader_pidfd() (a duplicate) for a first pass that runs elsewhere.
   bool first_pass_ = false;
   Fd group_leader_;
+  bool group_sorted_ = false;
+  std::vector<pid_t> group_;                        // read in the group, for its signal
+  std::vector<std::pair<pid_t, Fd>> group_watch_;  // the first few of them, held
 };
 
 }  // namespace proctree
