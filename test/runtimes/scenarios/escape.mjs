@@ -37,4 +37,21 @@ scenario('escape', async (t) => {
   t.check(r.exitCode === 0 && r.stdout === 'done\n', 'run(): main exited 0', [r.exitCode, r.stdout]);
   t.check(r.cleanup && r.cleanup.reason === 'leftovers' && r.cleanup.leftovers.length === 0, 'run(): leftovers stopped', r.cleanup);
   t.check(await waitFor(() => liveWith(T).length === 0, 5000), 'run(): leftovers gone from /proc', liveWith(T));
+
+  // More than 64 left behind: read from /proc on the addon's ports thread.
+  const L = token();
+  const left = spawn('bash', ['-c', `for i in $(seq 100); do sleep ${L} & done; exit 0`], { stdio: 'ignore', grace: 2000 });
+  const named = await new Promise((resolve) => left.once('leftover', resolve));
+  await left.done;
+  t.check(named.length === 100 && named.every((p) => p.sid === left.pid), 'leftover: all 100 named', named.length);
+  t.check(await waitFor(() => liveWith(L).length === 0, 5000), 'leftover: gone from /proc', liveWith(L));
+
+  // A tree of more than 128: its first pass signals the main's group at once.
+  const G = token();
+  const big = spawn('bash', ['-c', `for i in $(seq 200); do sleep ${G} & done; wait`], { stdio: 'ignore' });
+  await waitForLive(G, 200, 'sleep');
+  const report = await big.terminate({ grace: 5000 });
+  await big.done;
+  t.check(report.signaled === 201 && report.killed === 0 && report.leftovers.length === 0, 'a tree of 201: each signalled once, none killed', report);
+  t.check(liveWith(G).length === 0, 'a tree of 201: gone from /proc', liveWith(G));
 });
