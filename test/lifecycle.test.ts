@@ -1,6 +1,8 @@
 // A call's life as a harness sees it: events in order, leftovers, output that
 // is never lost, exit codes and signals, timeouts and aborts.
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { once } from 'node:events';
+import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
@@ -209,6 +211,48 @@ describe('events and results', () => {
     expect(report.leftovers).toEqual([]);
     expect(liveWith(t)).toEqual([]);
   }, 120_000);
+
+  // The v1 freezer of a hybrid host holds a frozen task through SIGKILL
+  // until it is thawed: a member the kill cannot end, for real.
+  const v1Freezer = '/sys/fs/cgroup/freezer';
+  const canFreezeV1 = (() => {
+    try {
+      fs.accessSync(path.join(v1Freezer, 'tasks'), fs.constants.W_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  })();
+  (canFreezeV1 ? it : it.skip)("a member the kill cannot end is the report's leftover, named, and an ERR_PROCTREE_LEFTOVERS error", async () => {
+    const t = token();
+    const frozen = path.join(v1Freezer, `proctree-test-${process.pid}-${t}`);
+    fs.mkdirSync(frozen);
+    const until = async (check: () => boolean): Promise<void> => {
+      for (const deadline = Date.now() + 10_000; !check() && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 10));
+    };
+    try {
+      const call = track(spawn('bash', ['-c', `sleep ${t} & echo $! > ${frozen}/tasks; wait`], { stdio: 'ignore', grace: 200 }));
+      const errors: (Error & { code?: string })[] = [];
+      call.on('error', (err) => errors.push(err));
+      const [pid] = await waitForLive(t, 1, 'sleep');
+      await until(() => fs.readFileSync(path.join(frozen, 'tasks'), 'utf8').trim() === String(pid));
+      fs.writeFileSync(path.join(frozen, 'freezer.state'), 'FROZEN');
+      await until(() => fs.readFileSync(path.join(frozen, 'freezer.state'), 'utf8').trim() === 'FROZEN');
+      const report = await call.terminate();
+      expect(report.leftovers).toEqual([expect.objectContaining({ pid, comm: 'sleep', cmdline: `sleep ${t}` })]);
+      expect(report.killed).toBe(1);
+      expect(errors.map((e) => e.code)).toEqual(['ERR_PROCTREE_LEFTOVERS']);
+      expect(errors[0]?.message).toContain(`${pid} (sleep)`);
+      // Thawed, it dies of the SIGKILL it holds, and the call ends.
+      fs.writeFileSync(path.join(frozen, 'freezer.state'), 'THAWED');
+      await once(call, 'close');
+      expect(liveWith(t)).toEqual([]);
+    } finally {
+      fs.writeFileSync(path.join(frozen, 'freezer.state'), 'THAWED');
+      await until(() => fs.readFileSync(path.join(frozen, 'tasks'), 'utf8').trim() === '');
+      fs.rmdirSync(frozen);
+    }
+  }, 30_000);
 
   it('terminate() after the tree is gone resolves with nothing to do', async () => {
     const call = track(spawn('true', [], { stdio: 'ignore' }));
