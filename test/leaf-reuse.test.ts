@@ -102,6 +102,29 @@ describe('cgroup leaves reused across calls', () => {
     expect(c.cgroup).not.toBe(b.cgroup);
   });
 
+  it('a leaf whose command lowered its cgroup.max.descendants or .depth is removed: the next call can nest cgroups', async () => {
+    const sup = supervisor();
+    for (const file of ['cgroup.max.descendants', 'cgroup.max.depth']) {
+      const a = await ranTrue(sup);
+      const b = track(sup.spawn('sh', ['-c', `read leaf && echo 0 > "$leaf/${file}"`], { stdio: ['pipe', 'ignore', 'ignore'] }));
+      await once(b, 'spawn');
+      expect(b.cgroup).toBe(a.cgroup);
+      b.stdin?.end(`${b.cgroup}\n`);
+      await closed(b);
+      expect(b.exitCode).toBe(0);
+      expect(cgroupExists(b.cgroup)).toBe(false);
+      // The next call gets a leaf as new: it can make a cgroup of its own.
+      const c = track(sup.spawn('sh', ['-c', 'read leaf && cat "$leaf/cgroup.max.descendants" "$leaf/cgroup.max.depth" && mkdir "$leaf/n" && rmdir "$leaf/n"'], { stdio: ['pipe', 'pipe', 'ignore'] }));
+      await once(c, 'spawn');
+      expect(c.cgroup).not.toBe(b.cgroup);
+      c.stdin?.end(`${c.cgroup}\n`);
+      let out = '';
+      c.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+      await closed(c);
+      expect({ file, out, code: c.exitCode }).toEqual({ file, out: 'max\nmax\n', code: 0 });
+    }
+  });
+
   it('a leaf left frozen is removed, never reused: the next call runs', async () => {
     const sup = supervisor();
     const a = track(sup.spawn('sleep', ['30'], { stdio: 'ignore' }));

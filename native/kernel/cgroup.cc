@@ -408,6 +408,16 @@ SysError CgroupDir::read_cpu_stat(std::string* out) const {
 
 bool CgroupDir::has_file(const char* name) const { return faccessat(dir(), name, F_OK, 0) == 0; }
 
+bool CgroupDir::nesting_unlimited() const {
+  for (const char* name : {"cgroup.max.descendants", "cgroup.max.depth"}) {
+    Fd fd = open_file(name);
+    char buf[16];
+    ssize_t n = fd ? read(fd.get(), buf, sizeof buf) : -1;
+    if (n != 4 || memcmp(buf, "max\n", 4) != 0) return false;
+  }
+  return true;
+}
+
 int CgroupDir::dir() const {
   // Reopened on demand after close(): a call's leaf needs its descriptor for
   // the clone only, and then once more if a ladder or members() asks.

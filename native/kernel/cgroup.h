@@ -79,6 +79,10 @@ class CgroupDir {
   // (a kept leaf is read at the end of every call it holds).
   SysError read_cpu_stat(std::string* out) const;
   bool has_file(const char* name) const;
+  // cgroup.max.descendants and cgroup.max.depth both read "max", as in a
+  // new cgroup. Anyone who may write the cgroup's files may lower them
+  // (then no cgroup can be made below it); false also when unreadable.
+  bool nesting_unlimited() const;
   // cgroup.kill exists (Linux 5.14; never in the root cgroup).
   bool has_kill() const;
   // One SIGKILL round over the whole subtree: cgroup.kill; or, on kernels

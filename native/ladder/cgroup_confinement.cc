@@ -201,6 +201,10 @@ CgroupConfinement::Offer CgroupConfinement::offer_to_pool() {
   if (ev.frozen || statx(leaf_.dir_fd(), "", AT_EMPTY_PATH, STATX_NLINK, &st) != 0 || st.stx_nlink != 2) {
     return Offer::kRefused;
   }
+  // Nor did the call lower its leaf's cgroup.max.descendants or .depth: the
+  // next call in it could make no cgroup of its own (a nested harness, a
+  // sealed call's tools), failing with EAGAIN. Two reads, about 5 µs.
+  if (!leaf_.nesting_unlimited()) return Offer::kRefused;
   return pool_->give_back(&leaf_, counters_) ? Offer::kTaken : Offer::kRefused;
 }
 
