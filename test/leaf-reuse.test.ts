@@ -37,6 +37,22 @@ async function ranTrue(sup: Supervisor): Promise<ToolCall> {
   return call;
 }
 
+/**
+ * A shell command in the leaf a `true` just left (it is told the leaf's path
+ * on stdin, as `$leaf`): run to its 'close', and its leaf removed after it.
+ */
+async function spoilKeptLeaf(sup: Supervisor, script: string): Promise<ToolCall> {
+  const a = await ranTrue(sup);
+  const b = track(sup.spawn('sh', ['-c', `read leaf && ${script}`], { stdio: ['pipe', 'ignore', 'ignore'] }));
+  await once(b, 'spawn');
+  expect(b.cgroup).toBe(a.cgroup);
+  b.stdin?.end(`${b.cgroup}\n`);
+  await closed(b);
+  expect(b.exitCode).toBe(0);
+  expect(cgroupExists(b.cgroup)).toBe(false);
+  return b;
+}
+
 describe('cgroup leaves reused across calls', () => {
   it('a leaf is reused only after its call ended, and holds only the new call', async () => {
     const sup = supervisor();
@@ -89,15 +105,8 @@ describe('cgroup leaves reused across calls', () => {
 
   it('a leaf with cgroups of its own below it is removed, never reused', async () => {
     const sup = supervisor();
-    const a = await ranTrue(sup);
-    // The command makes a cgroup in its own leaf (told its path on stdin).
-    const b = track(sup.spawn('sh', ['-c', 'read leaf && mkdir "$leaf/nested"'], { stdio: ['pipe', 'ignore', 'ignore'] }));
-    await once(b, 'spawn');
-    expect(b.cgroup).toBe(a.cgroup);
-    b.stdin?.end(`${b.cgroup}\n`);
-    await closed(b);
-    expect(b.exitCode).toBe(0);
-    expect(cgroupExists(b.cgroup)).toBe(false);
+    // The command makes a cgroup in its own leaf.
+    const b = await spoilKeptLeaf(sup, 'mkdir "$leaf/nested"');
     const c = await ranTrue(sup);
     expect(c.cgroup).not.toBe(b.cgroup);
   });
@@ -105,14 +114,7 @@ describe('cgroup leaves reused across calls', () => {
   it('a leaf whose command lowered its cgroup.max.descendants or .depth is removed: the next call can nest cgroups', async () => {
     const sup = supervisor();
     for (const file of ['cgroup.max.descendants', 'cgroup.max.depth']) {
-      const a = await ranTrue(sup);
-      const b = track(sup.spawn('sh', ['-c', `read leaf && echo 0 > "$leaf/${file}"`], { stdio: ['pipe', 'ignore', 'ignore'] }));
-      await once(b, 'spawn');
-      expect(b.cgroup).toBe(a.cgroup);
-      b.stdin?.end(`${b.cgroup}\n`);
-      await closed(b);
-      expect(b.exitCode).toBe(0);
-      expect(cgroupExists(b.cgroup)).toBe(false);
+      const b = await spoilKeptLeaf(sup, `echo 0 > "$leaf/${file}"`);
       // The next call gets a leaf as new: it can make a cgroup of its own.
       const c = track(sup.spawn('sh', ['-c', 'read leaf && cat "$leaf/cgroup.max.descendants" "$leaf/cgroup.max.depth" && mkdir "$leaf/n" && rmdir "$leaf/n"'], { stdio: ['pipe', 'pipe', 'ignore'] }));
       await once(c, 'spawn');
