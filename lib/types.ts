@@ -169,9 +169,13 @@ export type CleanupReason = 'timeout' | 'idle' | 'abort' | 'terminate' | 'leftov
 export interface CleanupReport {
   reason: CleanupReason;
   confinement: Confinement;
-  /** Processes that got the graceful signal, each exactly once. */
+  /**
+   * Processes that got the graceful signal, each exactly once. A harness
+   * that is not root cannot signal a process of another user (what `sudo`
+   * starts): it is not counted here, and the kill after `grace` ends it.
+   */
   signaled: number;
-  /** Processes still alive when `grace` ran out, killed with SIGKILL. */
+  /** Processes still alive when `grace` ran out, killed with SIGKILL (those of other users too). */
   killed: number;
   /** Processes that had left the main process's group or session: what killpg would have missed. */
   escaped: number;

@@ -1,15 +1,18 @@
 // A call's life as a harness sees it: events in order, leftovers, output that
 // is never lost, exit codes and signals, timeouts and aborts.
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { run, spawn, type ProcessInfo, type ToolCall } from '../dist/cjs/index.js';
-import { killCgroup, liveWith, token, waitForLive, leafReleased } from './helpers';
+import { capabilities, run, spawn, type ProcessInfo, type ToolCall } from '../dist/cjs/index.js';
+import { killCgroup, liveWith, token, waitForLive, waitUntil, leafReleased } from './helpers';
+import { startNobodyHarness } from './nobody-harness';
 import { fileSupervisors } from './supervisors';
 
 const calls: ToolCall[] = [];
@@ -197,6 +200,56 @@ describe('events and results', () => {
     expect(report).toMatchObject({ signaled: 2 * half + 1, escaped: half, killed: 0, leftovers: [] });
     expect(call.signalCode).toBe('SIGTERM');
     expect(liveWith(t)).toEqual([]);
+  }, 120_000);
+
+  // A harness that is not root (nobody, in a delegated cgroup) whose large
+  // tree holds a process of another user (what sudo starts: real, effective
+  // and saved uid 0): the group's signal passes it over without an error, so
+  // the first pass must not count it; the kill after the grace ends it.
+  const cgroup2 = capabilities().cgroup2;
+  const canRefuse = process.getuid?.() === 0 && cgroup2 !== null && spawnSync('cc', ['--version']).status === 0;
+  (canRefuse ? it : it.skip)("a member of another user refuses the group's signal of a non-root harness: not counted as signalled", async () => {
+    const t = token();
+    const n = 150;
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-asroot-'));
+    fs.chmodSync(dir, 0o755);
+    const helper = path.join(dir, 'asroot');
+    fs.writeFileSync(`${helper}.c`, '#include <unistd.h>\nint main(void) { if (setresgid(0, 0, 0) || setresuid(0, 0, 0)) return 1; alarm(120); for (;;) pause(); }\n');
+    expect(spawnSync('cc', ['-O2', '-o', helper, `${helper}.c`]).status).toBe(0);
+    fs.chmodSync(helper, 0o4755);
+    const script = `
+const { spawn } = require(${JSON.stringify(path.join(__dirname, '..', 'dist', 'cjs', 'index.js'))});
+const [t, helper, n] = process.argv.slice(1);
+const say = (o) => process.stdout.write(JSON.stringify(o) + '\\n');
+const call = spawn('bash', ['-c', 'for i in $(seq ' + n + '); do sleep ' + t + ' & done; ' + helper + ' ' + t + ' & wait'], { stdio: 'ignore' });
+call.on('error', (e) => { say({ error: e.code, message: e.message }); process.exit(1); });
+call.on('spawn', () => say({ pid: call.pid }));
+process.stdin.once('data', async () => { say({ report: await call.terminate({ grace: 300 }) }); process.exit(0); });
+`;
+    const h = startNobodyHarness(cgroup2!.ownPath, 'refuse', script, [t, helper, String(n)]);
+    try {
+      expect(await h.line<{ pid: number }>(0, 20_000)).toHaveProperty('pid');
+      const asRoot = (): number[] =>
+        liveWith(t, 'asroot').filter((pid) => {
+          try {
+            return /^Uid:\s+0\s+0\s+0\s/m.test(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+          } catch {
+            return false; // gone meanwhile
+          }
+        });
+      await waitUntil(() => liveWith(t, 'sleep').length >= n && asRoot().length === 1, 60_000);
+      expect(liveWith(t, 'sleep')).toHaveLength(n);
+      expect(asRoot()).toHaveLength(1);
+      h.child.stdin!.write('go\n');
+      const { report } = await h.line<{ report: { signaled: number; killed: number; leftovers: unknown[] } }>(1, 60_000);
+      // bash and the sleeps got SIGTERM; the root process only the kill.
+      expect(report).toMatchObject({ signaled: n + 1, killed: 1, leftovers: [] });
+      expect(liveWith(t, 'asroot')).toEqual([]);
+      expect(liveWith(t, 'sleep')).toEqual([]);
+    } finally {
+      await h.remove();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   }, 120_000);
 
   it('terminate() of a large tree that ignores the signal counts every member it kills', async () => {

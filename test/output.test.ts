@@ -252,7 +252,9 @@ describe('what spawn() holds for done', () => {
 describe('idleTimeout', () => {
   it("stops a `read line` that waits for input that never comes, reason 'idle'", async () => {
     const t = token();
-    const call = spawn('bash', ['-c', `echo waiting; read line; sleep ${t}`], { idleTimeout: 300 });
+    // The idle clock runs from the start too: 2 s leaves a loaded machine
+    // time to start bash and print before it (300 ms did not, once).
+    const call = spawn('bash', ['-c', `echo waiting; read line; sleep ${t}`], { idleTimeout: 2000 });
     calls.push(call);
     const r = await call.done;
     expect(r.cleanup?.reason).toBe('idle');

@@ -355,7 +355,8 @@ describe('output and its end', () => {
     expect(r.stderr).toBe('');
     // A command waiting for input on its terminal shows nothing: idleTimeout
     // stops it (spawn: run() would type the end of input).
-    const idle = await track(spawn('sh', ['-c', 'echo waiting; read x'], { pty: true, idleTimeout: 300, timeout: 10_000 })).done;
+    // 2 s: the idle clock runs from the start, and a loaded machine may take long to print.
+    const idle = await track(spawn('sh', ['-c', 'echo waiting; read x'], { pty: true, idleTimeout: 2000, timeout: 10_000 })).done;
     expect(idle.cleanup?.reason).toBe('idle');
     expect(idle.stdout).toBe('waiting\r\n');
     const tail = await run('sh', ['-c', 'for i in $(seq 1 200); do echo "line $i"; done'], { pty: true, maxBuffer: 20, keep: 'tail' });

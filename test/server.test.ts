@@ -624,7 +624,7 @@ describe('collect', () => {
 
   it('idleTimeout stops a command waiting for input: reason idle', async () => {
     const s = new Server();
-    await s.request('spawn', { id: 'r', file: 'sh', args: ['-c', 'echo waiting; read x'], options: { stdin: 'pipe', idleTimeout: 300, collect: true, encoding: 'utf8' } });
+    await s.request('spawn', { id: 'r', file: 'sh', args: ['-c', 'echo waiting; read x'], options: { stdin: 'pipe', idleTimeout: 2000, collect: true, encoding: 'utf8' } });
     const close = await s.closed('r');
     expect(close).toMatchObject({ timedOut: false, cleanup: { reason: 'idle', leftovers: [] }, result: { stdout: 'waiting\n' } });
   });

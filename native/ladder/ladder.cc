@@ -260,10 +260,17 @@ void Ladder::signal_group(LadderHost* budget) {
     return;
   }
   if (sig_ != SIGCONT && sig_ != SIGKILL) pidfd_signal_group(leader.get(), SIGCONT);
+  // A harness that is not root: a member that runs as another user (what
+  // sudo starts) refuses the group's signal without a word, where its own
+  // pidfd's would say EPERM; kill(pid, 0) asks the same permission. It goes
+  // to the per-member pass, which does not count it either.
+  const bool may_refuse = geteuid() != 0;
   std::unordered_set<pid_t> left;
   for (pid_t pid : members) {
     const pid_t now = getpgid(pid);
-    if (now == main_ || (now < 0 && errno == ESRCH)) {
+    const bool gone = now < 0 && errno == ESRCH;
+    const bool refused = may_refuse && !gone && kill(pid, 0) != 0 && errno == EPERM;
+    if ((now == main_ || gone) && !refused) {
       ++report_.signaled;
     } else {
       left.insert(pid);
@@ -352,7 +359,10 @@ void Ladder::count_alive(const std::vector<pid_t>& pids) {
       pids, [this](std::vector<Held>* held) { return c_->confirm(held); },
       [this](Held& h) {
         bool out = grace_ms_ == 0 && escaped(h.pid);
-        if (pidfd_signal(h.pidfd.get(), 0) != 0) return;  // gone: neither killed nor escaped
+        // Gone: neither killed nor escaped. EPERM is a member of another
+        // user (a harness that is not root): alive, and the kill reaches it.
+        const int err = pidfd_signal(h.pidfd.get(), 0);
+        if (err != 0 && err != EPERM) return;
         ++report_.killed;
         if (out) ++report_.escaped;
       },
