@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // proctree's benchmarks: `npm run bench` (a few minutes, at most 10, on 2 cores) or
-// `npm run bench -- --quick` (under a minute, for CI: numbers are printed,
-// never asserted).
+// `npm run bench -- --quick` (a few minutes: numbers are printed, never
+// asserted), or `npm run bench -- --smoke` (CI: each section once, briefly).
 //
 // This file is the orchestrator and, started again with
 // PROCTREE_BENCH_WORKER set, the worker. The orchestrator makes an outer
@@ -75,6 +75,20 @@ const QUICK = {
   seal: { samples: 40, warmup: 5, floorSamples: 40 },
 };
 
+// --smoke: every section and every verdict, with the fewest samples that
+// still make them, for CI, which checks that the bench runs (a loaded,
+// shared machine's numbers are no claims; --quick took 4-5 minutes there).
+const SMOKE = {
+  ...QUICK,
+  spawnLatency: { ...QUICK.spawnLatency, samples: { 50: 15, 1024: 15 }, proctreeSamples: 40, warmupCalls: 300, floorSamples: 40 },
+  throughput: { ...QUICK.throughput, calls: 100, reps: 1 },
+  memory: { ...QUICK.memory, calls: 300, spawnSamples: 30 },
+  shutdown: { ...QUICK.shutdown, reps: 1 },
+  cpuPerCall: { ...QUICK.cpuPerCall, calls: 100, reps: 2, warmupCalls: 300, straceCalls: 30 },
+  ports: { ...QUICK.ports, queries: 20, readyWaitMs: 1000 },
+  seal: { ...QUICK.seal, samples: 20, warmup: 3, floorSamples: 20 },
+};
+
 // Each section: a module with run(job, ctx) (in a worker) and report(results,
 // {job, cfg}) (in the orchestrator); jobs(cfg) splits it into worker runs.
 const SECTIONS = [
@@ -108,12 +122,13 @@ const SECTIONS = [
 // ---------------------------------------------------------------------------
 
 async function orchestrate(argv) {
-  const quick = argv.includes('--quick');
+  const smoke = argv.includes('--smoke');
+  const quick = smoke || argv.includes('--quick');
   const onlyArg = argv.find((a) => a.startsWith('--only='));
   const only = onlyArg ? onlyArg.slice('--only='.length).split(',') : null;
   // PROCTREE_BENCH_CONFIG='{"section":{...}}' overrides settings, for working on one section.
   const override = JSON.parse(process.env.PROCTREE_BENCH_CONFIG || '{}');
-  const base = quick ? QUICK : FULL;
+  const base = smoke ? SMOKE : quick ? QUICK : FULL;
   const cfg = Object.fromEntries(Object.entries(base).map(([k, v]) => [k, { ...v, ...override[k] }]));
   const t0 = performance.now();
   const startedAt = new Date().toISOString();
@@ -177,7 +192,7 @@ async function orchestrate(argv) {
 
   const wallMs = performance.now() - t0;
   const machine = { ...machineInfo(proctree), loadAverage: { start: loadAtStart, end: os.loadavg() } };
-  const command = quick ? 'npm run bench -- --quick' : 'npm run bench';
+  const command = smoke ? 'npm run bench -- --smoke' : quick ? 'npm run bench -- --quick' : 'npm run bench';
   const { writeOutputs } = await import('./lib/output.mjs');
   await writeOutputs({
     benchDir,
