@@ -223,12 +223,14 @@ const [t, helper, n] = process.argv.slice(1);
 const say = (o) => process.stdout.write(JSON.stringify(o) + '\\n');
 const call = spawn('bash', ['-c', 'for i in $(seq ' + n + '); do sleep ' + t + ' & done; ' + helper + ' ' + t + ' & wait'], { stdio: 'ignore' });
 call.on('error', (e) => { say({ error: e.code, message: e.message }); process.exit(1); });
-call.on('spawn', () => say({ pid: call.pid }));
+call.on('spawn', () => say({ pid: call.pid, cgroup: call.cgroup }));
 process.stdin.once('data', async () => { say({ report: await call.terminate({ grace: 300 }) }); process.exit(0); });
 `;
     const h = startNobodyHarness(cgroup2!.ownPath, 'refuse', script, [t, helper, String(n)]);
     try {
-      expect(await h.line<{ pid: number }>(0, 20_000)).toHaveProperty('pid');
+      const first = await h.line<{ pid: number; cgroup: string }>(0, 20_000);
+      expect(first).toHaveProperty('pid');
+      const { cgroup } = first;
       const asRoot = (): number[] =>
         liveWith(t, 'asroot').filter((pid) => {
           try {
@@ -240,6 +242,8 @@ process.stdin.once('data', async () => { say({ report: await call.terminate({ gr
       await waitUntil(() => liveWith(t, 'sleep').length >= n && asRoot().length === 1, 60_000);
       expect(liveWith(t, 'sleep')).toHaveLength(n);
       expect(asRoot()).toHaveLength(1);
+      // The kernel's view: the root process is a member of the call's leaf.
+      expect(fs.readFileSync(path.join(cgroup, 'cgroup.procs'), 'utf8').split('\n').map(Number)).toContain(asRoot()[0]);
       h.child.stdin!.write('go\n');
       const { report } = await h.line<{ report: { signaled: number; killed: number; leftovers: unknown[] } }>(1, 60_000);
       // bash and the sleeps got SIGTERM; the root process only the kill.
