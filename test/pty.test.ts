@@ -256,7 +256,7 @@ describe('output and its end', () => {
     const t = token(30);
     tokens.push(t);
     const up = path.join(tmpDir(), 'up');
-    const script = `setsid sh -c "touch ${up}; echo daemon up; exec sleep ${t}" & while [ ! -e ${up} ]; do sleep 0.01; done; echo main done`;
+    const script = `setsid sh -c ": > ${up}; echo daemon up; exec sleep ${t}" & while [ ! -e ${up} ]; do sleep 0.01; done; echo main done`;
     const call = track(spawn('bash', ['-c', script], { pty: true, grace: 500 }));
     const leftovers = new Promise<number>((resolve) => call.once('leftover', (procs) => resolve(procs.length)));
     const r = await call.done;
