@@ -6,7 +6,9 @@ scenario('timeout', async (t) => {
   const { run, spawn } = load();
 
   let T = token();
-  const timed = await run('bash', ['-c', `setsid sleep ${T} & sleep ${T}`], { timeout: 300, grace: 300 });
+  // 3 s: bash must have forked and the child run setsid() before the
+  // timeout, or nothing has escaped yet (escaped 0) on a loaded machine.
+  const timed = await run('bash', ['-c', `setsid sleep ${T} & sleep ${T}`], { timeout: 3000, grace: 300 });
   t.check(timed.timedOut && timed.cleanup.reason === 'timeout' && timed.cleanup.escaped === 1, 'timeout', timed.cleanup);
   t.check(timed.signal === 'SIGTERM', 'timeout: SIGTERM', timed.signal);
   t.check(liveWith(T).length === 0 && leafReleased(timed.cgroup), 'timeout: tree gone', liveWith(T));
@@ -33,7 +35,9 @@ scenario('timeout', async (t) => {
   t.check(liveWith(T).length === 0 && call.aborted, 'spawn abort: tree gone', liveWith(T));
 
   T = token();
-  const idle = await run('bash', ['-c', `echo once; setsid sleep ${T} & sleep ${T}`], { idleTimeout: 300, grace: 300 });
+  // 2 s: the idle clock runs from the spawn, so bash must have printed
+  // 'once' (and its child run setsid()) within it, even under load.
+  const idle = await run('bash', ['-c', `echo once; setsid sleep ${T} & sleep ${T}`], { idleTimeout: 2000, grace: 300 });
   t.check(idle.cleanup.reason === 'idle' && idle.stdout === 'once\n', 'idleTimeout', [idle.cleanup.reason, idle.stdout]);
   t.check(liveWith(T).length === 0, 'idle: tree gone', liveWith(T));
 
