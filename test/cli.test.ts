@@ -109,7 +109,9 @@ describe('proctree run: exit status mirrors the command', () => {
   it('124 on --timeout, and the whole tree is gone (double fork + setsid, nohup)', async () => {
     const t = newToken();
     const script = `(setsid sleep ${t} &); nohup sleep ${t} >/dev/null 2>&1 & sleep ${t}`;
-    const o = await cli('run', '--timeout', '400ms', '--grace', '1s', '--report', '--', 'bash', '-c', script);
+    // 3 s: every fork and the setsid() must be done before the timeout, or
+    // fewer are signaled and none escaped yet on a loaded machine.
+    const o = await cli('run', '--timeout', '3s', '--grace', '1s', '--report', '--', 'bash', '-c', script);
     expect(o.code).toBe(124);
     expect(liveWith(t)).toEqual([]);
     const line = /^proctree: cleanup (\{.*\})\n$/.exec(o.stderr);
@@ -124,9 +126,11 @@ describe('proctree run: exit status mirrors the command', () => {
   it('processes that ignore SIGTERM are killed after --grace', async () => {
     const t = newToken();
     const before = Date.now();
-    const o = await cli('run', '--timeout', '200ms', '--grace', '300ms', '--report', '--', 'bash', '-c', `trap '' TERM; setsid sleep ${t} & sleep ${t}`);
+    // 3 s: bash must have run its trap (else SIGTERM ends it) and started
+    // both sleeps (which inherit the ignored TERM) before the timeout.
+    const o = await cli('run', '--timeout', '3s', '--grace', '300ms', '--report', '--', 'bash', '-c', `trap '' TERM; setsid sleep ${t} & sleep ${t}`);
     expect(o.code).toBe(124);
-    expect(Date.now() - before).toBeLessThan(5000);
+    expect(Date.now() - before).toBeLessThan(10_000);
     const report = JSON.parse(o.stderr.replace(/^proctree: cleanup /, '')) as { killed: number };
     expect(report.killed).toBeGreaterThanOrEqual(2);
     expect(liveWith(t)).toEqual([]);
@@ -362,7 +366,8 @@ describe('proctree run: output a model can read', () => {
 
   it('--idle-timeout stops a silent command: 124, reason idle; --usage prints the tree\'s usage', async () => {
     const t = newToken();
-    const o = await cli('run', '--idle-timeout', '300ms', '--report', '--usage', '--', 'bash', '-c', `echo started; sleep ${t}`);
+    // 2 s: the idle clock runs from the spawn; bash must print first.
+    const o = await cli('run', '--idle-timeout', '2s', '--report', '--usage', '--', 'bash', '-c', `echo started; sleep ${t}`);
     expect(o.code).toBe(124);
     expect(o.stdout).toBe('started\n');
     const [cleanup, usage] = o.stderr.trimEnd().split('\n');
