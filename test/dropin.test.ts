@@ -660,12 +660,14 @@ describe('kill() and timeout keep reaching the whole tree', () => {
 
   it('timeout: killSignal to the whole tree, then SIGKILL after grace', async () => {
     const t = newToken();
+    // 3 s: bash must have run its trap before the timeout's SIGTERM, or it
+    // dies of that (a loaded machine can take longer than 300 ms).
     const call = spawn('bash', ['-c', `trap '' TERM; setsid bash -c "trap '' TERM; sleep ${t}" & sleep ${t}`], {
       stdio: 'ignore',
-      timeout: 300,
+      timeout: 3000,
       grace: 300,
     });
-    const events = await within(eventsUntilClose(call), 10_000, 'close');
+    const events = await within(eventsUntilClose(call), 15_000, 'close');
     expect(call.timedOut).toBe(true);
     expect(call.killed).toBe(true);
     expect(call.cleanupReport).toMatchObject({ reason: 'timeout', leftovers: [] });

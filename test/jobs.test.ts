@@ -230,7 +230,10 @@ describe('background: true', () => {
   it('timeout bounds a background job for its whole life, even past the exit of its main process', async () => {
     const t = token();
     tokens.push(t);
-    const r = await run('bash', ['-c', `sleep ${t} & exit 0`], { background: true, leftovers: 'keep', timeout: 500 });
+    // 3 s: bash must have forked and exited (exitCode 0) and the test seen
+    // the sleep before the timeout stops the job; a loaded machine can take
+    // longer than 500 ms for that.
+    const r = await run('bash', ['-c', `sleep ${t} & exit 0`], { background: true, leftovers: 'keep', timeout: 3000 });
     cgroups.push(r.cgroup);
     expect(await waitForLive(t, 1, 'sleep')).toHaveLength(1);
     const final = await job(r.jobId as string).wait();

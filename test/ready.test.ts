@@ -106,9 +106,11 @@ describe('options.ready', () => {
   it("ready.timeout stops the tree: cleanup.reason 'not-ready', the output so far, 0 survivors", async () => {
     const t = token();
     tokens.push(t);
+    // 2 s: bash must have printed 'starting' before the ready timeout stops
+    // it, which a loaded machine can delay past a few hundred ms.
     const r = await run('bash', ['-c', `echo starting; setsid sleep ${t} & exec sleep ${t}`], {
       background: true,
-      ready: { listening: true, timeout: 300 },
+      ready: { listening: true, timeout: 2000 },
     });
     cgroups.push(r.cgroup);
     expect(r.ready).toBeNull();

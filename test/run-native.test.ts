@@ -135,7 +135,9 @@ describe('run() output read by the addon', () => {
   });
 
   it('a call killed mid-output (timeout) settles with what it wrote, whole lines of it', async () => {
-    const r = await run('sh', ['-c', 'while :; do echo 0123456789; done'], { timeout: 300, maxBuffer: 1 << 20, keep: 'head' });
+    // 2 s: sh must have written two lines before the timeout, which a loaded
+    // machine can delay past a few hundred ms; maxBuffer caps what it keeps.
+    const r = await run('sh', ['-c', 'while :; do echo 0123456789; done'], { timeout: 2000, maxBuffer: 1 << 20, keep: 'head' });
     if (r.cgroup) cgroups.push(r.cgroup);
     expect(r.timedOut).toBe(true);
     expect(r.stdout.length).toBeGreaterThan(0);
@@ -147,8 +149,9 @@ describe('run() output read by the addon', () => {
   it('an abort mid-output rejects nothing and leaves no process', async () => {
     const t = token();
     const ac = new AbortController();
-    const p = run('sh', ['-c', `(exec sleep ${t}) & while :; do echo y; done`], { signal: ac.signal });
-    setTimeout(() => ac.abort(), 200);
+    // Aborted at the first output, not after a fixed time: on a loaded
+    // machine sh may not have written a line by then.
+    const p = run('sh', ['-c', `(exec sleep ${t}) & while :; do echo y; done`], { signal: ac.signal, onOutput: () => ac.abort() });
     const r = await p;
     expect(r.aborted).toBe(true);
     expect(String(r.stdout)).toMatch(/^(y\n)+/);

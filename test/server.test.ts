@@ -770,13 +770,16 @@ describe('proctree serve: the close event says what the call says', () => {
       // the tree looks empty at once, and the timeout ends the wait for the pipe.
       // sh exits only once the sleep leads its own session (field 6 of its stat):
       // before its setsid() the ladder of the exit would still reach it.
+      // The timeout (5 s) is far from that loop, which a loaded machine can
+      // stretch past a few hundred ms: a timeout during it would stop sh
+      // with the ladder (a cleanup report, not null).
       const id = `c${process.pid}`;
       const script = `setsid sleep ${t} & p=$!; i=0; until [ "$(cut -d' ' -f6 /proc/$p/stat)" = "$p" ] || [ $i -ge 500 ]; do sleep 0.01; i=$((i+1)); done; echo $p`;
       input.write(
-        `${JSON.stringify({ rid: 1, op: 'spawn', id, file: 'sh', args: ['-c', script], options: { confinement: 'pgroup', timeout: 300, grace: 20_000 } })}\n`,
+        `${JSON.stringify({ rid: 1, op: 'spawn', id, file: 'sh', args: ['-c', script], options: { confinement: 'pgroup', timeout: 5000, grace: 20_000 } })}\n`,
       );
       const start = Date.now();
-      while (!events.some((e) => e.event === 'close') && Date.now() - start < 10_000) await new Promise((r) => setTimeout(r, 20));
+      while (!events.some((e) => e.event === 'close') && Date.now() - start < 20_000) await new Promise((r) => setTimeout(r, 20));
       const out = events.find((e) => e.event === 'stdout');
       escapee = Number(Buffer.from(String(out?.data), 'base64').toString().trim());
       const close = events.find((e) => e.event === 'close');

@@ -150,7 +150,9 @@ class AsyncTest(unittest.IsolatedAsyncioTestCase):
 
     async def test_the_timeout_option_reports_instead_of_raising(self) -> None:
         t = self.new_token()
-        r = await self.pt.run(["bash", "-c", f"echo started; setsid sleep {t} & sleep {t}"], timeout=0.5, grace=1, text=True)
+        # 3 s: bash must have printed "started" before the timeout, which a
+        # loaded machine can delay past half a second.
+        r = await self.pt.run(["bash", "-c", f"echo started; setsid sleep {t} & sleep {t}"], timeout=3, grace=1, text=True)
         assert r.report is not None
         self.assertEqual((r.stdout, r.timed_out, r.report["reason"], r.report["leftovers"]), ("started\n", True, "timeout", []))
         self.assertEqual(live_with(t), [])
