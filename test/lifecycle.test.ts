@@ -102,7 +102,9 @@ describe('events and results', () => {
   }, 60_000);
 
   it("leftovers: 'wait' keeps the call open until the tree empties by itself", async () => {
-    const call = track(spawn('bash', ['-c', 'setsid sleep 0.4 & exit 0'], { stdio: 'ignore', leftovers: 'wait' }));
+    // sleep 2: far past the 300 ms asserted below even if a loaded machine
+    // delays bash's exit after it started the sleep.
+    const call = track(spawn('bash', ['-c', 'setsid sleep 2 & exit 0'], { stdio: 'ignore', leftovers: 'wait' }));
     let exitedAt = 0;
     call.on('exit', () => {
       exitedAt = performance.now();
@@ -115,8 +117,12 @@ describe('events and results', () => {
 
   it('a daemon holding stdout does not hang run(), and its output is complete', async () => {
     const t = token();
-    const script = `echo start; setsid bash -c 'echo daemon-line; exec sleep ${t}' & sleep 0.2; echo end; exit 0`;
+    // The main prints 'end' once the daemon has printed its line and made a
+    // file, not after a fixed 0.2 s a loaded machine can outlast.
+    const printed = path.join(os.tmpdir(), `proctree-printed-${t}`);
+    const script = `echo start; setsid bash -c 'echo daemon-line; : > ${printed}; exec sleep ${t}' & while [ ! -e ${printed} ]; do sleep 0.01; done; echo end; exit 0`;
     const result = await run('bash', ['-c', script], { grace: 500 });
+    fs.rmSync(printed);
     expect(result.stdout).toBe('start\ndaemon-line\nend\n');
     expect(result.cleanup?.reason).toBe('leftovers');
     expect(liveWith(t)).toEqual([]);

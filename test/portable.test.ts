@@ -208,9 +208,16 @@ describe.each(['pgroup', 'none'] as const)('portable confinement %s', (tier) => 
 
   it('main exits leaving a setsid daemon: a miss, the call looks empty', async () => {
     const t = tok();
-    const call = start(tier, `(setsid sleep ${t} &); exec sleep 0.2`, { grace: 500 });
+    // The main exits once this test has seen the daemon run sleep (setsid(1)
+    // execs it after setsid()) and made the file the main waits for, not
+    // after a fixed 0.2 s: a daemon slower than that was still in the group
+    // at the exit (pgroup: stopped by the leftovers ladder).
+    const go = path.join(os.tmpdir(), `proctree-go-${t}`);
+    const call = start(tier, `(setsid sleep ${t} &); while [ ! -e ${go} ]; do sleep 0.01; done; exit 0`, { grace: 500 });
     await waitForLive(t, 1, 'sleep');
+    fs.writeFileSync(go, '');
     const result = await call.done;
+    fs.rmSync(go);
     expect(result.exitCode).toBe(0);
     expect(result.cleanup).toBeNull();
     expect(await reapMisses(t, 1)).toBe(1);
@@ -491,7 +498,12 @@ describe('other harnesses', () => {
       (async () => {
         const caps = pt.capabilities();
         const call = pt.spawn('bash', ['-c', '(setsid sleep ${t} &); sleep ${t} & sleep ${t}'], { stdio: 'ignore' });
-        while (call.members().length < 3) await new Promise((r) => setTimeout(r, 20));
+        // Three members alone can be a moment before the tree settles: bash,
+        // the subshell and the escapee before its setsid(). Settled: /proc
+        // shows all three sleeps (setsid(1) execs the escapee's after setsid();
+        // bash waited for the subshell before starting the other two).
+        const sleepers = () => require('fs').readdirSync('/proc').filter((pid) => { try { return require('fs').readFileSync('/proc/' + pid + '/comm', 'utf8').trim() === 'sleep' && require('fs').readFileSync('/proc/' + pid + '/cmdline', 'utf8').includes('${t}'); } catch { return false; } });
+        while (sleepers().length < 3 || call.members().length < 3) await new Promise((r) => setTimeout(r, 20));
         const members = call.members();
         const report = await call.terminate({ grace: 1000 });
         await call.done;

@@ -234,8 +234,12 @@ describe('output and its end', () => {
   it('everything a daemon wrote before the tree emptied is delivered (leftovers: wait)', async () => {
     // The main process waits until the daemon is in a session of its own:
     // when a terminal's session leader exits, its foreground group gets SIGHUP.
-    const up = path.join(tmpDir(), 'up');
-    const script = `setsid sh -c "touch ${up}; sleep 0.3; echo from the daemon" & while [ ! -e ${up} ]; do sleep 0.01; done; echo main done`;
+    // The daemon prints once the main has printed (the main makes a file
+    // then), not after a fixed 0.3 s a loaded machine can outlast.
+    const dir = tmpDir();
+    const up = path.join(dir, 'up');
+    const go = path.join(dir, 'go');
+    const script = `setsid sh -c ": > ${up}; while [ ! -e ${go} ]; do sleep 0.01; done; echo from the daemon" & while [ ! -e ${up} ]; do sleep 0.01; done; echo main done; : > ${go}`;
     const r = await run('bash', ['-c', script], { pty: true, leftovers: 'wait' });
     expect(r.stdout).toBe('main done\r\nfrom the daemon\r\n');
     expect(r.cleanup).toBeNull();

@@ -14,6 +14,7 @@
 // And what Node promises in every tier: 'spawn' before any output.
 import { spawn as cpSpawn } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 
 import { afterAll, describe, expect, it } from 'vitest';
 
@@ -137,9 +138,17 @@ describe.each(tiers)('confinement $label', ({ tier, seal }) => {
 
   it('main exits leaving a daemon', async () => {
     const t = token();
-    const call = start(tier, seal, `(setsid sleep ${t} &); exec sleep 0.2`, t, { grace: 500 });
+    // The main exits once this test has seen the daemon run sleep (setsid(1)
+    // execs it after setsid()) and made the file the main waits for, not
+    // after a fixed 0.2 s: a daemon slower than that was still in the group
+    // at the exit (pgroup: stopped by the leftovers ladder), or not yet sleep
+    // when the ladder of an escape-proof tier stopped it.
+    const go = `${os.tmpdir()}/proctree-go-${t}`;
+    const call = start(tier, seal, `(setsid sleep ${t} &); while [ ! -e ${go} ]; do sleep 0.01; done; exit 0`, t, { grace: 500 });
     await waitForLive(t, 1, 'sleep');
+    fs.writeFileSync(go, '');
     const result = await call.done;
+    fs.rmSync(go);
     expect(result.exitCode).toBe(0);
     if (escapeProof) {
       expect(result.cleanup?.reason).toBe('leftovers');

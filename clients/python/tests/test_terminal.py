@@ -8,7 +8,9 @@ the kernel (the call's cgroup)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import tempfile
 import unittest
 from typing import List
 
@@ -96,16 +98,21 @@ class TerminalTest(unittest.IsolatedAsyncioTestCase):
         typed = await self.pt.run(["sh", "-c", "read a; echo \"got $a\"; cat"], pty=True, input="x y\r", text=True)
         self.assertEqual(typed.stdout, "x y\r\ngot x y\r\n")
         # A daemon that setsid'd away from the terminal is stopped with the rest.
-        # (The pause: the shell's exit hangs the terminal up, and SIGHUP would
-        # end the daemon itself if it had not left the shell's session yet.)
+        # (The wait for the file the daemon's shell makes after its setsid():
+        # the shell's exit hangs the terminal up, and SIGHUP would end the
+        # daemon itself if it had not left the shell's session yet.)
         t = token()
+        ready = os.path.join(tempfile.gettempdir(), f"proctree-daemon-{t}")
         try:
-            stopped = await self.pt.run(["bash", "-c", f"setsid sleep {t} & sleep 0.5; echo started"], pty=True, text=True)
+            script = f"setsid sh -c ': > {ready}; exec sleep {t}' & while [ ! -e {ready} ]; do sleep 0.01; done; echo started"
+            stopped = await self.pt.run(["bash", "-c", script], pty=True, text=True)
             assert stopped.report is not None
             self.assertEqual((stopped.report["reason"], stopped.report["leftovers"]), ("leftovers", []))
             self.assertEqual(live_with(t), [])
         finally:
             kill_tokens([t])
+            if os.path.exists(ready):
+                os.remove(ready)
 
 
 class BlockingTerminalTest(unittest.TestCase):
