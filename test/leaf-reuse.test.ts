@@ -76,13 +76,17 @@ describe('cgroup leaves reused across calls', () => {
   it('a call whose leftovers outlived its main process ends with the leaf empty before it is reused', async () => {
     const sup = supervisor();
     // The main process exits at once; its background child keeps the leaf
-    // populated for a while, then exits by itself (no ladder).
-    const a = track(sup.spawn('sh', ['-c', 'sleep 0.3 & exit 0'], { stdio: 'ignore', leftovers: 'wait' }));
+    // populated until the test ends it, by pid (no ladder). Not a short sleep
+    // that ends by itself: a loaded machine can take longer than it to get
+    // here, and find the leaf empty already.
+    const a = track(sup.spawn('sh', ['-c', 'sleep 30 & exit 0'], { stdio: 'ignore', leftovers: 'wait' }));
     await once(a, 'exit');
-    expect(cgroupMembers(a.cgroup as string).length).toBe(1);
+    const left = cgroupMembers(a.cgroup as string);
+    expect(left.length).toBe(1);
     const b = track(sup.spawn('sleep', ['30'], { stdio: 'ignore' }));
     await once(b, 'spawn');
     expect(b.cgroup).not.toBe(a.cgroup);
+    process.kill(left[0], 'SIGKILL');
     await closed(a);
     const c = track(sup.spawn('sleep', ['30'], { stdio: 'ignore' }));
     await once(c, 'spawn');

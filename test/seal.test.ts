@@ -495,8 +495,10 @@ setInterval(() => {}, 1000);
     });
     expect(npm.exitCode, npm.stderr).toBe(0);
     expect(npm.stdout.trim()).toBe(`hello from ${path.basename(dir).toLowerCase()}`);
-    const jobs = await sup.run('bash', ['-c', 'set -m; sleep 0.1 & jobs; wait; echo done']);
-    expect(jobs).toMatchObject({ exitCode: 0, stdout: expect.stringMatching(/Running\s+sleep 0\.1 &\ndone\n$/) });
+    // A sleep that outlasts any delay before `jobs` (a short one may be done
+    // and reaped by then: 'Done'), ended by its job id.
+    const jobs = await sup.run('bash', ['-c', 'set -m; sleep 30 & jobs; kill %1; wait; echo done']);
+    expect(jobs).toMatchObject({ exitCode: 0, stdout: expect.stringMatching(/Running\s+sleep 30 &\ndone\n$/) });
     const tty = await sup.run('sh', ['-c', 'tty; echo pid=$$'], { pty: true });
     expect(tty.exitCode).toBe(0);
     expect(tty.stdout).toMatch(/^\/dev\/pts\/\d+\r\npid=2\r\n$/);

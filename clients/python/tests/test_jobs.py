@@ -148,8 +148,10 @@ class JobsTest(unittest.IsolatedAsyncioTestCase):
         waiter.cancel()
         with self.assertRaises(asyncio.CancelledError):
             await waiter
-        # Still there, in its cgroup: only stop() stops a job.
+        # Still there, in its cgroup: only stop() stops a job. (Waited for as
+        # sleep: on a loaded machine setsid may not have exec'd it yet.)
         await asyncio.sleep(0.2)
+        self.assertTrue(wait_until(lambda: len(live_with(t, "sleep")) == 1, 10))
         [sleeper] = live_with(t, "sleep")
         self.assertIn(sleeper, cgroup_procs(r.cgroup))
         self.assertEqual((await job.info())["state"], "running")
