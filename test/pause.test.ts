@@ -153,18 +153,20 @@ describe('pause() and resume()', () => {
     const sup = supervisor();
     const t = token();
     tokens.push(t);
-    const call = sup.spawn('sleep', [t], { idleTimeout: 300, stdio: 'ignore' });
+    // 2 s: far from what spawn to pause() takes on a loaded machine (the
+    // clock runs from the start until the pause).
+    const call = sup.spawn('sleep', [t], { idleTimeout: 2000, stdio: 'ignore' });
     await once(call, 'spawn');
     await call.pause();
     // Far past idleTimeout: nothing stopped it.
-    await new Promise((r) => setTimeout(r, 1000));
+    await new Promise((r) => setTimeout(r, 3000));
     expect(call.cleanupReport).toBeNull();
     expect(cgroupMembers(call.cgroup as string)).toEqual([call.pid]);
     const resumedAt = Date.now();
     await call.resume();
     const [report] = (await once(call, 'cleanup')) as [{ reason: string }];
     expect(report.reason).toBe('idle');
-    expect(Date.now() - resumedAt).toBeGreaterThanOrEqual(290);
+    expect(Date.now() - resumedAt).toBeGreaterThanOrEqual(1990);
     await once(call, 'close');
   });
 
@@ -172,10 +174,14 @@ describe('pause() and resume()', () => {
     const sup = supervisor();
     const t = token();
     tokens.push(t);
-    const call = sup.spawn('sleep', [t], { timeout: 500, stdio: 'ignore' });
+    // 2 s: pause() is done long before, on a loaded machine too; the
+    // report is listened for from the start all the same.
+    const call = sup.spawn('sleep', [t], { timeout: 2000, stdio: 'ignore' });
+    const cleanup = once(call, 'cleanup');
     await once(call, 'spawn');
     await call.pause();
-    const [report] = (await once(call, 'cleanup')) as [{ reason: string; leftovers: unknown[] }];
+    expect(frozen(call.cgroup as string)).toBe(true);
+    const [report] = (await cleanup) as [{ reason: string; leftovers: unknown[] }];
     expect(report.reason).toBe('timeout');
     expect(report.leftovers).toEqual([]);
     expect(call.timedOut).toBe(true);
