@@ -409,11 +409,13 @@ SysError CgroupDir::read_cpu_stat(std::string* out) const {
 bool CgroupDir::has_file(const char* name) const { return faccessat(dir(), name, F_OK, 0) == 0; }
 
 bool CgroupDir::nesting_unlimited() const {
-  for (const char* name : {"cgroup.max.descendants", "cgroup.max.depth"}) {
-    Fd fd = open_file(name);
+  // Kept open as cgroup.events is: a kept leaf is checked at the end of
+  // every call it holds (two preads, not two opens, reads and closes).
+  for (Fd* kept : {&max_descendants_, &max_depth_}) {
+    const char* name = kept == &max_depth_ ? "cgroup.max.depth" : "cgroup.max.descendants";
     char buf[16];
-    ssize_t n = fd ? read(fd.get(), buf, sizeof buf) : -1;
-    if (n != 4 || memcmp(buf, "max\n", 4) != 0) return false;
+    size_t n = 0;
+    if (read_kept(kept, name, buf, sizeof buf, &n) || n != 4 || memcmp(buf, "max\n", 4) != 0) return false;
   }
   return true;
 }
@@ -480,6 +482,8 @@ SysError CgroupDir::remove() {
 void CgroupDir::close() {
   events_.reset();
   stat_.reset();
+  max_descendants_.reset();
+  max_depth_.reset();
   dir_.reset();
 }
 

@@ -116,6 +116,8 @@ class CgroupDir {
   mutable Fd dir_;
   mutable Fd events_;  // cgroup.events, opened once, re-read with pread
   mutable Fd stat_;    // cpu.stat, the same way
+  mutable Fd max_descendants_;  // cgroup.max.descendants, the same way
+  mutable Fd max_depth_;        // cgroup.max.depth, the same way
 };
 
 }  // namespace proctree
