@@ -9,6 +9,7 @@
         "native/binding/errors.cc",
         "native/binding/events.cc",
         "native/binding/host_loop.cc",
+        "native/binding/keys.cc",
         "native/binding/queries.cc",
         "native/binding/spec.cc",
         "native/binding/values.cc",

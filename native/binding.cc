@@ -21,6 +21,7 @@ void* const kDeliver = reinterpret_cast<void*>(2);
 }  // namespace
 
 Addon::Addon(Napi::Env env, Napi::Object exports) : env_(env) {
+  keys_.init(env);
   DefineAddon(exports, {
                            InstanceMethod("spawn", &Addon::Spawn),
                            InstanceMethod("terminate", &Addon::Terminate),

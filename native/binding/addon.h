@@ -9,7 +9,8 @@
 //   queries.cc     questions about trees and the host (members, ports, probe...)
 //   host_loop.cc   under Node, its event loop watches the reactor (no Waiter)
 // with what they share: spec.h (spawn()'s spec read), errors.h (errno ->
-// Node-style Error), values.h (JavaScript objects of native reports).
+// Node-style Error), values.h (JavaScript objects of native reports), keys.h
+// (property names made once).
 #pragma once
 
 #include <napi.h>
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <unordered_map>
 
+#include "binding/keys.h"
 #include "loop/environment.h"
 
 namespace proctree {
@@ -91,6 +93,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
   Napi::Value LimitsProbe(const Napi::CallbackInfo& info);
 
   Napi::Env env_;
+  Keys keys_;  // keys.h: the strings every call passes
   Environment* env_state_ = nullptr;
   napi_async_context async_context_ = nullptr;
   napi_threadsafe_function tsfn_ = nullptr;

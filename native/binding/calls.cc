@@ -30,11 +30,11 @@ Napi::Value Addon::Spawn(const Napi::CallbackInfo& info) {
     return throw_type(env, "spawn(spec, onEvent)");
   }
   SpawnSpec spec;
-  if (const char* wrong = read_spawn_spec(info[0].As<Napi::Object>(), &spec)) return throw_type(env, wrong);
+  if (const char* wrong = read_spawn_spec(info[0].As<Napi::Object>(), keys_, &spec)) return throw_type(env, wrong);
 
   Napi::Object out = Napi::Object::New(env);
   if (!env_state_) {
-    out.Set("error", make_error(env, SysError::of(ECANCELED, "spawn")));
+    out.Set(keys_[Keys::kError], make_error(env, SysError::of(ECANCELED, "spawn")));
     return out;
   }
   // Limits live in a cgroup leaf of ours: never silently unlimited elsewhere.
@@ -43,7 +43,7 @@ Napi::Value Addon::Spawn(const Napi::CallbackInfo& info) {
     for (LimitController c : {kLimitMemory, kLimitPids, kLimitCpu}) {
       if (needed & c) names += std::string(names.empty() ? "" : ",") + limit_controller_name(c);
     }
-    out.Set("error", make_error(env, SysError::of(ENOTSUP, "limits",
+    out.Set(keys_[Keys::kError], make_error(env, SysError::of(ENOTSUP, "limits",
                                                   names + ": the " + tier_name(spec.opts.tier) +
                                                       " tier has no cgroup leaf of ours to hold them; they need "
                                                       "the cgroup tier (see capabilities().limits)")));
@@ -58,25 +58,25 @@ Napi::Value Addon::Spawn(const Napi::CallbackInfo& info) {
     e = env_state_->spawn(spec.opts, std::move(spec.req), &call);
   }
   if (e) {
-    out.Set("error", make_error(env, e));
+    out.Set(keys_[Keys::kError], make_error(env, e));
     return out;
   }
   // The child has its copies now; ours would hold pipes open forever.
   stdio.child.clear();
   callbacks_[call.id] = Napi::Persistent(info[1].As<Napi::Function>());
-  out.Set("id", Napi::Number::New(env, static_cast<double>(call.id)));
+  out.Set(keys_[Keys::kId], Napi::Number::New(env, static_cast<double>(call.id)));
   if (call.pid > 0) {
-    out.Set("pid", call.pid);
-    if (call.exec_pending) out.Set("execPending", true);
+    out.Set(keys_[Keys::kPid], call.pid);
+    if (call.exec_pending) out.Set(keys_[Keys::kExecPending], true);
   } else if (call.exec_pending) {
     // Deferred: queued for a spawner thread; settle() gives the pid.
-    out.Set("execPending", true);
+    out.Set(keys_[Keys::kExecPending], true);
   } else {
-    out.Set("pending", true);
+    out.Set(keys_[Keys::kPending], true);
   }
-  out.Set("cgroup", call.cgroup);
-  out.Set("verified", call.verified);
-  out.Set("method", clone_method_name(call.method));
+  out.Set(keys_[Keys::kCgroup], call.cgroup);
+  out.Set(keys_[Keys::kVerified], keys_.text(env, call.verified));
+  out.Set(keys_[Keys::kMethod], keys_.text(env, clone_method_name(call.method)));
   // Our ends of 'pipe' entries (the facade makes its pipes itself and asks
   // for none): no array for a call without them.
   if (std::any_of(stdio.parent.begin(), stdio.parent.end(), [](const Fd& fd) { return fd.valid(); })) {
@@ -84,10 +84,10 @@ Napi::Value Addon::Spawn(const Napi::CallbackInfo& info) {
     for (uint32_t i = 0; i < stdio.parent.size(); ++i) {
       fds.Set(i, stdio.parent[i] ? stdio.parent[i].release() : -1);
     }
-    out.Set("stdio", fds);
+    out.Set(keys_[Keys::kStdio], fds);
   }
-  if (stdio.pty_master) out.Set("ptyMaster", stdio.pty_master.release());
-  if (call.guardian_error) out.Set("guardianError", make_error(env, call.guardian_error));
+  if (stdio.pty_master) out.Set(keys_[Keys::kPtyMaster], stdio.pty_master.release());
+  if (call.guardian_error) out.Set(keys_[Keys::kGuardianError], make_error(env, call.guardian_error));
   return out;
 }
 

@@ -50,15 +50,15 @@ void Addon::deliver(const CallEvent& ev) {
       break;
     case CallEvent::kEmpty: {
       Napi::Object u = Napi::Object::New(env_);
-      u.Set("peakProcesses", ev.peak_processes);
+      u.Set(keys_[Keys::kPeakProcesses], ev.peak_processes);
       if (ev.usage.known) {
-        u.Set("userMs", ev.usage.user_ms);
-        u.Set("systemMs", ev.usage.system_ms);
-        u.Set("source", ev.usage.source);
-        if (ev.usage.memory_peak >= 0) u.Set("memoryPeakBytes", static_cast<double>(ev.usage.memory_peak));
-        if (ev.usage.pids_peak >= 0) u.Set("pidsPeak", static_cast<double>(ev.usage.pids_peak));
-        if (ev.usage.oom_killed) u.Set("oomKilled", true);
-        if (ev.usage.pids_limited) u.Set("pidsLimited", true);
+        u.Set(keys_[Keys::kUserMs], ev.usage.user_ms);
+        u.Set(keys_[Keys::kSystemMs], ev.usage.system_ms);
+        u.Set(keys_[Keys::kSource], keys_.text(env_, ev.usage.source));
+        if (ev.usage.memory_peak >= 0) u.Set(keys_[Keys::kMemoryPeakBytes], static_cast<double>(ev.usage.memory_peak));
+        if (ev.usage.pids_peak >= 0) u.Set(keys_[Keys::kPidsPeak], static_cast<double>(ev.usage.pids_peak));
+        if (ev.usage.oom_killed) u.Set(keys_[Keys::kOomKilled], true);
+        if (ev.usage.pids_limited) u.Set(keys_[Keys::kPidsLimited], true);
       }
       add(u);
       break;

@@ -99,14 +99,14 @@ bool read_tier(Napi::Value v, Tier* tier) {
 }
 
 // { memoryBytes?, pids?, cpu? } (validated by the facade): absent or 0 is no limit.
-bool read_limits(Napi::Value v, Limits* out) {
+bool read_limits(Napi::Value v, const Keys& keys, Limits* out) {
   *out = Limits{};
   if (v.IsUndefined() || v.IsNull()) return true;
   if (!v.IsObject()) return false;
   Napi::Object o = v.As<Napi::Object>();
-  Napi::Value mem = o.Get("memoryBytes");
-  Napi::Value pids = o.Get("pids");
-  Napi::Value cpu = o.Get("cpu");
+  Napi::Value mem = o.Get(keys[Keys::kMemoryBytes]);
+  Napi::Value pids = o.Get(keys[Keys::kPids]);
+  Napi::Value cpu = o.Get(keys[Keys::kCpu]);
   if (mem.IsNumber()) out->memory_bytes = static_cast<uint64_t>(std::max(0.0, mem.As<Napi::Number>().DoubleValue()));
   if (pids.IsNumber()) out->pids = static_cast<uint64_t>(std::max(0.0, pids.As<Napi::Number>().DoubleValue()));
   if (cpu.IsNumber()) out->cpu = cpu.As<Napi::Number>().DoubleValue();
@@ -115,48 +115,48 @@ bool read_limits(Napi::Value v, Limits* out) {
 
 }  // namespace
 
-const char* read_spawn_spec(Napi::Object spec, SpawnSpec* out) {
+const char* read_spawn_spec(Napi::Object spec, const Keys& keys, SpawnSpec* out) {
   SpawnRequest& req = out->req;
   SpawnOptions& opts = out->opts;
-  Napi::Value group = spec.Get("group");
+  Napi::Value group = spec.Get(keys[Keys::kGroup]);
   if (!utf8(group.Env(), group, &opts.group)) return "spec.group";
-  if (!read_strings(spec.Get("candidates"), &req.candidates)) return "spec.candidates";
-  if (!read_strings(spec.Get("argv"), &req.argv)) return "spec.argv";
-  Napi::Value envv = spec.Get("env");
+  if (!read_strings(spec.Get(keys[Keys::kCandidates]), &req.candidates)) return "spec.candidates";
+  if (!read_strings(spec.Get(keys[Keys::kArgv]), &req.argv)) return "spec.argv";
+  Napi::Value envv = spec.Get(keys[Keys::kEnv]);
   if (envv.IsNull() || envv.IsUndefined()) {
     req.inherit_env = true;
   } else if (!read_strings(envv, &req.envp)) {
     return "spec.env";
   }
-  Napi::Value cwd = spec.Get("cwd");
+  Napi::Value cwd = spec.Get(keys[Keys::kCwd]);
   if (cwd.IsString() && !utf8(cwd.Env(), cwd, &req.cwd)) return "spec.cwd";
-  Napi::Value uid = spec.Get("uid");
+  Napi::Value uid = spec.Get(keys[Keys::kUid]);
   if (uid.IsNumber()) {
     req.set_uid = true;
     req.uid = uid.As<Napi::Number>().Uint32Value();
   }
-  Napi::Value gid = spec.Get("gid");
+  Napi::Value gid = spec.Get(keys[Keys::kGid]);
   if (gid.IsNumber()) {
     req.set_gid = true;
     req.gid = gid.As<Napi::Number>().Uint32Value();
   }
-  if (!read_stdio(spec.Get("stdio"), &out->stdio)) return "spec.stdio";
-  Napi::Value ptyv = spec.Get("pty");
+  if (!read_stdio(spec.Get(keys[Keys::kStdio]), &out->stdio)) return "spec.stdio";
+  Napi::Value ptyv = spec.Get(keys[Keys::kPty]);
   if (ptyv.IsObject()) {
     Napi::Object p = ptyv.As<Napi::Object>();
-    out->pty.cols = static_cast<unsigned short>(p.Get("cols").As<Napi::Number>().Uint32Value());
-    out->pty.rows = static_cast<unsigned short>(p.Get("rows").As<Napi::Number>().Uint32Value());
+    out->pty.cols = static_cast<unsigned short>(p.Get(keys[Keys::kCols]).As<Napi::Number>().Uint32Value());
+    out->pty.rows = static_cast<unsigned short>(p.Get(keys[Keys::kRows]).As<Napi::Number>().Uint32Value());
   }
-  if (!read_tier(spec.Get("tier"), &opts.tier)) return "spec.tier";
+  if (!read_tier(spec.Get(keys[Keys::kTier]), &opts.tier)) return "spec.tier";
   // Each Get is a call into the engine: every field is read once.
-  Napi::Value helper = spec.Get("helper");
+  Napi::Value helper = spec.Get(keys[Keys::kHelper]);
   if (helper.IsString() && !utf8(helper.Env(), helper, &opts.helper)) return "spec.helper";
-  Napi::Value seal = spec.Get("seal");
+  Napi::Value seal = spec.Get(keys[Keys::kSeal]);
   opts.seal = seal.IsBoolean() && seal.As<Napi::Boolean>().Value();
-  Napi::Value defer = spec.Get("defer");
+  Napi::Value defer = spec.Get(keys[Keys::kDefer]);
   opts.defer = defer.IsBoolean() && defer.As<Napi::Boolean>().Value();
-  if (!read_limits(spec.Get("limits"), &opts.limits.call)) return "spec.limits";
-  if (!read_limits(spec.Get("groupLimits"), &opts.limits.group)) return "spec.groupLimits";
+  if (!read_limits(spec.Get(keys[Keys::kLimits]), keys, &opts.limits.call)) return "spec.limits";
+  if (!read_limits(spec.Get(keys[Keys::kGroupLimits]), keys, &opts.limits.group)) return "spec.groupLimits";
   return nullptr;
 }
 

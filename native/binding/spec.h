@@ -5,6 +5,8 @@
 
 #include <napi.h>
 
+#include "binding/keys.h"
+
 #include <vector>
 
 #include "kernel/spawn.h"
@@ -25,7 +27,7 @@ struct SpawnSpec {
 // helper }: nullptr once read, or the name of the first field that is wrong
 // ("spec.argv"), for a TypeError. env null: the command gets this process's
 // own environment.
-const char* read_spawn_spec(Napi::Object spec, SpawnSpec* out);
+const char* read_spawn_spec(Napi::Object spec, const Keys& keys, SpawnSpec* out);
 
 }  // namespace binding
 }  // namespace proctree
