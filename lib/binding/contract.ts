@@ -295,9 +295,10 @@ export interface NativeBinding {
    * the addon's bound, past which the command counts as started): its pid
    * (or true where it has none of its own) once the command exec'd or counts
    * as started, false when a shorter wait ended first, else the step that
-   * failed.
+   * failed. `quiet`: a pid answered is the start's only word (no Started
+   * event follows it), for an asker that emits 'spawn' itself.
    */
-  settle(id: number, waitMs?: number): number | boolean | NativeErrorShape;
+  settle(id: number, waitMs?: number, quiet?: boolean): number | boolean | NativeErrorShape;
   closeFd(fd: number): void;
   ptyResize(masterFd: number, cols: number, rows: number): void;
   /** One cgroup2 mount per hierarchy, of /proc/self/mountinfo (or of the text given). */

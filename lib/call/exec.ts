@@ -25,14 +25,24 @@ export function knowStart(s: CallState, waitMs?: number): void {
 }
 
 /**
+ * knowStart() for spawn()'s tick, which emits 'spawn' itself once the pid
+ * is known: a pid answered now is the start's only word, and the addon
+ * sends no Started event after it (one callback into JavaScript per call
+ * fewer).
+ */
+export function knowStartAtTick(s: CallState, waitMs: number): void {
+  if (s.flag(EXEC_PENDING)) settleExec(s, waitMs, true);
+}
+
+/**
  * Asks for the exec report now (it also comes as an event), waiting for it
  * up to `waitMs` (default: the addon's bound, past which the command
  * counts as started). A command that could not start fails now: 'error' on
  * the next tick, then 'close'. A shorter wait that ends first leaves the
  * report to its event.
  */
-function settleExec(s: CallState, waitMs?: number): void {
-  const res = waitMs === undefined ? binding.settle(s.id) : binding.settle(s.id, waitMs);
+function settleExec(s: CallState, waitMs?: number, quiet = false): void {
+  const res = waitMs === undefined ? binding.settle(s.id) : binding.settle(s.id, waitMs, quiet);
   if (res === false) return;
   s.setFlag(EXEC_PENDING, false);
   const started = typeof res === 'number' || res === true;

@@ -18,7 +18,7 @@ import { ByteTail, tapLater } from '../output';
 import { attachMaster, setPtyRef, typeInput } from '../pty';
 import { destroyPipes, setPipesRef, takeForChild } from '../stdio';
 import type { Confinement } from '../types';
-import { knowStart, publishPid } from './exec';
+import { knowStartAtTick, publishPid } from './exec';
 import { onNativeEvent } from './events';
 import { becomeJob, readyWait } from './job';
 import { startTimers, watchSignal } from './ladder';
@@ -189,7 +189,7 @@ function spawnTick(s: CallState): void {
     spawnTicksUntil = now + SPAWN_TICK_WAIT_MS;
     setImmediate(endSpawnTicks);
   }
-  knowStart(s, s.pid === undefined ? 0 : Math.max(0, Math.floor(spawnTicksUntil - now)));
+  knowStartAtTick(s, s.pid === undefined ? 0 : Math.max(0, Math.floor(spawnTicksUntil - now)));
   if (!s.flag(EXEC_PENDING) && s.pid !== undefined && !s.failed) emitSpawn(s);
 }
 

@@ -186,12 +186,14 @@ Napi::Value Addon::Pause(const Napi::CallbackInfo& info) {
 Napi::Value Addon::Settle(const Napi::CallbackInfo& info) {
   Call* c = CallArg(info);
   if (!c) return Napi::Boolean::New(info.Env(), true);
-  // settle(id, waitMs?): false when a shorter wait than the call's bound
-  // ended before the exec reported.
+  // settle(id, waitMs?, quiet?): false when a shorter wait than the call's
+  // bound ended before the exec reported. quiet: a pid answered is the
+  // start's only word (no Started event follows it).
   int wait_ms = Call::kExecReportWaitMs;
   if (info.Length() > 1 && info[1].IsNumber()) wait_ms = std::max(0, info[1].As<Napi::Number>().Int32Value());
+  const bool quiet = info.Length() > 2 && info[2].IsBoolean() && info[2].As<Napi::Boolean>().Value();
   bool pending = false;
-  SysError e = c->settle_exec(wait_ms, &pending);
+  SysError e = c->settle_exec(wait_ms, &pending, quiet);
   if (e) return make_error(info.Env(), e);
   if (!pending && c->command_pid() > 0) return Napi::Number::New(info.Env(), c->command_pid());
   return Napi::Boolean::New(info.Env(), !pending);

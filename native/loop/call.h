@@ -98,7 +98,9 @@ class Call : public LadderHost {
   // kExecReportWaitMs the command counts as started. Returns the step that
   // failed, or none: it exec'd, counts as started, there was no pending
   // exec, or (*pending, with a shorter wait) the report is not in yet.
-  SysError settle_exec(int wait_ms = kExecReportWaitMs, bool* pending = nullptr);
+  // quiet: the asker (spawn()'s tick, which emits 'spawn' itself) learns a
+  // start with a pid from the answer, and no kStarted event follows.
+  SysError settle_exec(int wait_ms = kExecReportWaitMs, bool* pending = nullptr, bool quiet = false);
 
   // Registers the main process (and control socket) with the reactor. The
   // call exists whatever happens here: if the reactor cannot take them (out
@@ -198,7 +200,7 @@ class Call : public LadderHost {
   // Reads the exec report, if one is pending, waiting wait_ms at most; a
   // wait of kExecReportWaitMs or more (or `overdue`) that ends without it
   // makes the command count as started.
-  void collect_exec(int wait_ms = kExecReportWaitMs, bool overdue = false);
+  void collect_exec(int wait_ms = kExecReportWaitMs, bool overdue = false, bool quiet = false);
   // A queued clone's child, taken from its job (waiting for it to exist, a
   // bounded time) and watched; false if none was made (the call then
   // failed to start: kStartFailed, and it ends).

@@ -45,7 +45,7 @@ bool Call::adopt_clone(int64_t wait_ns) {
   return true;
 }
 
-void Call::collect_exec(int wait_ms, bool overdue) {
+void Call::collect_exec(int wait_ms, bool overdue, bool quiet) {
   if (!exec_) return;
   if (cloning_) {
     // Its report comes with its child (the job is done once the child
@@ -66,7 +66,9 @@ void Call::collect_exec(int wait_ms, bool overdue) {
   }
   exec_.reset();
   if (!failed) {
-    if (!exec_unknown_) post_started();
+    // An event per call less (a callback into JavaScript) when the asker
+    // has the pid from the answer.
+    if (!exec_unknown_ && !(quiet && command_ > 0)) post_started();
     return;
   }
   reaped_by_spawner_ = true;
@@ -85,8 +87,8 @@ void Call::post_start_failed(const SysError& e) {
   env_->post(CallEvent{CallEvent::kStartFailed, id_, {}, {}, e});
 }
 
-SysError Call::settle_exec(int wait_ms, bool* pending) {
-  collect_exec(wait_ms);
+SysError Call::settle_exec(int wait_ms, bool* pending, bool quiet) {
+  collect_exec(wait_ms, false, quiet);
   // Whatever acts on the command (a signal, a ladder, a kill at teardown)
   // needs it to exist: a queued clone is waited for (JavaScript's asks say
   // "not yet" instead).
