@@ -1,6 +1,8 @@
 // The addon's constant strings (keys.h).
 #include "binding/keys.h"
 
+#include <napi.h>
+
 #include <cstring>
 
 namespace proctree {
