@@ -121,8 +121,7 @@ describe('events and results', () => {
     // file, not after a fixed 0.2 s a loaded machine can outlast.
     const printed = path.join(os.tmpdir(), `proctree-printed-${t}`);
     const script = `echo start; setsid bash -c 'echo daemon-line; : > ${printed}; exec sleep ${t}' & while [ ! -e ${printed} ]; do sleep 0.01; done; echo end; exit 0`;
-    const result = await run('bash', ['-c', script], { grace: 500 });
-    fs.rmSync(printed);
+    const result = await run('bash', ['-c', script], { grace: 500 }).finally(() => fs.rmSync(printed, { force: true }));
     expect(result.stdout).toBe('start\ndaemon-line\nend\n');
     expect(result.cleanup?.reason).toBe('leftovers');
     expect(liveWith(t)).toEqual([]);

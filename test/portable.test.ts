@@ -214,10 +214,14 @@ describe.each(['pgroup', 'none'] as const)('portable confinement %s', (tier) => 
     // at the exit (pgroup: stopped by the leftovers ladder).
     const go = path.join(os.tmpdir(), `proctree-go-${t}`);
     const call = start(tier, `(setsid sleep ${t} &); while [ ! -e ${go} ]; do sleep 0.01; done; exit 0`, { grace: 500 });
-    await waitForLive(t, 1, 'sleep');
-    fs.writeFileSync(go, '');
-    const result = await call.done;
-    fs.rmSync(go);
+    let result: Awaited<typeof call.done>;
+    try {
+      await waitForLive(t, 1, 'sleep');
+      fs.writeFileSync(go, '');
+      result = await call.done;
+    } finally {
+      fs.rmSync(go, { force: true });
+    }
     expect(result.exitCode).toBe(0);
     expect(result.cleanup).toBeNull();
     expect(await reapMisses(t, 1)).toBe(1);
@@ -502,7 +506,9 @@ describe('other harnesses', () => {
         // the subshell and the escapee before its setsid(). Settled: /proc
         // shows all three sleeps (setsid(1) execs the escapee's after setsid();
         // bash waited for the subshell before starting the other two).
-        const sleepers = () => require('fs').readdirSync('/proc').filter((pid) => { try { return require('fs').readFileSync('/proc/' + pid + '/comm', 'utf8').trim() === 'sleep' && require('fs').readFileSync('/proc/' + pid + '/cmdline', 'utf8').includes('${t}'); } catch { return false; } });
+        const fs = require('fs');
+        const comm = (pid) => { try { return fs.readFileSync('/proc/' + pid + '/comm', 'utf8').trim(); } catch { return ''; } };
+        const sleepers = () => fs.readdirSync('/proc').filter((pid) => { try { return comm(pid) === 'sleep' && fs.readFileSync('/proc/' + pid + '/cmdline', 'utf8').includes('${t}'); } catch { return false; } });
         while (sleepers().length < 3 || call.members().length < 3) await new Promise((r) => setTimeout(r, 20));
         const members = call.members();
         const report = await call.terminate({ grace: 1000 });
@@ -510,7 +516,7 @@ describe('other harnesses', () => {
         // An escapee that ignores SIGTERM, orphaned when its parent dies of it: remembered, SIGKILLed after grace.
         const second = pt.spawn('bash', ['-c', 'setsid bash -c "trap \\'\\' TERM; exec sleep ${t2}" & sleep ${t2}'], { stdio: 'ignore' });
         // Both must have exec'd sleep: the escapee's TERM is ignored only once its trap ran.
-        const sleeping = () => second.members().filter((pid) => { try { return require('fs').readFileSync('/proc/' + pid + '/comm', 'utf8').trim() === 'sleep'; } catch { return false; } });
+        const sleeping = () => second.members().filter((pid) => comm(pid) === 'sleep');
         while (sleeping().length < 2) await new Promise((r) => setTimeout(r, 20));
         const straggler = await second.terminate({ grace: 300 });
         await second.done;

@@ -145,10 +145,14 @@ describe.each(tiers)('confinement $label', ({ tier, seal }) => {
     // when the ladder of an escape-proof tier stopped it.
     const go = `${os.tmpdir()}/proctree-go-${t}`;
     const call = start(tier, seal, `(setsid sleep ${t} &); while [ ! -e ${go} ]; do sleep 0.01; done; exit 0`, t, { grace: 500 });
-    await waitForLive(t, 1, 'sleep');
-    fs.writeFileSync(go, '');
-    const result = await call.done;
-    fs.rmSync(go);
+    let result: Awaited<typeof call.done>;
+    try {
+      await waitForLive(t, 1, 'sleep');
+      fs.writeFileSync(go, '');
+      result = await call.done;
+    } finally {
+      fs.rmSync(go, { force: true });
+    }
     expect(result.exitCode).toBe(0);
     if (escapeProof) {
       expect(result.cleanup?.reason).toBe('leftovers');

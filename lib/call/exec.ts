@@ -19,19 +19,14 @@ export function publishPid(s: CallState): void {
   Object.defineProperty(s.call, 'pid', { value: s.pid, writable: true, enumerable: true, configurable: true });
 }
 
-/** Whether the command started is known from here on (a signal or a ladder needs it: a command that never ran gets neither). */
-export function knowStart(s: CallState, waitMs?: number): void {
-  if (s.flag(EXEC_PENDING)) settleExec(s, waitMs);
-}
-
 /**
- * knowStart() for spawn()'s tick, which emits 'spawn' itself once the pid
- * is known: a pid answered now is the start's only word, and the addon
- * sends no Started event after it (one callback into JavaScript per call
- * fewer).
+ * Whether the command started is known from here on (a signal or a ladder
+ * needs it: a command that never ran gets neither). `quiet`: for an asker
+ * that emits 'spawn' itself, a pid answered is the start's only word (no
+ * Started event follows it).
  */
-export function knowStartAtTick(s: CallState, waitMs: number): void {
-  if (s.flag(EXEC_PENDING)) settleExec(s, waitMs, true);
+export function knowStart(s: CallState, waitMs?: number, quiet = false): void {
+  if (s.flag(EXEC_PENDING)) settleExec(s, waitMs, quiet);
 }
 
 /**
@@ -42,7 +37,7 @@ export function knowStartAtTick(s: CallState, waitMs: number): void {
  * report to its event.
  */
 function settleExec(s: CallState, waitMs?: number, quiet = false): void {
-  const res = waitMs === undefined ? binding.settle(s.id) : binding.settle(s.id, waitMs, quiet);
+  const res = binding.settle(s.id, waitMs, quiet);
   if (res === false) return;
   s.setFlag(EXEC_PENDING, false);
   const started = typeof res === 'number' || res === true;

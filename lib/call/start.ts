@@ -18,7 +18,7 @@ import { ByteTail, tapLater } from '../output';
 import { attachMaster, setPtyRef, typeInput } from '../pty';
 import { destroyPipes, setPipesRef, takeForChild } from '../stdio';
 import type { Confinement } from '../types';
-import { knowStartAtTick, publishPid } from './exec';
+import { knowStart, publishPid } from './exec';
 import { onNativeEvent } from './events';
 import { becomeJob, readyWait } from './job';
 import { startTimers, watchSignal } from './ladder';
@@ -189,7 +189,9 @@ function spawnTick(s: CallState): void {
     spawnTicksUntil = now + SPAWN_TICK_WAIT_MS;
     setImmediate(endSpawnTicks);
   }
-  knowStartAtTick(s, s.pid === undefined ? 0 : Math.max(0, Math.floor(spawnTicksUntil - now)));
+  // Quiet: a pid answered now is the start's only word (this tick emits
+  // 'spawn'), and the addon sends no Started event after it.
+  knowStart(s, s.pid === undefined ? 0 : Math.max(0, Math.floor(spawnTicksUntil - now)), true);
   if (!s.flag(EXEC_PENDING) && s.pid !== undefined && !s.failed) emitSpawn(s);
 }
 
