@@ -81,6 +81,28 @@ export async function waitForLive(needle: string, count: number, comm?: string, 
   }
 }
 
+/**
+ * A daemon test's handshake. The command's main waits for the file this
+ * returns the path of (`while [ ! -e $go ]; do sleep 0.01; done`);
+ * `goWhenSleeping` makes it once a process with `needle` runs sleep
+ * (setsid(1) execs it only after its setsid()), then awaits `done`, and
+ * removes the file whatever happens.
+ */
+export function goFile(needle: string): string {
+  return path.join(os.tmpdir(), `proctree-go-${needle}`);
+}
+
+export async function goWhenSleeping<T>(needle: string, done: Promise<T>): Promise<T> {
+  const go = goFile(needle);
+  try {
+    await waitForLive(needle, 1, 'sleep');
+    fs.writeFileSync(go, '');
+    return await done;
+  } finally {
+    fs.rmSync(go, { force: true });
+  }
+}
+
 export function cgroupExists(path: string | null): boolean {
   return path !== null && fs.existsSync(path);
 }

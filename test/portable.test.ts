@@ -18,7 +18,7 @@ import { pathToFileURL } from 'node:url';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { killLiveWith, killTokens, liveWith, startCanary, token, waitForLive, waitUntil } from './helpers';
+import { goFile, goWhenSleeping, killLiveWith, killTokens, liveWith, startCanary, token, waitForLive, waitUntil } from './helpers';
 
 process.env.PROCTREE_PORTABLE = '1';
 type Proctree = typeof import('../dist/cjs/index.js');
@@ -212,16 +212,8 @@ describe.each(['pgroup', 'none'] as const)('portable confinement %s', (tier) => 
     // execs it after setsid()) and made the file the main waits for, not
     // after a fixed 0.2 s: a daemon slower than that was still in the group
     // at the exit (pgroup: stopped by the leftovers ladder).
-    const go = path.join(os.tmpdir(), `proctree-go-${t}`);
-    const call = start(tier, `(setsid sleep ${t} &); while [ ! -e ${go} ]; do sleep 0.01; done; exit 0`, { grace: 500 });
-    let result: Awaited<typeof call.done>;
-    try {
-      await waitForLive(t, 1, 'sleep');
-      fs.writeFileSync(go, '');
-      result = await call.done;
-    } finally {
-      fs.rmSync(go, { force: true });
-    }
+    const call = start(tier, `(setsid sleep ${t} &); while [ ! -e ${goFile(t)} ]; do sleep 0.01; done; exit 0`, { grace: 500 });
+    const result = await goWhenSleeping(t, call.done);
     expect(result.exitCode).toBe(0);
     expect(result.cleanup).toBeNull();
     expect(await reapMisses(t, 1)).toBe(1);

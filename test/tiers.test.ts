@@ -14,12 +14,11 @@
 // And what Node promises in every tier: 'spawn' before any output.
 import { spawn as cpSpawn } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { capabilities, type Confinement, spawn, type ToolCall } from '../dist/cjs/index.js';
-import { killLiveWith, killCgroup, killTokens, liveWith, token, waitForLive } from './helpers';
+import { goFile, goWhenSleeping, killLiveWith, killCgroup, killTokens, liveWith, token, waitForLive } from './helpers';
 
 const tiers: Array<{ label: string; tier: Confinement; seal: boolean }> = [
   ...(['cgroup', 'pidns', 'subreaper', 'pgroup'] as const).map((tier) => ({ label: tier, tier, seal: false })),
@@ -143,16 +142,8 @@ describe.each(tiers)('confinement $label', ({ tier, seal }) => {
     // after a fixed 0.2 s: a daemon slower than that was still in the group
     // at the exit (pgroup: stopped by the leftovers ladder), or not yet sleep
     // when the ladder of an escape-proof tier stopped it.
-    const go = `${os.tmpdir()}/proctree-go-${t}`;
-    const call = start(tier, seal, `(setsid sleep ${t} &); while [ ! -e ${go} ]; do sleep 0.01; done; exit 0`, t, { grace: 500 });
-    let result: Awaited<typeof call.done>;
-    try {
-      await waitForLive(t, 1, 'sleep');
-      fs.writeFileSync(go, '');
-      result = await call.done;
-    } finally {
-      fs.rmSync(go, { force: true });
-    }
+    const call = start(tier, seal, `(setsid sleep ${t} &); while [ ! -e ${goFile(t)} ]; do sleep 0.01; done; exit 0`, t, { grace: 500 });
+    const result = await goWhenSleeping(t, call.done);
     expect(result.exitCode).toBe(0);
     if (escapeProof) {
       expect(result.cleanup?.reason).toBe('leftovers');
