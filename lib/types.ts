@@ -179,7 +179,11 @@ export interface CleanupReport {
   killed: number;
   /** Processes that had left the main process's group or session: what killpg would have missed. */
   escaped: number;
-  /** Alive after the whole ladder. Non-empty is a failure, also emitted as `'error'`. */
+  /**
+   * Alive after the whole ladder, as /proc describes them (read on a thread
+   * of the addon's: one that outlived SIGKILL may be stuck in the kernel).
+   * Non-empty is a failure, also emitted as `'error'`.
+   */
   leftovers: ProcessInfo[];
   /**
    * How emptiness was proved: `cgroup.events` (populated 0), `pidns` (the

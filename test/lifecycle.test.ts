@@ -285,7 +285,20 @@ process.stdin.once('data', async () => { say({ report: await call.terminate({ gr
       return false;
     }
   })();
-  (canFreezeV1 ? it : it.skip)("a member the kill cannot end is the report's leftover, named, and an ERR_PROCTREE_LEFTOVERS error", async () => {
+  /** The read system calls the addon's ports worker threads of this process have made (/proc/self/task/<tid>/io). */
+  const portsWorkerReads = (): number => {
+    let reads = 0;
+    for (const tid of fs.readdirSync('/proc/self/task')) {
+      try {
+        if (fs.readFileSync(`/proc/self/task/${tid}/comm`, 'utf8').trim() !== 'proctree-ports') continue;
+        reads += Number(/^syscr: (\d+)$/m.exec(fs.readFileSync(`/proc/self/task/${tid}/io`, 'utf8'))?.[1] ?? 0);
+      } catch {
+        // The thread ended while we looked.
+      }
+    }
+    return reads;
+  };
+  (canFreezeV1 ? it : it.skip)("a member the kill cannot end is the report's leftover, named (read off this thread), and an ERR_PROCTREE_LEFTOVERS error", async () => {
     const t = token();
     const frozen = path.join(v1Freezer, `proctree-test-${process.pid}-${t}`);
     fs.mkdirSync(frozen);
@@ -300,8 +313,14 @@ process.stdin.once('data', async () => { say({ report: await call.terminate({ gr
       await until(() => fs.readFileSync(path.join(frozen, 'tasks'), 'utf8').trim() === String(pid));
       fs.writeFileSync(path.join(frozen, 'freezer.state'), 'FROZEN');
       await until(() => fs.readFileSync(path.join(frozen, 'freezer.state'), 'utf8').trim() === 'FROZEN');
+      const before = portsWorkerReads();
       const report = await call.terminate();
       expect(report.leftovers).toEqual([expect.objectContaining({ pid, comm: 'sleep', cmdline: `sleep ${t}` })]);
+      // What /proc says of it was read on the addon's ports worker (its stat
+      // and cmdline), not on this thread: a member that outlived SIGKILL may
+      // be stuck in the kernel holding its memory, and a read of its
+      // cmdline would wait with it.
+      expect(portsWorkerReads()).toBeGreaterThanOrEqual(before + 2);
       expect(report.killed).toBe(1);
       expect(errors.map((e) => e.code)).toEqual(['ERR_PROCTREE_LEFTOVERS']);
       expect(errors[0]?.message).toContain(`${pid} (sleep)`);

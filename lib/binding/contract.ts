@@ -102,7 +102,14 @@ export interface NativeReport {
   killed: number;
   escaped: number;
   verified: Verification;
-  leftovers: ProcessInfo[];
+  /**
+   * Alive after the whole ladder: the addon gives their pids, and the
+   * report's reader asks what /proc says of them off the JavaScript thread
+   * (a member that outlived SIGKILL may be stuck in the kernel, and so would
+   * a read of its cmdline); the portable binding describes them itself.
+   */
+  leftoverPids?: number[];
+  leftovers?: ProcessInfo[];
   durationMs: number;
 }
 

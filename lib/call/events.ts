@@ -105,16 +105,17 @@ function onExit(s: CallState, code: number | null, signal: number): void {
 const DESCRIBE_NOW = 64;
 
 /**
- * What /proc says of `pids`, to `done`: at once for a few; for more, read on
+ * What /proc says of `pids`, to `done`: at once for a few (unless
+ * `elsewhere`); for more, read on
  * the addon's thread, so that a command that leaves a thousand processes
  * behind (or some between fork and exec, whose reads wait for the exec)
  * does not hold the harness's loop for tens of milliseconds. 'close' waits
  * for it, and `done` runs in the call's async context. The tree is left
  * alone meanwhile: those described are alive when they are read.
  */
-function describe(s: CallState, pids: readonly number[], done: (infos: ProcessInfo[]) => void): void {
+function describe(s: CallState, pids: readonly number[], done: (infos: ProcessInfo[]) => void, elsewhere = false): void {
   const ask = binding.describe?.bind(binding);
-  if (pids.length <= DESCRIBE_NOW || !ask) {
+  if ((pids.length <= DESCRIBE_NOW && !elsewhere) || !ask) {
     done(binding.processInfo(pids));
     return;
   }
@@ -156,7 +157,17 @@ function keepLeftovers(s: CallState, infos: ProcessInfo[]): void {
 }
 
 function onCleanup(s: CallState, r: NativeReport): void {
-  const report = cleanupReport(r, s.call.confinement);
+  const pids = r.leftoverPids ?? [];
+  if (pids.length === 0) {
+    deliverReport(s, cleanupReport(r, s.call.confinement));
+    return;
+  }
+  // Members that outlived SIGKILL: always described off this thread, where
+  // a read that waits on one stuck in the kernel holds no harness.
+  describe(s, pids, (infos) => deliverReport(s, cleanupReport(r, s.call.confinement, infos)), true);
+}
+
+function deliverReport(s: CallState, report: CleanupReport): void {
   // A ladder the addon ran on its own (none was asked for here) reports too.
   const ladder = (s.extras().ladder ??= new CallLadder(report.reason));
   ladder.report = report;

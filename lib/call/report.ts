@@ -16,14 +16,15 @@ export function emptyReport(reason: CleanupReason, confinement: Confinement, ver
   return { reason, confinement, signaled: 0, killed: 0, escaped: 0, leftovers: [], verified, durationMs: 0 };
 }
 
-export function cleanupReport(r: NativeReport, confinement: Confinement): CleanupReport {
+/** The report of `r`, its leftovers as /proc described them (`r.leftovers` when the binding did). */
+export function cleanupReport(r: NativeReport, confinement: Confinement, leftovers: ProcessInfo[] = r.leftovers ?? []): CleanupReport {
   return {
     reason: r.reason as CleanupReason,
     confinement,
     signaled: r.signaled,
     killed: r.killed,
     escaped: r.escaped,
-    leftovers: r.leftovers,
+    leftovers,
     verified: r.verified,
     durationMs: r.durationMs,
   };

@@ -28,10 +28,8 @@ Napi::Object report_object(Napi::Env env, const CleanupReport& report) {
   r.Set("escaped", report.escaped);
   r.Set("verified", report.verified);
   Napi::Array left = Napi::Array::New(env, report.leftovers.size());
-  for (size_t i = 0; i < report.leftovers.size(); ++i) {
-    left.Set(static_cast<uint32_t>(i), process_info_object(env, report.leftovers[i]));
-  }
-  r.Set("leftovers", left);
+  for (size_t i = 0; i < report.leftovers.size(); ++i) left.Set(static_cast<uint32_t>(i), report.leftovers[i]);
+  r.Set("leftoverPids", left);
   r.Set("durationMs", report.duration_ms);
   return r;
 }

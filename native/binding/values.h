@@ -14,7 +14,7 @@ namespace binding {
 
 // { pid, ppid, pgid, sid, comm, cmdline, startTime }
 Napi::Object process_info_object(Napi::Env env, const ProcessInfo& p);
-// { reason, signaled, killed, escaped, verified, leftovers, durationMs }
+// { reason, signaled, killed, escaped, verified, leftoverPids, durationMs }
 Napi::Object report_object(Napi::Env env, const CleanupReport& report);
 // { location, probes: { name: { ok, errno?, syscall?, detail? } } }
 Napi::Object host_probes_object(Napi::Env env, const HostProbes& h);

@@ -516,13 +516,8 @@ void Ladder::finish() {
 
 void Ladder::give_up() {
   // The kill did not empty the tree in time: what is still there is the
-  // report's leftovers, a failure.
-  std::vector<pid_t> pids;
-  c_->members(&pids);
-  for (pid_t pid : pids) {
-    ProcessInfo info;
-    if (read_process_info(pid, &info)) report_.leftovers.push_back(info);
-  }
+  // report's leftovers, a failure (described by the report's reader).
+  c_->members(&report_.leftovers);
   finish();
 }
 

@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "kernel/fd.h"
-#include "kernel/procfs.h"
 #include "kernel/sys_error.h"
 #include "ladder/confinement.h"
 
@@ -68,7 +67,11 @@ struct CleanupReport {
   int killed = 0;      // members still alive when grace ran out
   int escaped = 0;     // members outside the main process's group or session
   std::string verified;  // how emptiness was proved (Confinement::verified)
-  std::vector<ProcessInfo> leftovers;  // alive after the whole ladder: a failure
+  // Alive after the whole ladder (a failure): their pids only. What /proc
+  // says of them is read by whoever reports it, off the JavaScript thread:
+  // a member that outlived SIGKILL may sit in the kernel (D state) holding
+  // its mm, and a read of its cmdline would wait with it.
+  std::vector<pid_t> leftovers{};
   double duration_ms = 0;
 };
 

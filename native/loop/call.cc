@@ -80,11 +80,13 @@ void Call::set_referenced(bool ref) {
 void Call::post_exit(ExitStatus st) {
   if (exit_posted_) return;
   exit_posted_ = true;
-  env_->post(CallEvent{CallEvent::kExit, id_, st, {}, {}});
+  CallEvent ev = CallEvent::of(CallEvent::kExit, id_);
+  ev.exit = st;
+  env_->post(std::move(ev));
   post_report();
 }
 
-void Call::post_error(const SysError& e) { env_->post(CallEvent{CallEvent::kError, id_, {}, {}, e}); }
+void Call::post_error(const SysError& e) { env_->post(CallEvent::of(CallEvent::kError, id_, e)); }
 
 void Call::on_main_readable() {
   if (main_exited_) return;
@@ -124,7 +126,7 @@ void Call::on_main_readable() {
     if (starting_) {
       starting_ = false;
       if (!exit_posted_) {
-        env_->post(CallEvent{CallEvent::kStartFailed, id_, {}, {}, SysError::of(EPROTO, "proctree-helper")});
+        env_->post(CallEvent::of(CallEvent::kStartFailed, id_, SysError::of(EPROTO, "proctree-helper")));
         exit_posted_ = true;
       }
     } else if (!exit_posted_) {
@@ -162,7 +164,7 @@ void Call::drain_control() {
             starting_ = false;
             command_ = m.a;
             if (!ladder_.running() && !main_polled_) cancel_timer();
-            CallEvent ev{CallEvent::kStarted, id_, {}, {}, {}};
+            CallEvent ev = CallEvent::of(CallEvent::kStarted, id_);
             ev.pid = command_;
             env_->post(std::move(ev));
           }
@@ -171,7 +173,7 @@ void Call::drain_control() {
           if (starting_) {
             starting_ = false;
             exit_posted_ = true;  // no exit event for a command that never ran
-            env_->post(CallEvent{CallEvent::kStartFailed, id_, {}, {}, SysError::of(m.a, shim::stage_syscall(m.b))});
+            env_->post(CallEvent::of(CallEvent::kStartFailed, id_, SysError::of(m.a, shim::stage_syscall(m.b))));
           }
           break;
         case shim::kExit:
@@ -234,7 +236,7 @@ SysError Call::set_paused(bool paused) {
 void Call::check_paused() {
   if (pause_wanted_ < 0 || !confinement_) return;
   if (confinement_->frozen() != (pause_wanted_ == 1)) return;
-  CallEvent ev{CallEvent::kFrozen, id_, {}, {}, {}};
+  CallEvent ev = CallEvent::of(CallEvent::kFrozen, id_);
   ev.frozen = pause_wanted_ == 1;
   pause_wanted_ = -1;
   env_->post(std::move(ev));
@@ -311,7 +313,9 @@ void Call::post_report() {
     report_posted_ = true;
     CleanupReport report = ladder_.report();
     if (shim_lost_) report.verified = "none";
-    env_->post(CallEvent{CallEvent::kCleanup, id_, {}, report, {}});
+    CallEvent ev = CallEvent::of(CallEvent::kCleanup, id_);
+    ev.report = std::move(report);
+    env_->post(std::move(ev));
   }
 }
 
@@ -377,7 +381,7 @@ void Call::check_finished() {
     main_.pidfd.reset();
   }
   finished_ = true;
-  CallEvent ev{CallEvent::kEmpty, id_, {}, {}, {}};
+  CallEvent ev = CallEvent::of(CallEvent::kEmpty, id_);
   ev.usage = usage_;
   ev.peak_processes = static_cast<int>(std::max(peak_processes_, ladder_.most_members()));
   env_->post(std::move(ev));
@@ -525,7 +529,7 @@ void Call::on_timeout() {
     // may have started, and report the start as failed.
     starting_ = false;
     exit_posted_ = true;
-    env_->post(CallEvent{CallEvent::kStartFailed, id_, {}, {}, SysError::of(ETIMEDOUT, "proctree-helper")});
+    env_->post(CallEvent::of(CallEvent::kStartFailed, id_, SysError::of(ETIMEDOUT, "proctree-helper")));
     kill_now();
     if (!ladder_.running()) return;
   }

@@ -18,6 +18,7 @@
 #include "kernel/cgroup.h"
 #include "kernel/fd.h"
 #include "kernel/pidfd.h"
+#include "kernel/procfs.h"
 #include "kernel/sockets.h"
 #include "kernel/spawn.h"
 #include "ladder/cgroup_confinement.h"
@@ -35,8 +36,16 @@ struct CallEvent {
   // kPorts: the answer to Environment::ports(), call_id is its request id.
   // kFrozen: cgroup.events shows the state pause()/resume() asked for (frozen).
   enum Kind { kExit, kCleanup, kEmpty, kError, kStarted, kStartFailed, kOutput, kOutputEnd, kWritten, kPorts, kFrozen };
-  Kind kind;
-  uint64_t call_id;
+  // An event of `kind` for `call_id` with `error`, every other field empty.
+  static CallEvent of(Kind kind, uint64_t call_id, SysError error = SysError::none()) {
+    CallEvent ev;
+    ev.kind = kind;
+    ev.call_id = call_id;
+    ev.error = error;
+    return ev;
+  }
+  Kind kind = kExit;
+  uint64_t call_id = 0;
   ExitStatus exit;
   CleanupReport report;
   SysError error;

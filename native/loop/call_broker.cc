@@ -20,7 +20,7 @@ void Call::on_broker_spawned(pid_t pid, Fd pidfd, CgroupDir leaf) {
   main_.pidfd = std::move(pidfd);
   confinement_ = std::make_unique<CgroupConfinement>(std::move(leaf), tier_, env_->slow_writes());
   ladder_.bind(confinement_.get());
-  CallEvent ev{CallEvent::kStarted, id_, {}, {}, {}};
+  CallEvent ev = CallEvent::of(CallEvent::kStarted, id_);
   ev.pid = pid;
   ev.cgroup = static_cast<CgroupConfinement*>(confinement_.get())->leaf().path();
   env_->post(std::move(ev));
@@ -35,9 +35,9 @@ void Call::on_broker_failed(const SysError& e) {
   starting_ = false;
   exit_posted_ = true;  // no exit event for a command that never ran
   pending_terminate_ = false;
-  env_->post(CallEvent{CallEvent::kStartFailed, id_, {}, {}, e});
+  env_->post(CallEvent::of(CallEvent::kStartFailed, id_, e));
   finished_ = true;
-  env_->post(CallEvent{CallEvent::kEmpty, id_, {}, {}, {}});
+  env_->post(CallEvent::of(CallEvent::kEmpty, id_));
 }
 
 void Call::on_broker_exited(ExitStatus st) {

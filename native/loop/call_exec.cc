@@ -10,7 +10,7 @@
 namespace proctree {
 
 void Call::post_started() {
-  CallEvent ev{CallEvent::kStarted, id_, {}, {}, {}};
+  CallEvent ev = CallEvent::of(CallEvent::kStarted, id_);
   ev.pid = command_;
   env_->post(std::move(ev));
 }
@@ -84,7 +84,7 @@ void Call::collect_exec(int wait_ms, bool overdue, bool quiet) {
 void Call::post_start_failed(const SysError& e) {
   exec_error_ = e;
   exit_posted_ = true;  // no exit event for a command that never ran
-  env_->post(CallEvent{CallEvent::kStartFailed, id_, {}, {}, e});
+  env_->post(CallEvent::of(CallEvent::kStartFailed, id_, e));
 }
 
 SysError Call::settle_exec(int wait_ms, bool* pending, bool quiet) {

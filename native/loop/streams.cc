@@ -76,7 +76,7 @@ Streams::Read Streams::read_once(uint64_t id, Stream* s, SysError* error) {
     }
     return Read::kEnd;
   }
-  CallEvent ev{CallEvent::kOutput, id, {}, {}, {}};
+  CallEvent ev = CallEvent::of(CallEvent::kOutput, id);
   ev.data.assign(scratch_.data(), static_cast<size_t>(n));
   s->in_flight = true;
   env_->post(std::move(ev));
@@ -136,7 +136,7 @@ void Streams::read_stop(uint64_t id) {
 
 void Streams::read_end(uint64_t id, Stream* s, const SysError& error) {
   s->read_ended = true;
-  CallEvent ev{CallEvent::kOutputEnd, id, {}, {}, error};
+  CallEvent ev = CallEvent::of(CallEvent::kOutputEnd, id, error);
   // A stream only read is done with: closed before its end is posted, so
   // the binding sees it gone when it delivers the end.
   if (!writable(s->kind)) {
@@ -225,11 +225,11 @@ void Streams::write_ready(uint64_t id, Stream* s) {
       size_t n = s->queue.size();
       s->queue.clear();
       s->offset = 0;
-      for (size_t i = 0; i < n; ++i) env_->post(CallEvent{CallEvent::kWritten, id, {}, {}, e});
+      for (size_t i = 0; i < n; ++i) env_->post(CallEvent::of(CallEvent::kWritten, id, e));
       break;
     }
     if (s->queue.size() == before) break;  // the pipe is full again
-    env_->post(CallEvent{CallEvent::kWritten, id, {}, {}, {}});
+    env_->post(CallEvent::of(CallEvent::kWritten, id));
   }
   update(id, s);
 }

@@ -951,12 +951,8 @@ TEST(kill_that_never_empties_reports_leftovers) {
     const CleanupReport& r = s.ladder.report();
     CHECK_EQ(r.killed, 3);
     CHECK_EQ(r.leftovers.size(), size_t{3});
-    std::vector<pid_t> left;
-    for (const proctree::ProcessInfo& info : r.leftovers) {
-      left.push_back(info.pid);
-      CHECK_EQ(info.comm, std::string("ladder_test"));
-      CHECK_EQ(info.cmdline.find("ladder_test") != std::string::npos, true);
-    }
+    // Their pids only: the report's reader describes them (off the JavaScript thread).
+    std::vector<pid_t> left = r.leftovers;
     std::sort(left.begin(), left.end());
     std::vector<pid_t> want = s.pids;
     std::sort(want.begin(), want.end());
