@@ -71,7 +71,7 @@ struct CleanupReport {
   // says of them is read by whoever reports it, off the JavaScript thread:
   // a member that outlived SIGKILL may sit in the kernel (D state) holding
   // its mm, and a read of its cmdline would wait with it.
-  std::vector<pid_t> leftovers{};
+  std::vector<pid_t> leftovers;
   double duration_ms = 0;
 };
 
