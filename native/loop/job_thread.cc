@@ -1,6 +1,7 @@
 #include "loop/job_thread.h"
 
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,29 +10,43 @@
 
 namespace proctree {
 
-JobThread::~JobThread() {
-  close();
-  pthread_cond_destroy(&cv_);
-  pthread_mutex_destroy(&mu_);
+JobThread::Shared::Shared() {
+  pthread_mutex_init(&mu, nullptr);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&cv, &attr);
+  pthread_condattr_destroy(&attr);
 }
 
+JobThread::Shared::~Shared() {
+  pthread_cond_destroy(&cv);
+  pthread_mutex_destroy(&mu);
+}
+
+JobThread::~JobThread() { close(); }
+
 SysError JobThread::open() {
-  if (done_) return SysError::none();
-  done_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!done_) return SysError::from_errno("eventfd");
+  if (shared_) return SysError::none();
+  if (closed_) return SysError::of(ECANCELED, name_);
+  Fd done(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!done) return SysError::from_errno("eventfd");
+  shared_ = new Shared();
+  shared_->name = name_;
+  shared_->done = std::move(done);
   return SysError::none();
 }
 
 SysError JobThread::run(uint64_t id, Work work) {
-  if (closed_ || !done_) return SysError::of(ECANCELED, name_);
+  if (closed_ || !shared_) return SysError::of(ECANCELED, name_);
   if (!started_) {
-    if (SysError e = start_thread(main, this, &thread_, stack_size_)) return e;
+    if (SysError e = start_thread(main, shared_, &thread_, stack_size_)) return e;
     started_ = true;
   }
-  pthread_mutex_lock(&mu_);
-  queue_.emplace_back(id, std::move(work));
-  pthread_cond_signal(&cv_);
-  pthread_mutex_unlock(&mu_);
+  pthread_mutex_lock(&shared_->mu);
+  shared_->queue.emplace_back(id, std::move(work));
+  pthread_cond_broadcast(&shared_->cv);
+  pthread_mutex_unlock(&shared_->mu);
   ++outstanding_;
   return SysError::none();
 }
@@ -39,55 +54,84 @@ SysError JobThread::run(uint64_t id, Work work) {
 std::vector<uint64_t> JobThread::take_done() {
   std::vector<uint64_t> out;
   uint64_t n = 0;
-  if (!done_ || read(done_.get(), &n, sizeof n) != sizeof n) return out;
-  pthread_mutex_lock(&mu_);
-  out.swap(finished_);
-  pthread_mutex_unlock(&mu_);
+  if (!shared_ || read(shared_->done.get(), &n, sizeof n) != sizeof n) return out;
+  pthread_mutex_lock(&shared_->mu);
+  out.swap(shared_->finished);
+  pthread_mutex_unlock(&shared_->mu);
   outstanding_ = out.size() >= outstanding_ ? 0 : outstanding_ - out.size();
   return out;
 }
 
 void* JobThread::main(void* arg) {
-  JobThread* self = static_cast<JobThread*>(arg);
-  name_this_thread(self->name_);
-  pthread_mutex_lock(&self->mu_);
+  Shared* self = static_cast<Shared*>(arg);
+  name_this_thread(self->name);
+  pthread_mutex_lock(&self->mu);
   for (;;) {
-    while (!self->stopping_ && self->queue_.empty()) pthread_cond_wait(&self->cv_, &self->mu_);
-    if (self->stopping_) break;
-    std::pair<uint64_t, Work> job = std::move(self->queue_.front());
-    self->queue_.pop_front();
-    pthread_mutex_unlock(&self->mu_);
+    while (!self->stopping && self->queue.empty()) pthread_cond_wait(&self->cv, &self->mu);
+    if (self->stopping) break;
+    std::pair<uint64_t, Work> job = std::move(self->queue.front());
+    self->queue.pop_front();
+    pthread_mutex_unlock(&self->mu);
     std::vector<Fd> late;
     job.second(&late);
-    pthread_mutex_lock(&self->mu_);
-    self->finished_.push_back(job.first);
-    pthread_mutex_unlock(&self->mu_);
+    pthread_mutex_lock(&self->mu);
+    self->finished.push_back(job.first);
+    pthread_mutex_unlock(&self->mu);
     uint64_t one = 1;
-    while (write(self->done_.get(), &one, sizeof one) < 0 && errno == EINTR) {
+    while (write(self->done.get(), &one, sizeof one) < 0 && errno == EINTR) {
     }
     late.clear();
     job.second = nullptr;
-    pthread_mutex_lock(&self->mu_);
+    pthread_mutex_lock(&self->mu);
   }
-  pthread_mutex_unlock(&self->mu_);
+  // The queue's jobs are dropped here, on this thread, as a running one is.
+  self->queue.clear();
+  self->exited = true;
+  const bool abandoned = self->abandoned;
+  pthread_cond_broadcast(&self->cv);
+  pthread_mutex_unlock(&self->mu);
+  if (abandoned) delete self;
   return nullptr;
 }
 
-void JobThread::close() {
-  if (closed_) return;
+bool JobThread::close() {
+  if (closed_) return false;
   closed_ = true;
-  if (started_) {
-    pthread_mutex_lock(&mu_);
-    stopping_ = true;
-    queue_.clear();
-    pthread_cond_signal(&cv_);
-    pthread_mutex_unlock(&mu_);
-    join_thread(thread_);
-    started_ = false;
-  }
-  finished_.clear();
   outstanding_ = 0;
-  done_.reset();
+  Shared* s = shared_;
+  shared_ = nullptr;
+  if (!s) return false;
+  if (!started_) {
+    delete s;
+    return false;
+  }
+  started_ = false;
+  pthread_mutex_lock(&s->mu);
+  s->stopping = true;
+  pthread_cond_broadcast(&s->cv);
+  if (abandon_after_ms_ >= 0) {
+    timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += abandon_after_ms_ / 1000;
+    deadline.tv_nsec += static_cast<long>(abandon_after_ms_ % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+      deadline.tv_sec += 1;
+      deadline.tv_nsec -= 1000000000L;
+    }
+    while (!s->exited && pthread_cond_timedwait(&s->cv, &s->mu, &deadline) != ETIMEDOUT) {
+    }
+    if (!s->exited) {
+      // A job still running: the thread finishes it alone and frees s.
+      s->abandoned = true;
+      pthread_mutex_unlock(&s->mu);
+      detach_thread(thread_);
+      return true;
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  join_thread(thread_);
+  delete s;
+  return false;
 }
 
 }  // namespace proctree

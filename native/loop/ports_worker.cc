@@ -8,17 +8,14 @@
 
 namespace proctree {
 
-PortsWorker::~PortsWorker() {
-  close();
-  pthread_mutex_destroy(&mu_);
-}
+PortsWorker::~PortsWorker() { close(); }
 
 SysError PortsWorker::query(PortsQuery q) {
-  SysError e = jobs_.run(q.request, [this, q = std::move(q)](std::vector<Fd>*) {
+  SysError e = jobs_.run(q.request, [answers = answers_, q = std::move(q)](std::vector<Fd>*) {
     PortsAnswer a = answer(q);
-    pthread_mutex_lock(&mu_);
-    answers_.push_back(std::move(a));
-    pthread_mutex_unlock(&mu_);
+    pthread_mutex_lock(&answers->mu);
+    answers->list.push_back(std::move(a));
+    pthread_mutex_unlock(&answers->mu);
   });
   return e && e.err == ECANCELED ? SysError::of(ECANCELED, "ports") : e;
 }
@@ -27,14 +24,15 @@ std::vector<PortsAnswer> PortsWorker::take_done() {
   // Only the answers of queries told done: the next one may be in already,
   // its end not told yet (it is counted when it is).
   std::vector<PortsAnswer> out;
+  Answers& answers = *answers_;
   for (uint64_t request : jobs_.take_done()) {
-    pthread_mutex_lock(&mu_);
-    auto it = std::find_if(answers_.begin(), answers_.end(), [&](const PortsAnswer& a) { return a.request == request; });
-    if (it != answers_.end()) {
+    pthread_mutex_lock(&answers.mu);
+    auto it = std::find_if(answers.list.begin(), answers.list.end(), [&](const PortsAnswer& a) { return a.request == request; });
+    if (it != answers.list.end()) {
       out.push_back(std::move(*it));
-      answers_.erase(it);
+      answers.list.erase(it);
     }
-    pthread_mutex_unlock(&mu_);
+    pthread_mutex_unlock(&answers.mu);
   }
   return out;
 }
@@ -74,7 +72,9 @@ PortsAnswer PortsWorker::answer(const PortsQuery& q) {
 
 void PortsWorker::close() {
   jobs_.close();
-  answers_.clear();
+  pthread_mutex_lock(&answers_->mu);
+  answers_->list.clear();
+  pthread_mutex_unlock(&answers_->mu);
 }
 
 }  // namespace proctree

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -63,19 +64,31 @@ class PortsWorker {
   std::vector<PortsAnswer> take_done();
   // Queries queued or in flight (the loop stays alive for them).
   bool busy() const { return jobs_.busy(); }
-  // Teardown: what is queued is dropped; a query in flight finishes, then
-  // the thread is joined.
+  // Teardown: what is queued is dropped; a query in flight gets
+  // kAbandonAfterMs to finish (it is /proc reads, which may wait on a
+  // process stuck in the kernel), then the thread is left to finish it
+  // alone, with what it writes to.
   void close();
+  static constexpr int kAbandonAfterMs = 200;
 
   // The answer itself, on whatever thread (the worker's, or a test's).
   static PortsAnswer answer(const PortsQuery& q);
 
  private:
+  // The answers, from the worker's thread (pthread's own mutex: see
+  // job_thread.h). Each query holds them too: one left running at close()
+  // still has somewhere to put its answer.
+  struct Answers {
+    Answers() = default;
+    Answers(const Answers&) = delete;
+    Answers& operator=(const Answers&) = delete;
+    ~Answers() { pthread_mutex_destroy(&mu); }
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    std::vector<PortsAnswer> list;
+  };
+  std::shared_ptr<Answers> answers_ = std::make_shared<Answers>();
   // A small stack: the work is /proc reads and one netlink socket.
-  JobThread jobs_{"proctree-ports", 256 * 1024};
-  // The answers, from the worker's thread (pthread's own mutex: see job_thread.h).
-  pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
-  std::vector<PortsAnswer> answers_;
+  JobThread jobs_{"proctree-ports", 256 * 1024, kAbandonAfterMs};
 };
 
 }  // namespace proctree

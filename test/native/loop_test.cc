@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -219,6 +221,60 @@ TEST(job_thread_runs_in_order_off_the_thread) {
   CHECK(jobs.run(15, [](std::vector<Fd>*) {}).err != 0);
   close(fds[0]);
   close(fds[1]);
+}
+
+// With abandon_after_ms, close() waits that long for a running job and then
+// leaves the thread to finish it alone (a /proc read that waits on a
+// process stuck in the kernel must not hold a teardown): close() returns in
+// time, the job still finishes with everything it owns, and the thread frees
+// what it shares (the sanitizers' run sees no leak and no use after free).
+TEST(job_thread_abandons_a_stuck_job_at_close) {
+  int fds[2];
+  CHECK_EQ(pipe2(fds, O_CLOEXEC), 0);
+  auto box = std::make_shared<std::atomic<int>>(0);
+  std::atomic<bool> started{false};
+  {
+    proctree::JobThread jobs("proctree-test", 0, 50);
+    CHECK_EQ(jobs.open().err, 0);
+    CHECK_EQ(jobs.run(21, [&started, box, rfd = fds[0]](std::vector<Fd>*) {
+                   started = true;
+                   char c;
+                   while (read(rfd, &c, 1) < 0 && errno == EINTR) {
+                   }
+                   box->store(1);
+                 }).err,
+             0);
+    CHECK_EQ(jobs.run(22, [box](std::vector<Fd>*) { box->store(2); }).err, 0);
+    for (int i = 0; i < 3000 && !started; ++i) usleep(1000);
+    CHECK(started);
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(jobs.close());
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    CHECK(waited >= 40 && waited < 2000);
+    CHECK_EQ(box->load(), 0);
+    CHECK(jobs.run(23, [](std::vector<Fd>*) {}).err != 0);
+  }  // the JobThread is gone; its thread is not
+  CHECK_EQ(write(fds[1], "x", 1), 1);
+  // The job finishes (the queued one never runs) and drops its hold on box.
+  for (int i = 0; i < 3000 && box.use_count() > 1; ++i) usleep(1000);
+  CHECK_EQ(box->load(), 1);
+  CHECK_EQ(box.use_count(), 1);
+  close(fds[0]);
+  close(fds[1]);
+
+  // A job that ends in time is waited for and joined, as without the bound.
+  proctree::JobThread quick("proctree-test", 0, 2000);
+  CHECK_EQ(quick.open().err, 0);
+  std::atomic<bool> began{false}, done{false};
+  CHECK_EQ(quick.run(31, [&began, &done](std::vector<Fd>*) {
+                  began = true;
+                  usleep(20 * 1000);
+                  done = true;
+                }).err,
+           0);
+  for (int i = 0; i < 3000 && !began; ++i) usleep(1000);
+  CHECK(!quick.close());
+  CHECK(done);
 }
 
 TEST(ports_worker_answers_off_the_thread) {
