@@ -12,11 +12,7 @@ namespace proctree {
 
 JobThread::Shared::Shared() {
   pthread_mutex_init(&mu, nullptr);
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&cv, &attr);
-  pthread_condattr_destroy(&attr);
+  init_monotonic_cond(&cv);
 }
 
 JobThread::Shared::~Shared() {

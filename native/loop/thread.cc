@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <time.h>
 
 // glibc 2.34 moved pthread_create and pthread_join into libc under a new
 // symbol version; the old one is still there. Bound to it, the addon needs
@@ -13,11 +14,13 @@ __asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
 __asm__(".symver pthread_join,pthread_join@GLIBC_2.2.5");
 __asm__(".symver pthread_detach,pthread_detach@GLIBC_2.2.5");
 __asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.2.5");
+__asm__(".symver pthread_condattr_setclock,pthread_condattr_setclock@GLIBC_2.3.3");
 #elif defined(__aarch64__)
 __asm__(".symver pthread_create,pthread_create@GLIBC_2.17");
 __asm__(".symver pthread_join,pthread_join@GLIBC_2.17");
 __asm__(".symver pthread_detach,pthread_detach@GLIBC_2.17");
 __asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.17");
+__asm__(".symver pthread_condattr_setclock,pthread_condattr_setclock@GLIBC_2.17");
 #endif
 #endif
 
@@ -43,5 +46,13 @@ void join_thread(pthread_t thread) { pthread_join(thread, nullptr); }
 void detach_thread(pthread_t thread) { pthread_detach(thread); }
 
 void name_this_thread(const char* name) { prctl(PR_SET_NAME, name, 0, 0, 0); }
+
+void init_monotonic_cond(pthread_cond_t* cv) {
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(cv, &attr);
+  pthread_condattr_destroy(&attr);
+}
 
 }  // namespace proctree

@@ -16,5 +16,8 @@ void detach_thread(pthread_t thread);
 // Names the calling thread (15 characters at most): /proc/PID/task/TID/comm
 // shows which of the addon's threads spends what.
 void name_this_thread(const char* name);
+// A condition whose timed waits count CLOCK_MONOTONIC (a deadline no clock
+// change moves).
+void init_monotonic_cond(pthread_cond_t* cv);
 
 }  // namespace proctree
