@@ -37,9 +37,32 @@ export function runtime(name) {
   const key = `${process.platform}-${process.arch}`;
   const parts = binaries[name]?.[key];
   if (!parts) return { name, missing: `no ${name} binary package for ${key}` };
+  const args = (script) => (name === 'deno' ? [...denoFlags, script] : [script]);
   const file = path.join(repoRoot, 'node_modules', ...parts);
-  if (!fs.existsSync(file)) return { name, missing: `${file} is missing (npm ci installs ${parts[0]} with the ${name} devDependency)` };
-  return { name, command: file, args: (script) => (name === 'deno' ? [...denoFlags, script] : [script]) };
+  if (fs.existsSync(file)) return { name, command: file, args };
+  // `npm ci` with install scripts: bun's postinstall moves the binary into
+  // its wrapper package, in place of the stub.
+  const moved = movedBy[name] && path.join(repoRoot, 'node_modules', ...movedBy[name]);
+  if (moved && isElf(moved)) return { name, command: moved, args };
+  return { name, missing: `${file} is missing (npm ci installs ${parts[0]} with the ${name} devDependency)` };
+}
+
+/** Where a wrapper's install script puts the platform binary instead. */
+const movedBy = { bun: ['bun', 'bin', 'bun.exe'] };
+
+/** Whether `file` is an executable of this platform (not the wrapper's stub script). */
+function isElf(file) {
+  try {
+    const fd = fs.openSync(file, 'r');
+    try {
+      const head = Buffer.alloc(4);
+      return fs.readSync(fd, head, 0, 4, 0) === 4 && head.toString('latin1') === '\x7fELF';
+    } finally {
+      fs.closeSync(fd);
+    }
+  } catch {
+    return false;
+  }
 }
 
 /** Which runtime this process is. */
