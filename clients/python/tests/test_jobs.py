@@ -225,8 +225,10 @@ class ClientDeathTest(unittest.TestCase):
             child.wait()
             # The server saw its stdin close and stopped every call, jobs included.
             self.assertTrue(wait_until(lambda: live_with(t) == [], 5))
+            # A killed process leaves cgroup.procs a moment after its
+            # cmdline is gone (its memory goes first): waited for.
             for cgroup in cgroups:
-                self.assertEqual(cgroup_procs(cgroup), [])
+                self.assertTrue(wait_until(lambda: cgroup_procs(cgroup) == [], 5), cgroup_procs(cgroup))
             self.assertTrue(wait_until(lambda: zombie_or_gone(server_pid), 5))
         finally:
             if child.poll() is None:
