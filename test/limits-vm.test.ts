@@ -1,8 +1,13 @@
 // Limits that hold, proved where the controllers are: one boot of
 // scripts/vm.sh's Debian 12 6.1 VM (pure cgroup v2, the harness in the leaf
-// harness/main, memory, pids and cpu enabled in harness/), running
-// test/fixtures/limits-vm.cjs with the packed package, which prints what the
-// kernel showed for each case; asserted here:
+// harness/main, memory, pids and cpu enabled in harness/). The same boot
+// checks the VM itself first (test/vm.test.ts has the rest of vm.sh):
+//   * the controllers are on for the harness cgroup, COMMAND sits in its
+//     leaf harness/main, and no cgroup v1 hierarchy is mounted;
+//   * the packed package is installed and loads with require('proctree');
+//   * COMMAND's stdout, stderr and exit status come back apart;
+// then runs test/fixtures/limits-vm.cjs with the packed package, which
+// prints what the kernel showed for each case; asserted here:
 //   * capabilities().limits: all three, the subtrees beside the harness's
 //     leaf (harness/, where the kernel can give them memory);
 //   * a fork bomb under pids: 64 is contained: pidsLimited, pids.peak <= 64,
@@ -24,10 +29,16 @@
 //   * a harness in a cgroup with processes of its own (--layout inner, made
 //     in this boot): no limit, the error and doctor say to move into a leaf;
 //   * a harness run as a call of this one keeps its calls inside that call;
-//   * the README's model-facing example prints what the README shows.
+//   * the README's model-facing example prints what the README shows;
+//   * the native limits test (test/native/limits_test.cc, built by
+//     `npm run test:native`) runs inside with the host's C++ runtime copied
+//     in: a memory hog under 128 MiB is OOM-killed and oom_kill grows, a
+//     fork loop under pids.max 64 is refused and pids.events max grows,
+//     cpu.max is "50000 100000" for 0.5 CPUs.
 //
 // Skipped, saying why, when the VM cannot be booted here (see
 // test/vm.test.ts); CI sets PROCTREE_REQUIRE_VM=1 so that it cannot skip.
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -44,6 +55,42 @@ const MiB = 1024 * 1024;
 // controllers, so readme.test.ts leaves it to this VM) and what it shows.
 const readme = fs.readFileSync(path.join(root, 'README.md'), 'utf8');
 const example = /<!-- limits example[^>]*-->\n```javascript\n([\s\S]*?)```\n\n[^\n]*\n\n```text\n([\s\S]*?)```/.exec(readme);
+
+// The cmake-js build of `npm run test:native`, or the one PROCTREE_LIMITS_TEST names.
+const limitsTest = [process.env.PROCTREE_LIMITS_TEST, path.join(root, 'build-cmake', 'addon', 'limits_test')].find(
+  (p): p is string => !!p && fs.existsSync(p),
+);
+
+// The test binary's loader and libraries (the host's glibc and libstdc++,
+// newer than Debian 11's), copied into /opt/host-lib.
+function hostLibs(binary: string): Array<[string, string]> {
+  const out = execFileSync('ldd', [binary], { encoding: 'utf8' });
+  return [...out.matchAll(/(\/\S+) \(0x/g)].map((m) => [m[1], `/opt/host-lib/${path.basename(m[1])}`]);
+}
+
+// What the VM looks like (read before any case makes cgroups), the cases,
+// the README's example, the native limits test; then a line on stderr and
+// status 7, which only a script that ran to its end returns.
+const SCRIPT = `
+echo "KERNEL $(uname -r)"
+echo "SELF $(cat /proc/self/cgroup)"
+echo "ROOT-SUBTREE $(cat /sys/fs/cgroup/cgroup.subtree_control)"
+echo "HARNESS-SUBTREE $(cat /sys/fs/cgroup/harness/cgroup.subtree_control)"
+echo "MOUNTS $(awk '$3 ~ /^cgroup/ { printf "%s:%s ", $3, $2 }' /proc/self/mounts)"
+node -e 'const p = require("proctree"); const c = p.capabilities(); console.log("PACKAGE " + JSON.stringify({ path: require.resolve("proctree"), tier: c.tier, cgroup2: c.cgroup2 }))'
+node /opt/limits-vm.cjs || exit 1
+echo README-BEGIN && node /opt/readme-limits.cjs && echo README-END || exit 1
+if [ -x /opt/limits_test ]; then
+  PROCTREE_LIMITS_CGROUP=/sys/fs/cgroup/harness /opt/host-lib/ld-linux-x86-64.so.2 --library-path /opt/host-lib /opt/limits_test
+  echo "LIMITS-EXIT $?"
+fi
+echo "to stderr" >&2
+exit 7
+`;
+
+function line(out: string, key: string): string | undefined {
+  return new RegExp(`^${key} (.*)$`, 'm').exec(out)?.[1]?.trim();
+}
 
 let run: VmRun | null = null;
 let output = '';
@@ -64,21 +111,45 @@ describe.skipIf(why !== null && !requireVm)(`limits in Debian 12's Linux 6.1 (sc
     const exampleFile = path.join(dir, 'readme-limits.cjs');
     fs.writeFileSync(exampleFile, example[1]);
     try {
-      run = await runVm({ kernel: '6.1', timeoutS: 480, adds: [[fixture, '/opt/limits-vm.cjs'], [exampleFile, '/opt/readme-limits.cjs']] }, [
-        'bash',
-        '-c',
-        'node /opt/limits-vm.cjs && echo README-BEGIN && node /opt/readme-limits.cjs && echo README-END',
-      ]);
+      const adds: Array<[string, string]> = [
+        [fixture, '/opt/limits-vm.cjs'],
+        [exampleFile, '/opt/readme-limits.cjs'],
+        ...(limitsTest ? [...hostLibs(limitsTest), [limitsTest, '/opt/limits_test'] as [string, string]] : []),
+      ];
+      run = await runVm({ kernel: '6.1', timeoutS: 480, adds }, ['bash', '-c', SCRIPT]);
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
     output = `status ${run.status ?? run.signal}\n--- stdout\n${run.stdout}\n--- stderr\n${run.stderr}`;
     console.log(`vm.sh: ${run.ms} ms; ${run.stderr.split('\n').filter((l) => l.startsWith('vm.sh:')).join(' ')}`);
-    if (run.status !== 0) throw new Error(`the VM's run failed:\n${output}`);
+    if (run.status !== 7) throw new Error(`the VM's run failed:\n${output}`);
     for (const m of run.stdout.matchAll(/^CASE (\S+) (.*)$/gm)) cases.set(m[1], JSON.parse(m[2]) as Record<string, unknown>);
     const failed = [...cases.keys()].filter((k) => k.endsWith('-failed'));
     if (failed.length > 0) throw new Error(`cases failed in the VM: ${failed.join(', ')}\n${output}`);
   }, 1_200_000);
+
+  it('boots 6.1 with pure cgroup v2: memory, pids and cpu on for harness/, COMMAND in its leaf harness/main', () => {
+    expect(line(run?.stdout ?? '', 'KERNEL'), output).toMatch(/^6\.1\./);
+    expect(line(run?.stdout ?? '', 'SELF'), output).toBe('0::/harness/main');
+    for (const key of ['ROOT-SUBTREE', 'HARNESS-SUBTREE']) {
+      expect(line(run?.stdout ?? '', key)?.split(' ').sort(), output).toEqual(['cpu', 'memory', 'pids']);
+    }
+    expect(line(run?.stdout ?? '', 'MOUNTS'), output).toBe('cgroup2:/sys/fs/cgroup');
+  });
+
+  it('has the packed package installed: require("proctree") loads and picks the cgroup tier', () => {
+    const pkg = JSON.parse(line(run?.stdout ?? '', 'PACKAGE') ?? 'null') as { path: string; tier: string; cgroup2: { mount: string } } | null;
+    expect(pkg, output).not.toBeNull();
+    expect(pkg?.path).toMatch(/^\/opt\/proctree-test\/app\/node_modules\/proctree\//);
+    expect(pkg?.tier).toBe('cgroup');
+    expect(pkg?.cgroup2?.mount).toBe('/sys/fs/cgroup');
+  });
+
+  it("returns COMMAND's exit status, and its stdout and stderr apart", () => {
+    expect(run?.status, output).toBe(7);
+    expect(run?.stderr).toMatch(/^to stderr$/m);
+    expect(run?.stdout).not.toMatch(/to stderr/);
+  });
 
   it('capabilities().limits has memory, pids and cpu, the subtrees beside the harness leaf', () => {
     expect(result('capabilities')).toEqual({
@@ -201,5 +272,21 @@ describe.skipIf(why !== null && !requireVm)(`limits in Debian 12's Linux 6.1 (sc
 
   it('pause() and resume() under limits: cgroup.events shows frozen 1, then 0', () => {
     expect(result('pause')).toEqual({ frozen: 'populated 1\nfrozen 1', thawed: 'populated 1\nfrozen 0' });
+  });
+
+  it.skipIf(!limitsTest && !requireVm)('native limits test: OOM kill under memory.max, forks refused at pids.max, cpu.max written', () => {
+    expect(limitsTest, 'no limits_test binary: npm run test:native builds it').toBeDefined();
+    const out = run?.stdout ?? '';
+    for (const name of [
+      'report_of_a_leaf_and_of_a_cgroup_with_processes',
+      'cpu_max_written_and_cleared',
+      'memory_hog_under_128_mib_is_oom_killed',
+      'fork_loop_under_pids_max_64_is_refused',
+      'limit_without_its_controller_is_enoent_naming_the_file',
+    ]) {
+      expect(out, output).toMatch(new RegExp(`^ok   ${name}$`, 'm'));
+    }
+    expect(out).toMatch(/^\d+ passed, 0 failed, 0 skipped$/m);
+    expect(line(out, 'LIMITS-EXIT')).toBe('0');
   });
 });

@@ -1,5 +1,5 @@
 // Shared by the older-host tests (test/bullseye.test.ts, test/oldkernel.test.ts,
-// test/restricted.test.ts) and the VM tests (test/vm.test.ts): the Debian 11
+// test/restricted.test.ts) and the VM tests (test/vm.test.ts, test/limits-vm.test.ts): the Debian 11
 // fixture that scripts/bullseye-rootfs.sh builds, the package as `npm pack`
 // makes it, commands run in a chroot of that root filesystem, and commands
 // run in a VM by scripts/vm.sh (runVm).

@@ -10,7 +10,7 @@
 // or else in the test's own cgroup when the kernel lets it have controllers
 // there. Skipped, with controller_report's reason, on a host without them
 // (a hybrid host's cgroup2 mount has none: they are bound to v1); the proof
-// runs in a VM (test/vm.test.ts).
+// runs in a VM (test/limits-vm.test.ts).
 #include "kernel/limits.h"
 
 #include <fcntl.h>
