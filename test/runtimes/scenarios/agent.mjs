@@ -38,7 +38,7 @@ scenario('agent', async (t) => {
 
   // Never listens: stopped at ready.timeout, whole tree, with the output so far.
   T = token();
-  const never = await run('bash', ['-c', `sleep ${T} & setsid sleep ${T} & echo waiting`], { leftovers: 'keep', ready: { listening: true, timeout: 2500 } });
+  const never = await run('bash', ['-c', `sleep ${T} & setsid sleep ${T} & echo waiting`], { leftovers: 'keep', ready: { listening: true, timeout: 1500 } });
   t.check(never.cleanup?.reason === 'not-ready' && never.ready === null && never.stdout === 'waiting\n', 'not ready in time: stopped', [never.cleanup, never.ready, never.stdout]);
   t.check(liveWith(T).length === 0 && leafReleased(never.cgroup), 'not ready: tree gone', liveWith(T));
 
