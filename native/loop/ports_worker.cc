@@ -24,7 +24,7 @@ std::vector<PortsAnswer> PortsWorker::take_done() {
   // Only the answers of queries told done: the next one may be in already,
   // its end not told yet (it is counted when it is).
   std::vector<PortsAnswer> out;
-  Answers& answers = *answers_.get();
+  Answers& answers = *answers_;
   for (uint64_t request : jobs_.take_done()) {
     pthread_mutex_lock(&answers.mu);
     auto it = std::find_if(answers.list.begin(), answers.list.end(), [&](const PortsAnswer& a) { return a.request == request; });

@@ -18,6 +18,7 @@
 #include "kernel/sockets.h"
 #include "kernel/sys_error.h"
 #include "loop/job_thread.h"
+#include "loop/ref.h"
 
 namespace proctree {
 
@@ -77,32 +78,17 @@ class PortsWorker {
  private:
   // The answers, from the worker's thread (pthread's own mutex: see
   // job_thread.h). Each query holds them too: one left running at close()
-  // still has somewhere to put its answer. Counted by hand: std::shared_ptr
-  // would need a libstdc++ and a glibc newer than Node's own builds do
-  // (scripts/symbol-ceiling.js).
+  // still has somewhere to put its answer.
   struct Answers {
+    Answers() = default;
+    Answers(const Answers&) = delete;
+    Answers& operator=(const Answers&) = delete;
+    ~Answers() { pthread_mutex_destroy(&mu); }
     pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     std::vector<PortsAnswer> list;
-    std::atomic<int> refs{1};
+    std::atomic<int> refs_{1};
   };
-  // A hold on an Answers; a copy is one more; the last one frees it.
-  class AnswersRef {
-   public:
-    explicit AnswersRef(Answers* a) : a_(a) {}
-    AnswersRef(const AnswersRef& o) : a_(o.a_) { a_->refs.fetch_add(1, std::memory_order_relaxed); }
-    AnswersRef& operator=(const AnswersRef&) = delete;
-    ~AnswersRef() {
-      if (a_->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-      pthread_mutex_destroy(&a_->mu);
-      delete a_;
-    }
-    Answers* operator->() const { return a_; }
-    Answers* get() const { return a_; }
-
-   private:
-    Answers* a_;
-  };
-  AnswersRef answers_{new Answers()};
+  Ref<Answers> answers_{new Answers()};
   // A small stack: the work is /proc reads and one netlink socket.
   JobThread jobs_{"proctree-ports", 256 * 1024, kAbandonAfterMs};
 };

@@ -34,39 +34,9 @@
 #include "kernel/fd.h"
 #include "kernel/spawn.h"
 #include "kernel/sys_error.h"
+#include "loop/ref.h"
 
 namespace proctree {
-
-// Shared ownership between the JavaScript thread and a spawner thread.
-// (std::shared_ptr would do, but this libstdc++ makes it read
-// __libc_single_threaded, a glibc 2.32 symbol above the addon's ceiling.)
-template <typename T>
-class Ref {
- public:
-  Ref() = default;
-  explicit Ref(T* p) : p_(p) {}  // takes the first reference
-  Ref(const Ref& o) : p_(o.p_) {
-    if (p_) p_->refs_.fetch_add(1, std::memory_order_relaxed);
-  }
-  Ref(Ref&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
-  Ref& operator=(Ref o) noexcept {
-    std::swap(p_, o.p_);
-    return *this;
-  }
-  ~Ref() { reset(); }
-  void reset() {
-    if (p_ && p_->refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p_;
-    p_ = nullptr;
-  }
-  T* operator->() const { return p_; }
-  T& operator*() const { return *p_; }
-  explicit operator bool() const { return p_ != nullptr; }
-  bool operator==(const Ref& o) const { return p_ == o.p_; }
-  bool operator!=(std::nullptr_t) const { return p_ != nullptr; }
-
- private:
-  T* p_ = nullptr;
-};
 
 class SpawnJob {
  public:
