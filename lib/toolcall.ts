@@ -357,10 +357,16 @@ export class ToolCall extends EventEmitter {
     return held;
   }
 
-  /** @internal one of its readable streams closed */
+  /**
+   * @internal one of its readable streams closed. The call's 'close' comes
+   * a turn after its last stream's, as a ChildProcess's does (a net.Socket
+   * emits 'close' from its handle's close callback, a turn after 'end'):
+   * code that reads stdout to its end (`for await`, which ends at the
+   * stream's 'close') and then waits for the call's 'close' still gets it
+   * when the tree was already gone.
+   */
   [stdioClosed](): void {
-    this.#s.openReadable--;
-    maybeClose(this.#s);
+    if (--this.#s.openReadable === 0) setImmediate(maybeClose, this.#s);
   }
 
   /** @internal a tapped stream's first chunk (or end): the CallOutput it goes to. */

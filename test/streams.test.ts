@@ -4,7 +4,7 @@
 // writer blocks on its full pipe; a stdin write completes only once its
 // bytes are in the pipe).
 import { spawn as cpSpawn } from 'node:child_process';
-import type { EventEmitter } from 'node:events';
+import { type EventEmitter, once } from 'node:events';
 import fs from 'node:fs';
 import net from 'node:net';
 import { Duplex, Readable, Writable } from 'node:stream';
@@ -182,6 +182,28 @@ describe('stdio streams over the addon', () => {
       expect(err).toMatchObject({ code: 'EPIPE', syscall: 'write' });
       (call.stdio[3] as Duplex).end('go\n');
       expect(await within(closed(call), 10_000, 'close')).toEqual([0, null]);
+    } finally {
+      call.kill('SIGKILL');
+    }
+  });
+
+  it("reading stdout to its end, then waiting for 'close': it comes, even when the tree was gone before the end", async () => {
+    // The tree exits and is empty while the reader is still on its first
+    // chunk: a stream's 'end' waits for its reader, so it comes after both.
+    // A ChildProcess emits 'close' a turn after its last stream's 'close' (a
+    // net.Socket's comes from its handle's close callback); so does a call,
+    // or this 'close' would come before the loop ends (`for await` ends at
+    // the stream's 'close') and never be seen.
+    const call = spawn('sh', ['-c', 'echo one; sleep 0.2; echo two']);
+    try {
+      const gone = once(call, 'empty');
+      let text = '';
+      for await (const chunk of call.stdout as Readable) {
+        if (text === '') await within(gone, 10_000, 'empty');
+        text += String(chunk);
+      }
+      expect(text).toBe('one\ntwo\n');
+      expect(await within(once(call, 'close'), 10_000, "'close' after reading stdout to its end")).toEqual([0, null]);
     } finally {
       call.kill('SIGKILL');
     }
