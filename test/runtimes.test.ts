@@ -104,10 +104,17 @@ function lastLines(text: string): string {
 }
 
 /** Runs one scenario file; SIGKILLs it (by pid) after `limitMs`. */
-function runScenario(command: string, args: string[], tag: string, limitMs: number, env: NodeJS.ProcessEnv = {}): Promise<Outcome> {
+function runScenario(
+  command: string,
+  args: string[],
+  tag: string,
+  limitMs: number,
+  env: NodeJS.ProcessEnv = {},
+  cwd = path.resolve(__dirname, '..'),
+): Promise<Outcome> {
   return new Promise((resolve, reject) => {
     const child = cpSpawn(command, args, {
-      cwd: path.resolve(__dirname, '..'),
+      cwd,
       stdio: ['ignore', 'pipe', 'pipe'],
       env: { ...process.env, PROCTREE_SCENARIO_TOKEN: tag, NO_COLOR: '1', ...env },
     });
@@ -205,6 +212,30 @@ describe.each(variants)('$label', ({ label, name, env }) => {
   const { command, args } = rt;
 
   it.each(scenarios)('%s', (file) => runAndCheck(label, name, command, args, env, file), 120_000);
+
+  it("import { run } from 'proctree' (the ESM entry) in a project whose node_modules/proctree links to the package", async () => {
+    // As npm link, a workspace or a file: dependency make it: the package
+    // outside any node_modules. Deno then takes its .js files for ES
+    // modules unless its package.json says "type": "commonjs".
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proctree-esm-'));
+    try {
+      fs.mkdirSync(path.join(dir, 'node_modules'));
+      fs.symlinkSync(path.resolve(process.env.PROCTREE_PACKAGE_ROOT || path.join(__dirname, '..')), path.join(dir, 'node_modules', 'proctree'));
+      fs.writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ private: true, type: 'module', dependencies: { proctree: '*' } }));
+      fs.writeFileSync(
+        path.join(dir, 'harness.js'),
+        `import { run } from 'proctree';
+         const r = await run('sh', ['-c', 'echo out; exit 3']);
+         console.log(JSON.stringify({ scenario: 'esm', stdout: r.stdout, exitCode: r.exitCode }));`,
+      );
+      const out = await runScenario(command, args(path.join(dir, 'harness.js')), 'esm', 60_000, env, dir);
+      const line = out.stdout.trim().split('\n').reverse().find((l) => l.startsWith('{"scenario"'));
+      expect(line, `exit ${out.code ?? out.signal}: ${lastLines(out.stderr)}`).toBeDefined();
+      expect(JSON.parse(line as string)).toEqual({ scenario: 'esm', stdout: 'out\n', exitCode: 3 });
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  }, 90_000);
 
   it('runs its turns where it should: Node\'s own loop under Node, the addon\'s waiter thread elsewhere', async () => {
     // The addon's threads carry their names (proctree-wait, proctree-spawn...):
