@@ -4,6 +4,7 @@
 // recent output and stops them later, by an id it can also see in
 // `proctree ps` (the call's cgroup leaf, c<N>).
 import { binding } from './binding';
+import { DESCRIBE_NOW } from './call/describe';
 import { checkBytes } from './options';
 import { ByteTail, utf8End, utf8Start } from './output';
 import type { CleanupReport, Confinement, Listener, ProcessInfo, ResourceUsage } from './types';
@@ -33,9 +34,15 @@ export interface JobInfo {
   /** The main process's exit code and signal; null while it runs. */
   exitCode: number | null;
   signal: NodeJS.Signals | null;
-  /** Live processes of the tree now (0 once it is gone). */
+  /** Live processes of the tree now, from its cgroup (0 once it is gone). */
   members: number;
-  /** Each of them, as /proc describes it. */
+  /**
+   * Each of them, as /proc describes it. For a tree of more than 64, 64 are
+   * read now (the main process first) and the rest are as the previous
+   * info() or jobs() found them, read off the JS thread (a /proc read can
+   * wait on its process, and a thousand hold a loop for tens of ms): a
+   * process that started since is missing until the next call.
+   */
   processes: ProcessInfo[];
   /** The call's cgroup; '' in the tiers other than `cgroup`. */
   cgroup: string;
@@ -122,6 +129,9 @@ export class Job {
   readonly #closed: Promise<void>;
   #listeners: Listener[] = [];
   #listenersAt: number | null = null;
+  /** A big tree's processes as last read off the JS thread (#describe). */
+  #described: ProcessInfo[] = [];
+  #describing = false;
   /** A read of the listeners is on its way. */
   #reading: Promise<Listener[]> | null = null;
 
@@ -134,6 +144,35 @@ export class Job {
     this.#startedAt = startedAt;
     this.#closed = phase().closed ? Promise.resolve() : new Promise((resolve) => call.once('close', () => resolve()));
     this.#refreshListeners().catch(ignore);
+  }
+
+  /**
+   * What /proc says of the tree's processes: all of them now for a small
+   * tree; for a big one, DESCRIBE_NOW now (the main process first), the rest
+   * from the last read off this thread, and a new read on its way.
+   */
+  #describe(pids: number[]): ProcessInfo[] {
+    const ask = binding.describe?.bind(binding);
+    // The portable binding reads one table for all (ps): no thread to ask.
+    if (pids.length <= DESCRIBE_NOW || !ask) return pids.length > 0 ? binding.processInfo(pids) : [];
+    const main = this.#call.pid;
+    const first = main !== undefined && pids.includes(main) ? [main, ...pids.filter((p) => p !== main)] : pids;
+    const now = binding.processInfo(first.slice(0, DESCRIBE_NOW));
+    const seen = new Set(now.map((p) => p.pid));
+    const live = new Set(pids);
+    const earlier = this.#described.filter((p) => live.has(p.pid) && !seen.has(p.pid));
+    if (!this.#describing) {
+      this.#describing = true;
+      try {
+        ask(pids, (err, infos) => {
+          this.#describing = false;
+          if (!err && infos) this.#described = infos;
+        });
+      } catch {
+        this.#describing = false;
+      }
+    }
+    return [...now, ...earlier];
   }
 
   /** Asks the kernel what the tree listens on (once at a time); the answer is kept for info(). */
@@ -163,7 +202,7 @@ export class Job {
   info(): JobInfo {
     const call = this.#call;
     const pids = call.members();
-    const processes = pids.length > 0 ? binding.processInfo(pids) : [];
+    const processes = this.#describe(pids);
     const info: JobInfo = {
       id: this.id,
       command: call.spawnargs.map(shellQuote).join(' '),
@@ -174,7 +213,7 @@ export class Job {
       pid: call.pid ?? null,
       exitCode: call.exitCode,
       signal: call.signalCode,
-      members: processes.length,
+      members: pids.length > DESCRIBE_NOW ? pids.length : processes.length,
       processes,
       cgroup: call.cgroup ?? '',
       confinement: call.confinement,

@@ -391,3 +391,34 @@ describe('a kept job started when its call did', () => {
     }
   });
 });
+
+describe('a big job', () => {
+  /** The read system calls this process's main thread has made (the JS thread's: its tid is the pid). */
+  const jsThreadReads = (): number => Number(/^syscr: (\d+)$/m.exec(fs.readFileSync(`/proc/self/task/${process.pid}/io`, 'utf8'))?.[1] ?? 0);
+
+  it('info() of a 300-process tree reads 64 of them on the JS thread, the main process first; the rest come off it', async () => {
+    const t = token();
+    tokens.push(t);
+    const sup = supervisor();
+    const call = sup.spawn('bash', ['-c', `for i in $(seq 300); do sleep ${t} & done; wait`], { stdio: 'ignore', background: true });
+    calls.push(call);
+    await waitForLive(t, 300, 'sleep', 30_000);
+    const j = sup.job(call.jobId as string);
+    const before = jsThreadReads();
+    const first = j.info();
+    const spent = jsThreadReads() - before;
+    expect(first.members).toBe(301);
+    expect(first.processes[0]?.pid).toBe(call.pid);
+    expect(first.processes.length).toBeGreaterThanOrEqual(64);
+    // Each process's stat and cmdline: 301 of them would be more than 600 reads.
+    expect(spent).toBeLessThan(400);
+    // The others were read off the JS thread: a later info() has them all.
+    await waitUntil(() => j.info().processes.length === 301, 20_000);
+    const all = j.info();
+    expect(new Set(all.processes.map((p) => p.pid))).toEqual(new Set(cgroupMembers(call.cgroup as string)));
+    expect(all.processes.filter((p) => p.cmdline === `sleep ${t}`)).toHaveLength(300);
+    const report = await j.stop();
+    expect(report.leftovers).toEqual([]);
+    expect(liveWith(t)).toEqual([]);
+  }, 60_000);
+});

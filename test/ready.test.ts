@@ -103,6 +103,20 @@ describe('options.ready', () => {
     await job(r.jobId as string).stop();
   });
 
+  it('ready in a tree of 200: result.remaining names every one of them (read off the JS thread past 64)', async () => {
+    const t = token();
+    tokens.push(t);
+    const r = await run('bash', ['-c', `for i in $(seq 200); do sleep ${t} & done; echo up; wait`], { leftovers: 'keep', ready: { output: 'up' } });
+    cgroups.push(r.cgroup);
+    expect(r.ready?.output).toBe('up');
+    const members = cgroupMembers(r.cgroup);
+    expect(new Set(r.remaining.map((p) => p.pid))).toEqual(new Set(members));
+    // A sleep still between its fork and its exec shows bash's command line.
+    expect(r.remaining.filter((p) => p.cmdline !== `sleep ${t}` && !p.cmdline.startsWith('bash '))).toEqual([]);
+    await job(r.jobId as string).stop();
+    expect(liveWith(t)).toEqual([]);
+  });
+
   it("ready.timeout stops the tree: cleanup.reason 'not-ready', the output so far, 0 survivors", async () => {
     const t = token();
     tokens.push(t);

@@ -15,6 +15,7 @@ import { signalName } from '../options';
 import { ptyPending, ptyTreeEmpty, releasePty } from '../pty';
 import type { CleanupReport, ProcessInfo } from '../types';
 import { execFailed, execStarted } from './exec';
+import { describe } from './describe';
 import { becomeJob, checkHeldOutside } from './job';
 import { STDIO_DRAIN_MS, startLadder } from './ladder';
 import { cleanupReport, finalUsage, leftoversError } from './report';
@@ -99,40 +100,6 @@ function onExit(s: CallState, code: number | null, signal: number): void {
     // Unless something stopped the tree (or it ended) while it was read.
     if (s.opts.leftovers === 'kill' && !s.x?.ladder && !s.flag(EMPTY)) startLadder(s, 'leftovers', s.opts.grace, false);
   });
-}
-
-/** Up to this many are read from /proc at once, on this thread (about 30 µs each). */
-const DESCRIBE_NOW = 64;
-
-/**
- * What /proc says of `pids`, to `done`: at once for a few (unless
- * `elsewhere`); for more, read on
- * the addon's thread, so that a command that leaves a thousand processes
- * behind (or some between fork and exec, whose reads wait for the exec)
- * does not hold the harness's loop for tens of milliseconds. 'close' waits
- * for it, and `done` runs in the call's async context. The tree is left
- * alone meanwhile: those described are alive when they are read.
- */
-function describe(s: CallState, pids: readonly number[], done: (infos: ProcessInfo[]) => void, elsewhere = false): void {
-  const ask = binding.describe?.bind(binding);
-  if ((pids.length <= DESCRIBE_NOW && !elsewhere) || !ask) {
-    done(binding.processInfo(pids));
-    return;
-  }
-  s.extras().describing = true;
-  try {
-    ask(pids, (err, infos) => {
-      s.scope.runInAsyncScope(() => {
-        s.extras().describing = false;
-        // The addon could not read them there (its loop is closing): here.
-        done(err || !infos ? binding.processInfo(pids) : infos);
-        maybeClose(s);
-      });
-    });
-  } catch {
-    s.extras().describing = false;
-    done(binding.processInfo(pids));
-  }
 }
 
 /**

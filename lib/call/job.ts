@@ -10,6 +10,7 @@ import { proctreeError } from '../errors';
 import { normalizeListeners, type ResolvedReady } from '../ports';
 import { ReadyWait } from '../ready';
 import type { CleanupReport, Listener, ReadyState } from '../types';
+import { describe } from './describe';
 import { knowStart } from './exec';
 import { startLadder } from './ladder';
 import { output, settle } from './result';
@@ -112,12 +113,17 @@ function onReady(s: CallState, state: ReadyState): void {
     s.call.emit('ready', state);
     return;
   }
-  if (!s.opts.background) {
-    // As when a command exits leaving a job: the job's time is not the command's.
-    s.x.timers?.stopCommand();
-    if (!s.flag(EMPTY)) s.extras().remaining = binding.processInfo(binding.members(s.id));
-  }
+  // As when a command exits leaving a job: the job's time is not the command's.
+  if (!s.opts.background) s.x.timers?.stopCommand();
   becomeJob(s);
   s.call.emit('ready', state);
-  settle(s);
+  if (s.opts.background || s.flag(EMPTY)) {
+    settle(s);
+    return;
+  }
+  // The result says what is left running: a big tree read off this thread.
+  describe(s, binding.members(s.id), (infos) => {
+    s.extras().remaining = infos;
+    settle(s);
+  });
 }
