@@ -14,8 +14,8 @@ import {
 import { signalName } from '../options';
 import { ptyPending, ptyTreeEmpty, releasePty } from '../pty';
 import type { CleanupReport, ProcessInfo } from '../types';
-import { execFailed, execStarted } from './exec';
 import { describe } from './describe';
+import { execFailed, execStarted } from './exec';
 import { becomeJob, checkHeldOutside } from './job';
 import { STDIO_DRAIN_MS, startLadder } from './ladder';
 import { cleanupReport, finalUsage, leftoversError } from './report';
