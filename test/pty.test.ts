@@ -78,6 +78,31 @@ function ptsEntries(): Set<string> {
   return new Set(fs.readdirSync('/dev/pts').filter((n) => /^\d+$/.test(n)));
 }
 
+/**
+ * Pids holding the master of /dev/pts/<n> open: a ptmx descriptor whose
+ * fdinfo says `tty-index: n`. The entry lives exactly as long as one does.
+ */
+function masterHolders(n: string): number[] {
+  const out: number[] = [];
+  for (const pid of fs.readdirSync('/proc').filter((e) => /^\d+$/.test(e))) {
+    let fds: string[];
+    try {
+      fds = fs.readdirSync(`/proc/${pid}/fd`);
+    } catch {
+      continue; // exited, or a kernel thread
+    }
+    for (const fd of fds) {
+      try {
+        if (!fs.readlinkSync(`/proc/${pid}/fd/${fd}`).endsWith('ptmx')) continue;
+        if (new RegExp(`^tty-index:\\s*${n}$`, 'm').test(fs.readFileSync(`/proc/${pid}/fdinfo/${fd}`, 'utf8'))) out.push(Number(pid));
+      } catch {
+        // closed while we looked
+      }
+    }
+  }
+  return out;
+}
+
 /** Our own fds that are a terminal's master or slave. */
 function ptyFds(): string[] {
   const out: string[] = [];
@@ -591,8 +616,16 @@ describe('resources', () => {
         }),
       );
     }
-    // Every terminal the calls had is gone from /dev/pts, unless it was there before.
-    const left = (): string[] => [...ptsEntries()].filter((n) => !ptsBefore.has(n) && used.has(`/dev/pts/${n}`));
+    // Every terminal the calls had is gone from /dev/pts, unless it was there
+    // before, or its number was freed and then taken by a terminal of another
+    // test file running alongside (a master held by none of this harness's
+    // processes).
+    const foreign = (n: string): boolean => {
+      const holders = masterHolders(n);
+      const ours = new Set([process.pid, ...cgroupMembers(subtree)]);
+      return holders.length > 0 && holders.every((pid) => !ours.has(pid));
+    };
+    const left = (): string[] => [...ptsEntries()].filter((n) => !ptsBefore.has(n) && used.has(`/dev/pts/${n}`) && !foreign(n));
     // Closing descriptors and reaping take a turn or two after the last close: polled, bounded.
     await waitUntil(() => ptyFds().length === 0 && openFdCount() <= fdsBefore && zombieChildren().length === 0 && left().length === 0, 5000);
     expect(ptyFds()).toEqual([]);
