@@ -51,6 +51,15 @@ export function joinChunks(chunks: readonly WrittenChunk[]): Buffer {
  */
 export const stopWaitingForEof = Symbol('proctree.stopWaitingForEof');
 
+/**
+ * At the command's exit: waits until what the pipe holds then (its bytes,
+ * and its EOF when every writer is gone) has been delivered and its readers
+ * had their turn, as a net.Socket reads what is ready before the loop
+ * hears of the exit (the kernel closes a dying process's files before it
+ * reports the exit). @internal
+ */
+export const awaitBacklog = Symbol('proctree.awaitBacklog');
+
 export class PipeStream extends Duplex {
   /** The child's end, until the call's start hands it over (stdio.ts closes it then). */
   readonly childEnd: number;
@@ -65,6 +74,13 @@ export class PipeStream extends Duplex {
   #writes: Callback[] | null = null;
   /** What was read while the call's 'spawn' was due ([holdOutput]). */
   #hold: OutputHold | null = null;
+  /** Bytes read from the pipe so far. */
+  #delivered = 0;
+  /** [awaitBacklog]: told once #delivered reaches #backlogEnd (and the EOF came, if #backlogEof), or reading stopped. */
+  #backlogDone: (() => void) | null = null;
+  #backlogEnd = 0;
+  #backlogEof = false;
+  #backlogCheck: NodeJS.Immediate | null = null;
 
   /** `scope`: the async context its events run in (its call's, CallState#scope). */
   constructor(kind: StreamKind, scope: AsyncResource) {
@@ -89,6 +105,8 @@ export class PipeStream extends Duplex {
   }
 
   #onEvent(kind: 0 | 1 | 2, value: Buffer | NativeErrorShape | null): void {
+    if (kind === 0) this.#delivered += (value as Buffer).length;
+    if (this.#backlogDone && kind !== 2) this.#checkBacklogSoon();
     if (this.#hold && kind !== 2) {
       if (this.#hold.keep(kind, value, this.readableHighWaterMark) && kind === 0) this.#read(false);
       if (kind === 1) this.#reading = false;
@@ -129,11 +147,43 @@ export class PipeStream extends Duplex {
     binding.streamEnd(this.#id);
   }
 
+  [awaitBacklog](done: () => void): boolean {
+    // Output held for 'spawn' goes out with the exit; an ended stream has nothing to wait for.
+    if (this.#closed || this.destroyed || this.readableEnded || this.#hold || this.#backlogDone) return false;
+    const [bytes, endFollows] = binding.streamBacklog?.(this.#id) ?? [0, false];
+    this.#backlogEnd = this.#delivered + bytes;
+    this.#backlogEof = endFollows;
+    this.#backlogDone = done;
+    // Decided a turn later: its reader may still be on what it was given
+    // (some runtimes run several of the addon's callbacks before the
+    // promises they settle).
+    this.#checkBacklogSoon();
+    return true;
+  }
+
+  // A turn after the exit, and after each chunk, end or pause since: the
+  // stream's readers ('data', a for await loop) have run. Done once it
+  // ended, once it has delivered what the pipe held at the exit (and the
+  // end, if that followed), or once nobody takes more: its buffer stayed
+  // full, or the end is read and nobody read it to its 'end'.
+  #checkBacklogSoon(): void {
+    this.#backlogCheck ??= setImmediate(() => {
+      this.#backlogCheck = null;
+      const done = this.#backlogDone;
+      if (!done) return;
+      const delivered = this.#delivered >= this.#backlogEnd && !this.#backlogEof;
+      if (!this.#closed && !this.destroyed && !this.readableEnded && this.#reading && !delivered) return;
+      this.#backlogDone = null;
+      done();
+    });
+  }
+
   #read(on: boolean): void {
     if (this.#reading === on || this.#closed) return;
     this.#reading = on;
     this._handle.reading = on;
     binding.streamRead(this.#id, on);
+    if (!on && this.#backlogDone) this.#checkBacklogSoon();
   }
 
   override _read(): void {
@@ -170,6 +220,7 @@ export class PipeStream extends Duplex {
     this.#closed = true;
     this.#writes = null;
     binding.streamClose(this.#id);
+    if (this.#backlogDone) this.#checkBacklogSoon();
   }
 
   /**

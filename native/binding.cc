@@ -44,6 +44,7 @@ Addon::Addon(Napi::Env env, Napi::Object exports) : env_(env) {
                            InstanceMethod("setRef", &Addon::SetRef),
                            InstanceMethod("retire", &Addon::Retire),
                            InstanceMethod("settle", &Addon::Settle),
+                           InstanceMethod("streamBacklog", &Addon::StreamBacklog),
                            InstanceMethod("closeFd", &Addon::CloseFd),
                            InstanceMethod("ptyResize", &Addon::PtyResize),
                            InstanceMethod("cgroup2Hierarchies", &Addon::Cgroup2Hierarchies),

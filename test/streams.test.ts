@@ -208,4 +208,41 @@ describe('stdio streams over the addon', () => {
       call.kill('SIGKILL');
     }
   });
+
+  it("reading stdout to its end, then waiting for 'exit': what was in the pipe at the exit, and its end, come first", async () => {
+    // With child_process this works: the kernel closes the dying command's
+    // end of the pipe before it reports the exit, and a net.Socket that is
+    // reading reads what is there (and the EOF) before Node hears of it.
+    // Our reads are the addon's, a chunk per turn, and 'exit' overtook the
+    // last of them 9 times in 10 here: 'exit' waits for that backlog now.
+    const input = Buffer.alloc(1 << 20, 'a');
+    for (let i = 0; i < 5; i++) {
+      const call = spawn('cat', []);
+      try {
+        call.stdin?.end(input);
+        let n = 0;
+        for await (const chunk of call.stdout as Readable) n += (chunk as Buffer).length;
+        expect(n).toBe(input.length);
+        expect(await within(once(call, 'exit'), 10_000, "'exit' after reading stdout to its end")).toEqual([0, null]);
+      } finally {
+        call.kill('SIGKILL');
+      }
+    }
+  });
+
+  it("'exit' does not wait for a pipe that another process keeps filling, nor for one nobody reads", async () => {
+    // The daemon writes for as long as it lives: only what the pipe held at
+    // the exit is waited for, so 'exit' comes while stdout is still open.
+    const writer = '(while :; do echo 0123456789abcdef0123456789abcdef; done) & sleep 0.2; exit 3';
+    for (const read of [true, false]) {
+      const call = spawn('sh', ['-c', writer], { grace: 100 });
+      try {
+        if (read) call.stdout?.on('data', () => {});
+        expect(await within(once(call, 'exit'), 10_000, `'exit' with the pipe ${read ? 'read' : 'unread'}`)).toEqual([3, null]);
+        expect(call.stdout?.readableEnded).toBe(false);
+      } finally {
+        await call.terminate();
+      }
+    }
+  });
 });

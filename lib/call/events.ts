@@ -14,6 +14,7 @@ import {
 import { signalName } from '../options';
 import { ptyPending, ptyTreeEmpty, releasePty } from '../pty';
 import type { CleanupReport, ProcessInfo } from '../types';
+import { awaitPipeBacklog } from './backlog';
 import { describe } from './describe';
 import { execFailed, execStarted } from './exec';
 import { becomeJob, checkHeldOutside } from './job';
@@ -46,6 +47,42 @@ function dispatchNative(
 }
 
 function dispatch(s: CallState, ev: NativeEvent): void {
+  // The exit waits for the output already in the pipes (backlog.ts), and
+  // whatever comes after it waits with it, in order.
+  const held = s.x?.heldEvents;
+  if (held) {
+    held.push(ev);
+    return;
+  }
+  if (ev.kind === NativeEventKind.Exit && s.openReadable > 0 && !s.failed) {
+    const queue = [ev];
+    if (awaitPipeBacklog(s, () => s.scope.runInAsyncScope(releaseHeld, null, s, queue))) {
+      s.extras().heldEvents = queue;
+      return;
+    }
+  }
+  deliver(s, ev);
+}
+
+/**
+ * The held events, in order, each taken off the queue before it is
+ * delivered: a listener that throws is the harness's uncaught exception (as
+ * when the addon delivers), and the events after it still come, a turn
+ * later. Events that arrive meanwhile join the queue.
+ */
+function releaseHeld(s: CallState, queue: NativeEvent[]): void {
+  for (let ev = queue.shift(); ev !== undefined; ev = queue.shift()) {
+    if (queue.length === 0) s.extras().heldEvents = null;
+    try {
+      deliver(s, ev);
+    } catch (err) {
+      if (queue.length > 0) setImmediate(() => s.scope.runInAsyncScope(releaseHeld, null, s, queue));
+      throw err;
+    }
+  }
+}
+
+function deliver(s: CallState, ev: NativeEvent): void {
   switch (ev.kind) {
     case NativeEventKind.Exit:
       onExit(s, ev.code, ev.signal);

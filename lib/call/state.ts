@@ -7,7 +7,7 @@ import { AsyncResource } from 'node:async_hooks';
 import { performance } from 'node:perf_hooks';
 import type { Readable, Writable } from 'node:stream';
 
-import type { NativeLimits } from '../binding/contract';
+import type { NativeEvent, NativeLimits } from '../binding/contract';
 import type { ResolvedSpawn } from '../options';
 import type { ByteTail, CallOutput, outputNow } from '../output';
 import type { PtyStream } from '../pty';
@@ -151,6 +151,8 @@ export class CallExtras {
    * with the tree gone (the leaf itself may be removed by then).
    */
   leafId: bigint | null = null;
+  /** The exit and the events after it, while the exit waits for the output in the pipes (backlog.ts). */
+  heldEvents: NativeEvent[] | null = null;
   /** The ladder's report waits for the leaf's listeners ('cleanup' and 'close' wait for it). */
   heldCheck = false;
   /** What the main process left is being read from /proc in slices of the loop ('close' waits for it). */

@@ -77,6 +77,7 @@ class Addon : public Napi::Addon<Addon>, public EventSink, public LoopHost {
   Napi::Value StreamEnd(const Napi::CallbackInfo& info);
   Napi::Value StreamClose(const Napi::CallbackInfo& info);
   Napi::Value StreamRef(const Napi::CallbackInfo& info);
+  Napi::Value StreamBacklog(const Napi::CallbackInfo& info);
   Napi::Value CloseFd(const Napi::CallbackInfo& info);
   Napi::Value PtyResize(const Napi::CallbackInfo& info);
   Napi::Value PtyForeground(const Napi::CallbackInfo& info);

@@ -115,6 +115,20 @@ Napi::Value Addon::StreamEnd(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// streamBacklog(id) -> [bytes, endFollows]: what JavaScript has yet to get
+// of a stream it reads (Streams::backlog): the bytes in the pipe and in a
+// chunk on its way, and whether its end follows them. Blocks on nothing.
+Napi::Value Addon::StreamBacklog(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t bytes = 0;
+  bool end_follows = false;
+  if (env_state_) env_state_->streams().backlog(stream_id(info), &bytes, &end_follows);
+  Napi::Array a = Napi::Array::New(env, 2);
+  a.Set(0u, Napi::Number::New(env, static_cast<double>(bytes)));
+  a.Set(1u, Napi::Boolean::New(env, end_follows));
+  return a;
+}
+
 // streamClose(id): closed now, no more events.
 Napi::Value Addon::StreamClose(const Napi::CallbackInfo& info) {
   uint64_t id = stream_id(info);

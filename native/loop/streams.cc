@@ -1,7 +1,9 @@
 #include "loop/streams.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -79,6 +81,7 @@ Streams::Read Streams::read_once(uint64_t id, Stream* s, SysError* error) {
   CallEvent ev = CallEvent::of(CallEvent::kOutput, id);
   ev.data.assign(scratch_.data(), static_cast<size_t>(n));
   s->in_flight = true;
+  s->in_flight_bytes = static_cast<size_t>(n);
   env_->post(std::move(ev));
   return static_cast<size_t>(n) < kChunk ? Read::kDrained : Read::kMore;
 }
@@ -117,7 +120,22 @@ void Streams::delivered(uint64_t id) {
   auto it = streams_.find(id);
   if (it == streams_.end()) return;
   it->second.in_flight = false;
+  it->second.in_flight_bytes = 0;
   update(id, &it->second);
+}
+
+void Streams::backlog(uint64_t id, size_t* bytes, bool* end_follows) const {
+  *bytes = 0;
+  *end_follows = true;
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return;
+  const Stream& s = it->second;
+  *bytes = s.in_flight_bytes;
+  if (!readable(s.kind) || s.read_ended) return;
+  int queued = 0;
+  if (ioctl(s.fd.get(), FIONREAD, &queued) == 0 && queued > 0) *bytes += static_cast<size_t>(queued);
+  struct pollfd p = {s.fd.get(), POLLIN | POLLRDHUP, 0};
+  *end_follows = poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP)) != 0;
 }
 
 void Streams::read_start(uint64_t id) {

@@ -77,6 +77,11 @@ class Streams {
   // Closes our end now: nothing more is read, written, or posted.
   void close(uint64_t id);
   void set_ref(uint64_t id, bool ref);
+  // What JavaScript has yet to get of a stream it reads: the bytes in the
+  // pipe and in a chunk on its way, and whether the end follows them (every
+  // writer is gone, or the end was read and is on its way). A stream that
+  // is gone has only its end left to deliver, if that.
+  void backlog(uint64_t id, size_t* bytes, bool* end_follows) const;
   bool exists(uint64_t id) const { return streams_.count(id) > 0; }
   size_t open_count() const { return streams_.size(); }
 
@@ -93,6 +98,7 @@ class Streams {
     Kind kind = kOutput;
     bool reading = false;    // JavaScript wants chunks
     bool in_flight = false;  // a chunk is on its way to JavaScript
+    size_t in_flight_bytes = 0;
     bool read_ended = false;
     bool write_ended = false;
     bool ref = true;

@@ -172,6 +172,41 @@ TEST(finish_delivers_what_the_pipe_holds) {
   CHECK_EQ(open_fds(), fds_before);
 }
 
+// backlog(): what a reader has yet to get. Bytes in the pipe (a writer
+// still holds it: no end follows); then every writer gone (the end
+// follows); once read to its end, the stream is gone and only its end is
+// left to deliver.
+TEST(backlog_counts_the_pipe_and_says_when_the_end_follows) {
+  Harness h;
+  uint64_t id = 0;
+  Fd w;
+  int our_fd = -1;
+  CHECK_EQ(h.pipes().open(Streams::kReader, &id, &w, &our_fd).err, 0);
+  size_t bytes = 99;
+  bool end_follows = true;
+  h.pipes().backlog(id, &bytes, &end_follows);
+  CHECK_EQ(bytes, size_t{0});
+  CHECK(!end_follows);
+  std::string data(1000, 'b');
+  CHECK_EQ(write(w.get(), data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  h.pipes().backlog(id, &bytes, &end_follows);
+  CHECK_EQ(bytes, size_t{1000});
+  CHECK(!end_follows);
+  w.reset();
+  h.pipes().backlog(id, &bytes, &end_follows);
+  CHECK_EQ(bytes, size_t{1000});
+  CHECK(end_follows);
+  // Read (the sink acknowledges each chunk as it comes) to the end: the
+  // stream is gone, and its end is what is left.
+  h.pipes().read_start(id);
+  CHECK(h.loop.run_until([&] { return h.sink.ends[id] == 1; }));
+  CHECK_EQ(h.sink.bytes[id], data);
+  h.pipes().backlog(id, &bytes, &end_follows);
+  CHECK_EQ(bytes, size_t{0});
+  CHECK(end_follows);
+  CHECK_EQ(h.close(), 0);
+}
+
 // A socketpair (fd 3 and up): 1 MB written in four writes, most of it
 // queued (the socket takes far less at once); each write completes once, in
 // order; `cat` on the other end echoes everything, and the end of our

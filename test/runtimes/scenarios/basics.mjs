@@ -45,6 +45,23 @@ scenario('basics', async (t) => {
   t.check(out === 'got ping\n' && errOut === 'warn\n', 'streams', [out, errOut]);
   t.check(seen.join() === 'spawn,exit,empty,close', 'events in order', seen);
 
+  // Reading stdout to its end, then waiting for 'exit': what the pipe held
+  // at the exit, and its end, come before 'exit', as with child_process.
+  let missed = 0;
+  for (let i = 0; i < 3; i++) {
+    const cat = spawn('cat', []);
+    cat.stdin.end(Buffer.alloc(1 << 20, 'a'));
+    let n = 0;
+    for await (const chunk of cat.stdout) n += chunk.length;
+    const exited = await Promise.race([
+      new Promise((resolve) => cat.once('exit', () => resolve(true))),
+      new Promise((resolve) => setTimeout(resolve, 10_000, false)),
+    ]);
+    if (n !== 1 << 20 || !exited) missed++;
+    cat.kill('SIGKILL');
+  }
+  t.check(missed === 0, "for await over stdout, then 'exit'", missed);
+
   // A command that cannot start: 'error' then 'close', never a throw.
   const bad = spawn('no-such-tool-proctree', []);
   const failed = await new Promise((resolve) => bad.on('error', resolve));
