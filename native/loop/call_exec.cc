@@ -28,7 +28,7 @@ bool Call::adopt_clone(int64_t wait_ns) {
   cloning_ = false;
   SpawnResult got;
   bool untried = false;
-  SysError e = env_->spawner().take_ids(exec_, wait_ns, &got, &untried);
+  SysError e = env_->spawner().take_ids(exec_, wait_ns, &got, &untried, Spawner::kBirthSettleNs);
   if (e) {
     // No child: the clone failed, or the job never got a thread.
     exec_.reset();

@@ -336,19 +336,33 @@ SysError Spawner::start(uint64_t tag, SpawnRequest* req, SpawnResult* out, Ref<S
   return SysError::none();
 }
 
-SysError Spawner::take_ids(const Ref<SpawnJob>& job, int64_t wait_ns, SpawnResult* out, bool* untried) {
+SysError Spawner::take_ids(const Ref<SpawnJob>& job, int64_t wait_ns, SpawnResult* out, bool* untried,
+                           int64_t settle_ns) {
   // Wait for the kernel's ids (the child wakes us), or the end.
   int64_t deadline = now_ns() + wait_ns;
   bool asked_thread = false;
   bool cloning_wait = false;
+  // When the ids of a clone still in progress may be taken (-1: none seen).
+  int64_t take_from = -1;
   for (;;) {
     uint32_t s = job->state_.load(std::memory_order_acquire);
     if (s == SpawnJob::kDone) break;
     pid_t pid;
     int fd;
-    if (s == SpawnJob::kCloning && read_early_ids(job->early_, &pid, &fd) && fd >= 0 && job->take_early(&pid, &fd) &&
-        fd >= 0) {
-      break;
+    if (s == SpawnJob::kCloning && read_early_ids(job->early_, &pid, &fd) && fd >= 0) {
+      // The clone returns as soon as its child exec'd or died. One the
+      // kernel killed at birth (a kept leaf someone killed) is made again
+      // by its thread, unless a reader took its ids first: with settle_ns,
+      // those of a clone that has not returned after it are taken (a child
+      // held before its exec, in a frozen cgroup), not sooner.
+      const int64_t now = now_ns();
+      if (take_from < 0) take_from = now + settle_ns;
+      if (now >= take_from) {
+        if (job->take_early(&pid, &fd) && fd >= 0) break;
+      } else {
+        job->wait_state(s, take_from - now);
+        continue;
+      }
     }
     if (s == SpawnJob::kQueued && !asked_thread && wait_ns > 0) {
       // Queued behind a burst's few threads, or behind threads held by

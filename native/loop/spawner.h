@@ -128,7 +128,10 @@ class Spawner {
   // is taken back untried (*untried, EAGAIN); one inside its clone is waited
   // for kCloneWaitNs more; a clone that failed returns its error, with no
   // child left.
-  SysError take_ids(const Ref<SpawnJob>& job, int64_t wait_ns, SpawnResult* out, bool* untried);
+  // settle_ns: how long a clone in progress is left to its thread once
+  // its child's ids are out (kBirthSettleNs for a queued job's adoption).
+  SysError take_ids(const Ref<SpawnJob>& job, int64_t wait_ns, SpawnResult* out, bool* untried,
+                    int64_t settle_ns = 0);
   // The same, waiting for the report too (up to wait_ms): a step that failed
   // within that time is returned as spawn_process returns it (the child
   // reaped, nothing in *out). For what Node reports from spawn() itself (a
@@ -149,6 +152,12 @@ class Spawner {
   // held by a frozen cgroup (the kernel writes the ids before the child runs),
   // so this is only reached when every thread is stuck and none can be made.
   static constexpr int64_t kCloneWaitNs = 2000000000;
+  // How long a call adopting its queued job's clone leaves it to its
+  // thread once the child's ids are out: a clone whose child exec'd or died
+  // (killed at birth, and made again) returns within it, on a loaded
+  // machine too. Only a child held before its exec (its cgroup frozen)
+  // makes the caller wait it out.
+  static constexpr int64_t kBirthSettleNs = 50000000;
 
  private:
   // (pthread's mutex and condition, not std's: libstdc++ 12's
