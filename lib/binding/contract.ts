@@ -286,13 +286,13 @@ export interface NativeBinding {
   streamShutdown(id: number): NativeErrorShape | undefined;
   /** Stops waiting for EOF: what the pipe holds now still comes, then the end (on a later turn). */
   streamEnd(id: number): void;
-  /** Closed now: no more events. */
   /**
    * What JavaScript has yet to get of a stream it reads: the bytes in the
    * pipe and in a chunk on its way, and whether its end follows them.
    * Absent in the portable binding.
    */
   streamBacklog?(id: number): [number, boolean];
+  /** Closed now: no more events. */
   streamClose(id: number): void;
   /** Whether the stream keeps the loop alive while it reads or writes. */
   streamRef(id: number, ref: boolean): void;

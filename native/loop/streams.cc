@@ -80,8 +80,7 @@ Streams::Read Streams::read_once(uint64_t id, Stream* s, SysError* error) {
   }
   CallEvent ev = CallEvent::of(CallEvent::kOutput, id);
   ev.data.assign(scratch_.data(), static_cast<size_t>(n));
-  s->in_flight = true;
-  s->in_flight_bytes = static_cast<size_t>(n);
+  s->in_flight = static_cast<size_t>(n);
   env_->post(std::move(ev));
   return static_cast<size_t>(n) < kChunk ? Read::kDrained : Read::kMore;
 }
@@ -91,7 +90,7 @@ void Streams::on_ready(uint64_t id, uint32_t events) {
   if (it == streams_.end()) return;
   Stream* s = &it->second;
   if (!s->queue.empty() && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) write_ready(id, s);
-  if (readable(s->kind) && !s->read_ended && s->reading && !s->in_flight) {
+  if (readable(s->kind) && !s->read_ended && s->reading && s->in_flight == 0) {
     bool pipe = s->kind == kOutput || s->kind == kReader;
     bool hup = (events & EPOLLHUP) != 0;
     if (pipe && hup && !(events & EPOLLIN)) {
@@ -119,8 +118,7 @@ void Streams::on_ready(uint64_t id, uint32_t events) {
 void Streams::delivered(uint64_t id) {
   auto it = streams_.find(id);
   if (it == streams_.end()) return;
-  it->second.in_flight = false;
-  it->second.in_flight_bytes = 0;
+  it->second.in_flight = 0;
   update(id, &it->second);
 }
 
@@ -130,7 +128,7 @@ void Streams::backlog(uint64_t id, size_t* bytes, bool* end_follows) const {
   auto it = streams_.find(id);
   if (it == streams_.end()) return;
   const Stream& s = it->second;
-  *bytes = s.in_flight_bytes;
+  *bytes = s.in_flight;
   if (!readable(s.kind) || s.read_ended) return;
   int queued = 0;
   if (ioctl(s.fd.get(), FIONREAD, &queued) == 0 && queued > 0) *bytes += static_cast<size_t>(queued);
@@ -293,7 +291,7 @@ void Streams::set_ref(uint64_t id, bool ref) {
 }
 
 void Streams::update(uint64_t id, Stream* s) {
-  bool want_in = readable(s->kind) && !s->read_ended && s->reading && !s->in_flight;
+  bool want_in = readable(s->kind) && !s->read_ended && s->reading && s->in_flight == 0;
   bool want_out = !s->queue.empty();
   uint32_t events = 0;
   if (want_in) events |= EPOLLIN;

@@ -97,8 +97,7 @@ class Streams {
     Fd fd;
     Kind kind = kOutput;
     bool reading = false;    // JavaScript wants chunks
-    bool in_flight = false;  // a chunk is on its way to JavaScript
-    size_t in_flight_bytes = 0;
+    size_t in_flight = 0;    // bytes of the chunk on its way to JavaScript (0: none)
     bool read_ended = false;
     bool write_ended = false;
     bool ref = true;

@@ -71,6 +71,11 @@ struct Harness {
   Harness& operator=(const Harness&) = delete;
   ~Harness() { close(); }
   Streams& pipes() { return env->streams(); }
+  // A stream of `kind` and the child's end of it.
+  SysError open(Streams::Kind kind, uint64_t* id, Fd* child_end) {
+    int our_fd = -1;
+    return pipes().open(kind, id, child_end, &our_fd);
+  }
   // Closes the environment: 0 when nothing keeps the loop alive after it.
   int close() {
     if (!env) return 0;
@@ -138,8 +143,7 @@ TEST(end_without_data) {
   Harness h;
   uint64_t id = 0;
   Fd w;
-  int our_fd = -1;
-  CHECK_EQ(h.pipes().open(Streams::kOutput, &id, &w, &our_fd).err, 0);
+  CHECK_EQ(h.open(Streams::kOutput, &id, &w).err, 0);
   w.reset();
   CHECK(h.loop.run_until([&] { return h.sink.ends[id] == 1; }));
   CHECK(h.sink.bytes[id].empty());
@@ -153,8 +157,7 @@ TEST(finish_delivers_what_the_pipe_holds) {
   Harness h;
   uint64_t id = 0;
   Fd w;
-  int our_fd = -1;
-  CHECK_EQ(h.pipes().open(Streams::kOutput, &id, &w, &our_fd).err, 0);
+  CHECK_EQ(h.open(Streams::kOutput, &id, &w).err, 0);
   std::string data(50000, 'q');
   CHECK_EQ(write(w.get(), data.data(), data.size()), static_cast<ssize_t>(data.size()));
   h.pipes().finish(id);
@@ -180,8 +183,7 @@ TEST(backlog_counts_the_pipe_and_says_when_the_end_follows) {
   Harness h;
   uint64_t id = 0;
   Fd w;
-  int our_fd = -1;
-  CHECK_EQ(h.pipes().open(Streams::kReader, &id, &w, &our_fd).err, 0);
+  CHECK_EQ(h.open(Streams::kReader, &id, &w).err, 0);
   size_t bytes = 99;
   bool end_follows = true;
   h.pipes().backlog(id, &bytes, &end_follows);
