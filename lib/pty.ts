@@ -129,10 +129,12 @@ export class PtyStream extends Duplex {
     const pgid = binding.ptyForeground(this.#fd);
     if (pgid <= 0) return null;
     // The pgid names the leader only while it lives: check the pgid it has
-    // now (a reused pid would have another), else look among the call's own.
-    const [leader] = binding.processInfo([pgid]);
-    if (leader && leader.pgid === pgid) return leader;
-    return binding.processInfo(this.#members()).find((p) => p.pgid === pgid) ?? null;
+    // now (a reused pid would have another), else look among the call's own
+    // (their stat only, until one is in the group: this runs on the
+    // JavaScript thread, and a command line's read can wait on its process).
+    const [leader] = binding.processInfo([pgid], pgid);
+    if (leader) return leader;
+    return binding.processInfo(this.#members(), pgid)[0] ?? null;
   }
 
   /** @internal */

@@ -237,6 +237,39 @@ describe('what the command sees', () => {
     expect(code).toBe(7);
     expect(call.pty?.foreground()).toBeNull();
   });
+
+  it("foreground() when the group's leader is gone: a process of the call in that group", async () => {
+    const ps1 = `pt-${randomBytes(3).toString('hex')}$ `;
+    const call = track(
+      spawn('bash', ['--norc', '--noprofile', '--noediting', '-i'], { pty: true, env: { PATH: process.env.PATH, PS1: ps1, HOME: os.tmpdir() } }),
+    );
+    const screen = new Screen(call);
+    const prompt = new RegExp(`${ps1.replace(/\$/g, '\\$')}$`);
+    await screen.take(prompt);
+    const t = token(30);
+    tokens.push(t);
+    // The pipeline's group is named after its first process, which exits at
+    // once and is reaped by bash; sleep holds the terminal in that group.
+    call.pty?.write(`/bin/true | sleep ${t}\r`);
+    await waitUntil(() => call.pty?.foreground()?.comm === 'sleep', 5000);
+    const fg = call.pty?.foreground();
+    expect(fg?.pgid).not.toBe(fg?.pid);
+    expect(fg?.sid).toBe(call.pid);
+    // The kernel's view: no process of that number is in that group now.
+    let leaderPgid: number | null = null;
+    try {
+      const stat = fs.readFileSync(`/proc/${fg?.pgid}/stat`, 'utf8');
+      leaderPgid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
+    } catch {
+      // gone
+    }
+    expect(leaderPgid).not.toBe(fg?.pgid);
+    call.pty?.write('\x03');
+    await screen.take(prompt);
+    expect(call.pty?.foreground()?.comm).toBe('bash');
+    call.pty?.write('exit\r');
+    await closed(call);
+  });
 });
 
 describe('output and its end', () => {

@@ -259,7 +259,12 @@ export interface NativeBinding {
    * has none.
    */
   ports?(target: number | string | readonly bigint[], onDone: (err: NativeErrorShape | null, listeners: NativeListener[] | null) => void): void;
-  processInfo(pids: readonly number[]): ProcessInfo[];
+  /**
+   * What /proc (or the process table) says of those of pids still there.
+   * With pgid: of the first of them in that process group only (the native
+   * binding then reads the command line of that one alone).
+   */
+  processInfo(pids: readonly number[], pgid?: number): ProcessInfo[];
   /**
    * processInfo(pids) read off the JavaScript thread (the addon's ports
    * thread): onDone(error, null) or onDone(null, infos) in a later turn. The

@@ -495,8 +495,11 @@ class PortableBinding implements NativeBinding {
     return call ? this.#visibleNow(call).map((r) => r.pid) : [];
   }
 
-  processInfo(pids: readonly number[]): ProcessInfo[] {
-    return describe(this.#mode.processTable, pids);
+  processInfo(pids: readonly number[], pgid?: number): ProcessInfo[] {
+    const infos = describe(this.#mode.processTable, pids);
+    if (pgid === undefined) return infos;
+    const first = infos.find((p) => p.pgid === pgid);
+    return first ? [first] : [];
   }
 
   /**

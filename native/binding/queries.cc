@@ -64,17 +64,29 @@ Napi::Value Addon::Ports(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// processInfo(pids, pgid?) -> what /proc says of those still there; with
+// pgid, of the first of them in that process group only, and only its
+// command line is read (a terminal's foreground group whose leader is gone,
+// looked for on the JavaScript thread among all of a call's processes).
 Napi::Value Addon::ProcessInfoOf(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Array out = Napi::Array::New(env);
   if (info.Length() < 1 || !info[0].IsArray()) return out;
+  const bool one_group = info.Length() > 1 && info[1].IsNumber();
+  const pid_t pgid = one_group ? info[1].As<Napi::Number>().Int32Value() : 0;
   Napi::Array pids = info[0].As<Napi::Array>();
   uint32_t n = 0;
   for (uint32_t i = 0; i < pids.Length(); ++i) {
     ProcessInfo p;
-    if (read_process_info(pids.Get(i).As<Napi::Number>().Int32Value(), &p)) {
-      out.Set(n++, process_info_object(env, p));
+    const pid_t pid = pids.Get(i).As<Napi::Number>().Int32Value();
+    if (!one_group) {
+      if (read_process_info(pid, &p)) out.Set(n++, process_info_object(env, p));
+      continue;
     }
+    if (!read_process_stat(pid, &p) || p.pgid != pgid) continue;
+    read_process_cmdline(pid, &p);
+    out.Set(n++, process_info_object(env, p));
+    break;
   }
   return out;
 }

@@ -64,6 +64,11 @@ bool read_process_stat(pid_t pid, ProcessInfo* out) {
 
 bool read_process_info(pid_t pid, ProcessInfo* out) {
   if (!read_process_stat(pid, out)) return false;
+  read_process_cmdline(pid, out);
+  return true;
+}
+
+void read_process_cmdline(pid_t pid, ProcessInfo* out) {
   char buf[4096];
   ssize_t n = read_proc_file(pid, "cmdline", buf, sizeof buf);
   out->cmdline.clear();
@@ -75,7 +80,6 @@ bool read_process_info(pid_t pid, ProcessInfo* out) {
     }
     out->cmdline.assign(buf, len);
   }
-  return true;
 }
 
 bool self_is_traced() {

@@ -22,6 +22,10 @@ struct ProcessInfo {
 // false when the process is gone.
 bool read_process_stat(pid_t pid, ProcessInfo* out);
 bool read_process_info(pid_t pid, ProcessInfo* out);
+// Fills cmdline alone (empty when the process is gone). Its read takes the
+// process's mm lock, and can wait while the process is in exec or mmap: the
+// stat fields alone never do.
+void read_process_cmdline(pid_t pid, ProcessInfo* out);
 
 // True while a debugger or tracer (ptrace) is attached to this process's
 // main thread. Freezing a cgroup that holds our tracer would stop us at our
