@@ -117,6 +117,18 @@ function ptyFds(): string[] {
   return out;
 }
 
+/** An interactive bash in a terminal, at its first prompt (a PS1 of its own, matched at the end of the screen). */
+async function interactiveBash(): Promise<{ call: ToolCall; screen: Screen; prompt: RegExp }> {
+  const ps1 = `pt-${randomBytes(3).toString('hex')}$ `;
+  const call = track(
+    spawn('bash', ['--norc', '--noprofile', '--noediting', '-i'], { pty: true, env: { PATH: process.env.PATH, PS1: ps1, HOME: os.tmpdir() } }),
+  );
+  const screen = new Screen(call);
+  const prompt = new RegExp(`${ps1.replace(/\$/g, '\\$')}$`);
+  await screen.take(prompt);
+  return { call, screen, prompt };
+}
+
 /** 'close' of a tracked call (listened for from the start: it may come before the test awaits it). */
 const closed = (call: ToolCall): Promise<[number | null, NodeJS.Signals | null]> => {
   const p = closes.get(call);
@@ -208,13 +220,7 @@ describe('what the command sees', () => {
   });
 
   it('bash -i with a prompt: commands typed run, the foreground group is what runs now, exit ends the call', async () => {
-    const ps1 = `pt-${randomBytes(3).toString('hex')}$ `;
-    const call = track(
-      spawn('bash', ['--norc', '--noprofile', '--noediting', '-i'], { pty: true, env: { PATH: process.env.PATH, PS1: ps1, HOME: os.tmpdir() } }),
-    );
-    const screen = new Screen(call);
-    const prompt = new RegExp(`${ps1.replace(/\$/g, '\\$')}$`);
-    await screen.take(prompt);
+    const { call, screen, prompt } = await interactiveBash();
     expect(call.pty?.foreground()).toMatchObject({ pid: call.pid, comm: 'bash' });
     call.pty?.write('echo $((6 * 7))\r');
     await screen.take(new RegExp(`^echo \\$\\(\\(6 \\* 7\\)\\)\\r\\n42\\r\\n${prompt.source}`));
@@ -239,13 +245,7 @@ describe('what the command sees', () => {
   });
 
   it("foreground() when the group's leader is gone: a process of the call in that group", async () => {
-    const ps1 = `pt-${randomBytes(3).toString('hex')}$ `;
-    const call = track(
-      spawn('bash', ['--norc', '--noprofile', '--noediting', '-i'], { pty: true, env: { PATH: process.env.PATH, PS1: ps1, HOME: os.tmpdir() } }),
-    );
-    const screen = new Screen(call);
-    const prompt = new RegExp(`${ps1.replace(/\$/g, '\\$')}$`);
-    await screen.take(prompt);
+    const { call, screen, prompt } = await interactiveBash();
     const t = token(30);
     tokens.push(t);
     // The pipeline's group is named after its first process, which exits at
