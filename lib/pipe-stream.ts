@@ -21,14 +21,24 @@ export const READ: StreamKind = 1;
 export const WRITE: StreamKind = 2;
 export const DUPLEX: StreamKind = 3;
 
+/** The stream's own stop of reading, for its handle's readStop(). */
+const stopRead = Symbol('proctree.stopRead');
+
 /**
  * What a 'wrap' stdio entry (options/stdio.ts, stdio.ts's stopReading) reads of a
- * stream handed to another call: its fd, and how to stop reading it.
+ * stream handed to another call: its fd, and how to stop reading it. A class,
+ * not an object with a closure: a live call has three of these.
  */
-interface PipeHandle {
-  readonly fd: number;
-  reading: boolean;
-  readStop(): void;
+class PipeHandle {
+  reading = false;
+  constructor(
+    readonly fd: number,
+    readonly stream: PipeStream,
+  ) {}
+
+  readStop(): void {
+    this.stream[stopRead]();
+  }
 }
 
 type Callback = (err?: Error | null) => void;
@@ -60,6 +70,20 @@ export const stopWaitingForEof = Symbol('proctree.stopWaitingForEof');
  */
 export const awaitBacklog = Symbol('proctree.awaitBacklog');
 
+/**
+ * What the pipe held at the exit: `bytes` still to be delivered (less each
+ * chunk since, which may take it below 0), and whether its EOF follows
+ * (`eof`: then only the stream's end will do). `done` is told once they
+ * are delivered and the readers had a turn, or nobody takes more (reading
+ * stopped, the stream ended or closed). `check`: that turn's look.
+ */
+interface Backlog {
+  readonly done: () => void;
+  bytes: number;
+  eof: boolean;
+  check: NodeJS.Immediate | null;
+}
+
 export class PipeStream extends Duplex {
   /** The child's end, until the call's start hands it over (stdio.ts closes it then). */
   readonly childEnd: number;
@@ -74,13 +98,8 @@ export class PipeStream extends Duplex {
   #writes: Callback[] | null = null;
   /** What was read while the call's 'spawn' was due ([holdOutput]). */
   #hold: OutputHold | null = null;
-  /** Bytes read from the pipe so far. */
-  #delivered = 0;
-  /** [awaitBacklog]: told once #delivered reaches #backlogEnd (and the EOF came, if #backlogEof), or reading stopped. */
-  #backlogDone: (() => void) | null = null;
-  #backlogEnd = 0;
-  #backlogEof = false;
-  #backlogCheck: NodeJS.Immediate | null = null;
+  /** [awaitBacklog] from the exit until it is done (one field a stream: a live call's heap is counted). */
+  #backlog: Backlog | null = null;
 
   /** `scope`: the async context its events run in (its call's, CallState#scope). */
   constructor(kind: StreamKind, scope: AsyncResource) {
@@ -95,18 +114,17 @@ export class PipeStream extends Duplex {
     const [id, childEnd, fd] = binding.streamOpen(kind, (k, v) => scope.runInAsyncScope(this.#onEvent, this, k, v));
     this.#id = id;
     this.childEnd = childEnd;
-    this._handle = {
-      fd,
-      reading: false,
-      readStop: () => this.#read(false),
-    };
+    this._handle = new PipeHandle(fd, this);
     // As a net.Socket over an fd: reading starts now, until the buffer is full.
     if (readable) this.read(0);
   }
 
   #onEvent(kind: 0 | 1 | 2, value: Buffer | NativeErrorShape | null): void {
-    if (kind === 0) this.#delivered += (value as Buffer).length;
-    if (this.#backlogDone && kind !== 2) this.#checkBacklogSoon();
+    const backlog = this.#backlog;
+    if (backlog && kind !== 2) {
+      if (kind === 0) backlog.bytes -= (value as Buffer).length;
+      this.#checkBacklogSoon(backlog);
+    }
     if (this.#hold && kind !== 2) {
       if (this.#hold.keep(kind, value, this.readableHighWaterMark) && kind === 0) this.#read(false);
       if (kind === 1) this.#reading = false;
@@ -149,15 +167,14 @@ export class PipeStream extends Duplex {
 
   [awaitBacklog](done: () => void): boolean {
     // Output held for 'spawn' goes out with the exit; an ended stream has nothing to wait for.
-    if (this.#closed || this.destroyed || this.readableEnded || this.#hold || this.#backlogDone) return false;
+    if (this.#closed || this.destroyed || this.readableEnded || this.#hold || this.#backlog) return false;
     const [bytes, endFollows] = binding.streamBacklog?.(this.#id) ?? [0, false];
-    this.#backlogEnd = this.#delivered + bytes;
-    this.#backlogEof = endFollows;
-    this.#backlogDone = done;
+    const backlog: Backlog = { done, bytes, eof: endFollows, check: null };
+    this.#backlog = backlog;
     // Decided a turn later: its reader may still be on what it was given
     // (some runtimes run several of the addon's callbacks before the
     // promises they settle).
-    this.#checkBacklogSoon();
+    this.#checkBacklogSoon(backlog);
     return true;
   }
 
@@ -166,15 +183,14 @@ export class PipeStream extends Duplex {
   // ended, once it has delivered what the pipe held at the exit (and the
   // end, if that followed), or once nobody takes more: its buffer stayed
   // full, or the end is read and nobody read it to its 'end'.
-  #checkBacklogSoon(): void {
-    this.#backlogCheck ??= setImmediate(() => {
-      this.#backlogCheck = null;
-      const done = this.#backlogDone;
-      if (!done) return;
-      const delivered = this.#delivered >= this.#backlogEnd && !this.#backlogEof;
+  #checkBacklogSoon(backlog: Backlog): void {
+    backlog.check ??= setImmediate(() => {
+      backlog.check = null;
+      if (this.#backlog !== backlog) return;
+      const delivered = backlog.bytes <= 0 && !backlog.eof;
       if (!this.#closed && !this.destroyed && !this.readableEnded && this.#reading && !delivered) return;
-      this.#backlogDone = null;
-      done();
+      this.#backlog = null;
+      backlog.done();
     });
   }
 
@@ -183,11 +199,16 @@ export class PipeStream extends Duplex {
     this.#reading = on;
     this._handle.reading = on;
     binding.streamRead(this.#id, on);
-    if (!on && this.#backlogDone) this.#checkBacklogSoon();
+    if (!on && this.#backlog) this.#checkBacklogSoon(this.#backlog);
   }
 
   override _read(): void {
     this.#read(true);
+  }
+
+  /** @internal */
+  [stopRead](): void {
+    this.#read(false);
   }
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, cb: Callback): void {
@@ -220,7 +241,7 @@ export class PipeStream extends Duplex {
     this.#closed = true;
     this.#writes = null;
     binding.streamClose(this.#id);
-    if (this.#backlogDone) this.#checkBacklogSoon();
+    if (this.#backlog) this.#checkBacklogSoon(this.#backlog);
   }
 
   /**
