@@ -19,6 +19,9 @@ export const title = 'Memory per live call';
 const execFile = promisify(cp.execFile);
 
 // Each opens one idle call and returns { spawned, closed, stop }.
+const WARMUP_CALLS = 500;
+const WARMUP_BURST = 50;
+
 const STARTERS = {
   // The default stdio ('pipe' for all three) of both APIs: what a harness
   // capturing output holds per call.
@@ -92,10 +95,17 @@ export async function run(job, ctx) {
   const trueBin = which('true');
   const start = STARTERS[job.method];
   const probe = job.spawnSamples > 0 && job.method in PROBES;
-  // One call (and a few probes) first, so that what is set up once per
-  // harness is not counted.
-  const first = start(sleepBin, ['0']);
-  await first.closed;
+  // Calls first (and a few probes), so that what is set up once per harness
+  // is not counted: 500 in bursts of 50, the same for every method. V8
+  // compiles a spawn path's hot functions over its first few hundred calls;
+  // after a single one, that machine code (about 0.15–0.2 KiB per call of
+  // the burst below, for either API) landed in the heap measured per live
+  // call, though a harness pays it once.
+  for (let done = 0; done < WARMUP_CALLS; done += WARMUP_BURST) {
+    const burst = [];
+    for (let i = 0; i < WARMUP_BURST; i += 1) burst.push(start(sleepBin, ['0']));
+    await Promise.all(burst.map((c) => c.closed));
+  }
   if (probe) await spawnTimes(job.method, trueBin, 20);
   await sleep(100);
   ctx.harness.recordHelpers();
@@ -228,7 +238,7 @@ export function report(results, { job }) {
   }
 
   const markdown = [
-    `${job.calls} idle calls (\`sleep 120\`) open at once, default stdio (three pipes; run(): no \`input\`, output collected); per-call cost = (after − before) / ${job.calls}, each side after two forced GCs, one method per fresh worker. "live" is the count of processes seen in the outer cgroup while they were open. Stop: proctree \`terminate({ grace: 0 })\` on all, run() through its \`signal\`, child_process \`kill('SIGKILL')\` on all, until every 'close'.`,
+    `${job.calls} idle calls (\`sleep 120\`) open at once, default stdio (three pipes; run(): no \`input\`, output collected); per-call cost = (after − before) / ${job.calls}, each side after two forced GCs, one method per fresh worker, "before" after ${WARMUP_CALLS} calls of \`sleep 0\` in bursts of ${WARMUP_BURST} (V8 compiles a spawn path's hot code over its first few hundred calls, once per harness; counted per live call, that code was about 0.15–0.2 KiB of either API's figure). "live" is the count of processes seen in the outer cgroup while they were open. Stop: proctree \`terminate({ grace: 0 })\` on all, run() through its \`signal\`, child_process \`kill('SIGKILL')\` on all, until every 'close'.`,
     '',
     table(['method', 'live', 'heap KiB/call', 'external KiB/call', 'RSS KiB/call', 'fds/call', 'start all (ms)', 'stop all (ms)'], rows),
     ...(spawnRows.length
