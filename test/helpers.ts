@@ -193,18 +193,27 @@ export function openFds(before?: ReadonlySet<string>): Set<string> {
   return new Set([...now].filter((fd) => !before.has(fd)));
 }
 
+/**
+ * The fields of /proc/<pid>/stat after the comm (which may hold spaces and
+ * parentheses): [0] state, [1] ppid, [2] pgrp, [3] session, [4] tty_nr,
+ * [5] tpgid (its terminal's foreground group), …; null once it is gone.
+ */
+export function statFields(pid: number | string): string[] | null {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return null;
+  }
+}
+
 /** Our own children that are zombies: each would be a reaping bug. */
 export function zombieChildren(): number[] {
   const out: number[] = [];
   for (const entry of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (fields[0] === 'Z' && Number(fields[1]) === process.pid) out.push(Number(entry));
-    } catch {
-      // gone
-    }
+    const fields = statFields(entry);
+    if (fields && fields[0] === 'Z' && Number(fields[1]) === process.pid) out.push(Number(entry));
   }
   return out;
 }

@@ -13,7 +13,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 
 import { type Confinement, PtyStream, run, spawn, Supervisor, type ToolCall } from '../dist/cjs/index.js';
 import { STDIO_DRAIN_MS } from '../dist/cjs/call/ladder.js';
-import { cgroupMembers, killCgroup, killTokens, liveWith, openFdCount, readHeldPastEmpty, token, waitForLive, waitUntil, zombieChildren } from './helpers';
+import { cgroupMembers, killCgroup, killTokens, liveWith, openFdCount, readHeldPastEmpty, statFields, token, waitForLive, waitUntil, zombieChildren } from './helpers';
 
 const tiers: Confinement[] = ['cgroup', 'pidns', 'subreaper', 'pgroup'];
 
@@ -251,19 +251,17 @@ describe('what the command sees', () => {
     // The pipeline's group is named after its first process, which exits at
     // once and is reaped by bash; sleep holds the terminal in that group.
     call.pty?.write(`/bin/true | sleep ${t}\r`);
-    await waitUntil(() => call.pty?.foreground()?.comm === 'sleep', 5000);
+    await waitUntil(() => call.pty?.foreground()?.comm === 'sleep', 10_000);
     const fg = call.pty?.foreground();
     expect(fg?.pgid).not.toBe(fg?.pid);
     expect(fg?.sid).toBe(call.pid);
-    // The kernel's view: no process of that number is in that group now.
-    let leaderPgid: number | null = null;
-    try {
-      const stat = fs.readFileSync(`/proc/${fg?.pgid}/stat`, 'utf8');
-      leaderPgid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
-    } catch {
-      // gone
-    }
-    expect(leaderPgid).not.toBe(fg?.pgid);
+    // The kernel's view: the process named is in the group its terminal
+    // has in the foreground (stat's pgrp and tpgid), and no process of the
+    // group's number is in that group any more.
+    const mine = statFields(fg?.pid ?? 0);
+    expect(mine && [Number(mine[2]), Number(mine[5])]).toEqual([fg?.pgid, fg?.pgid]);
+    const leader = statFields(fg?.pgid ?? 0);
+    expect(leader === null || Number(leader[2]) !== fg?.pgid).toBe(true);
     call.pty?.write('\x03');
     await screen.take(prompt);
     expect(call.pty?.foreground()?.comm).toBe('bash');

@@ -18,10 +18,11 @@ export const title = 'Memory per live call';
 
 const execFile = promisify(cp.execFile);
 
-// Each opens one idle call and returns { spawned, closed, stop }.
+// The warm-up before the "before" snapshot: calls of `sleep 0`, in bursts.
 const WARMUP_CALLS = 500;
 const WARMUP_BURST = 50;
 
+// Each opens one idle call and returns { spawned, closed, stop }.
 const STARTERS = {
   // The default stdio ('pipe' for all three) of both APIs: what a harness
   // capturing output holds per call.
